@@ -1,0 +1,234 @@
+"""One validated config describes a whole run (allRank's habit): dataclasses with defaults.
+
+`load_config(path)` parses YAML safely, rejects unknown keys and wrong values with the dotted
+key and the allowed values, and `to_dict` gives back the resolved config written beside a run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+
+from .schema import BAIDU_PAGE_FEATURES
+from .simulate.spec import SimulateConfig
+
+
+class ConfigError(ValueError):
+    """A config key has a value wpultr cannot use; the message names the key and what is allowed."""
+
+
+@dataclass
+class ClusterConfig:
+    scheduler: str | None = None          # address of an existing Dask scheduler; None = LocalCluster
+    n_workers: int = 2
+    threads_per_worker: int = 1
+    memory_limit: str = "4GiB"            # per LocalCluster worker
+
+
+@dataclass
+class DataConfig:
+    source: Literal["simulate", "baidu", "parquet"] = "simulate"
+    train: list[str] = field(default_factory=list)        # files / globs of session logs
+    annotations: str | None = None                       # annotation file (Baidu) or table
+    valid_fraction: float = 0.1                          # of annotated queries, held out for model selection
+    page_features: dict[str, str] = field(
+        default_factory=lambda: {f.name: f.kind.value for f in BAIDU_PAGE_FEATURES})
+    max_sessions: int | None = None
+    partition_rows: int = 200_000                        # rows per Parquet partition written by ingest
+    simulate: SimulateConfig = field(default_factory=SimulateConfig)
+
+
+@dataclass
+class BertConfig:
+    path: str | None = None               # local config or checkpoint directory (never a hub name)
+    max_length: int = 64
+    freeze_encoder: bool = False
+    # used only when `path` is None: a tiny config built in process, for tests and CPU demos
+    hidden_size: int = 32
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 2
+    intermediate_size: int = 64
+
+
+@dataclass
+class RankerConfig:
+    backbone: Literal["mlp", "bert"] = "mlp"
+    head: list[int] = field(default_factory=lambda: [512, 256, 128])   # BAL §4.1: MLP 512-256-128
+    dropout: float = 0.1
+    bert: BertConfig = field(default_factory=BertConfig)
+
+
+@dataclass
+class TrainConfig:
+    method: Literal["naive"] = "naive"
+    loss: Literal["pointwise", "listwise"] = "pointwise"
+    epochs: int = 3
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+
+
+@dataclass
+class EvalConfig:
+    ks: list[int] = field(default_factory=lambda: [1, 3, 5, 10])
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    seed: int = 0
+    run_dir: str = "runs/{name}"
+    data: DataConfig = field(default_factory=DataConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    ranker: RankerConfig = field(default_factory=RankerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    evaluation: EvalConfig = field(default_factory=EvalConfig)
+
+    @property
+    def resolved_run_dir(self) -> Path:
+        return Path(self.run_dir.format(name=self.name))
+
+
+# ---------------------------------------------------------------------------------------------
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against the annotation `tp`, returning it converted; raise ConfigError naming `key`."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        if value is None:
+            return tp()
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return _build(tp, value, key)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not allowed; allowed values: {', '.join(map(repr, args))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{key}: unexpected value {value!r}")
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return {str(k): (_coerce(v, args[1], f"{key}.{k}") if args[1] is not Any else v) for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported config type {_type_name(tp)}")
+
+
+def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        where = f"{prefix}." if prefix else ""
+        raise ConfigError(f"unknown config key(s) {', '.join(where + u for u in unknown)}; "
+                          f"allowed keys{' under ' + prefix if prefix else ''}: {', '.join(sorted(names))}")
+    kwargs = {name: _coerce(v, hints[name], f"{prefix}.{name}" if prefix else name) for name, v in values.items()}
+    return cls(**kwargs)
+
+
+def _check_ranges(cfg: RunConfig) -> None:
+    positive = {
+        "train.epochs": cfg.train.epochs, "train.batch_size": cfg.train.batch_size,
+        "cluster.n_workers": cfg.cluster.n_workers, "cluster.threads_per_worker": cfg.cluster.threads_per_worker,
+        "data.partition_rows": cfg.data.partition_rows, "data.simulate.n_queries": cfg.data.simulate.n_queries,
+        "data.simulate.n_sessions": cfg.data.simulate.n_sessions,
+        "data.simulate.results_per_page": cfg.data.simulate.results_per_page,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{key}: must be > 0, got {value}")
+    if not 0.0 <= cfg.data.valid_fraction < 1.0:
+        raise ConfigError(f"data.valid_fraction: must be in [0, 1), got {cfg.data.valid_fraction}")
+    if cfg.train.learning_rate <= 0:
+        raise ConfigError(f"train.learning_rate: must be > 0, got {cfg.train.learning_rate}")
+    if any(k <= 0 for k in cfg.evaluation.ks):
+        raise ConfigError(f"evaluation.ks: cutoffs must be > 0, got {cfg.evaluation.ks}")
+    if cfg.data.source in ("baidu", "parquet") and not cfg.data.train:
+        raise ConfigError(f"data.train: source {cfg.data.source!r} needs at least one log path")
+    if cfg.data.source == "baidu" and not cfg.data.annotations:
+        raise ConfigError("data.annotations: source 'baidu' needs the annotation file")
+    from .schema import page_features_from_config, SchemaError
+    try:
+        page_features_from_config(cfg.data.page_features, "data.page_features")
+    except SchemaError as e:
+        raise ConfigError(str(e)) from None
+
+
+def config_from_dict(values: Mapping[str, Any] | None) -> RunConfig:
+    cfg = _build(RunConfig, values or {}, "")
+    _check_ranges(cfg)
+    return cfg
+
+
+def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    """Read a YAML run config with the safe loader; `overrides` are dotted keys (``train.epochs``)."""
+    path = Path(path)
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{path}: top level must be a mapping of config keys")
+    values = dict(values)
+    for dotted, v in (overrides or {}).items():
+        set_dotted(values, dotted, v)
+    return config_from_dict(values)
+
+
+def set_dotted(values: dict, dotted: str, value: Any) -> None:
+    node = values
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{dotted}: {part!r} is not a section")
+    node[parts[-1]] = value
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def dump_config(cfg: RunConfig) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
