@@ -174,6 +174,11 @@ def _first_bad_row(mask: np.ndarray | pd.Series) -> int:
     return int(np.flatnonzero(np.asarray(mask))[0])
 
 
+def _shown(value: object) -> str:
+    """A cell value as a user would write it (numpy scalars unwrapped)."""
+    return repr(value.item() if hasattr(value, "item") else value)
+
+
 def _require_columns(df: pd.DataFrame, columns: Iterable[str], table: str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
@@ -189,13 +194,13 @@ def _check_integer_column(df: pd.DataFrame, column: str, table: str, low: int | 
     bad = numeric.isna() | (numeric != np.floor(numeric))
     if bad.any():
         row = _first_bad_row(bad)
-        raise SchemaError(f"{table}: column {column!r} row {row} is {s.iloc[row]!r}, expected an integer")
+        raise SchemaError(f"{table}: column {column!r} row {row} is {_shown(s.iloc[row])}, expected an integer")
     if low is not None and (numeric < low).any():
         row = _first_bad_row(numeric < low)
-        raise SchemaError(f"{table}: column {column!r} row {row} is {s.iloc[row]!r}, expected >= {low}")
+        raise SchemaError(f"{table}: column {column!r} row {row} is {_shown(s.iloc[row])}, expected >= {low}")
     if high is not None and (numeric > high).any():
         row = _first_bad_row(numeric > high)
-        raise SchemaError(f"{table}: column {column!r} row {row} is {s.iloc[row]!r}, expected <= {high}")
+        raise SchemaError(f"{table}: column {column!r} row {row} is {_shown(s.iloc[row])}, expected <= {high}")
 
 
 def _check_text_or_features(df: pd.DataFrame, table: str) -> None:

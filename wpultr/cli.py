@@ -1,0 +1,164 @@
+"""`wpultr …`: the command line over the pipeline, the simulator, ingest and evaluation."""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import typer
+import yaml
+
+from .config import ClusterConfig, ConfigError, load_config
+from .schema import SchemaError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="wpultr: learn an unbiased ranker from biased click logs (BAL and baselines) on Dask.")
+
+
+def _user_errors(fn: Callable) -> Callable:
+    """Turn the errors a user can fix (config, schema, missing file) into one clear line and exit code 2."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigError, SchemaError, FileNotFoundError, NotADirectoryError) as e:
+            typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(2) from None
+    return wrapper
+
+
+def _parse_sets(sets: list[str] | None) -> dict:
+    overrides = {}
+    for item in sets or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. train.epochs=2")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def _cluster(scheduler: str | None, workers: int | None = None) -> ClusterConfig:
+    cfg = ClusterConfig(scheduler=scheduler)
+    if workers:
+        cfg.n_workers = workers
+    return cfg
+
+
+@app.command()
+@_user_errors
+def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/)"),
+        set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set train.epochs=2"),
+        scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler"),
+        fresh: bool = typer.Option(False, help="delete the run directory first instead of resuming")):
+    """Run (or resume) the pipeline a config describes; prints the run directory and report."""
+    from .pipeline.runner import run_pipeline
+    overrides = _parse_sets(set_)
+    if scheduler:
+        overrides["cluster.scheduler"] = scheduler
+    cfg = load_config(config, overrides)
+    result = run_pipeline(cfg, fresh=fresh, progress=True)
+    if result.metrics:
+        typer.echo(json.dumps(result.metrics.get("all", {}), indent=None))
+    typer.echo(f"run directory: {result.run_dir}")
+    typer.echo(f"report: {result.report}")
+
+
+@app.command()
+@_user_errors
+def simulate(out: Path = typer.Option(..., help="directory to write the logs, annotations and truth to"),
+             config: Optional[Path] = typer.Option(None, help="run config whose data.simulate section to use"),
+             fmt: str = typer.Option("baidu", "--format", help="baidu (gzip text) or parquet"),
+             seed: int = typer.Option(0, help="random seed"),
+             set_: Optional[List[str]] = typer.Option(None, "--set", help="override: --set data.simulate.n_sessions=500")):
+    """Write simulated whole-page click logs with their known truth."""
+    from .config import config_from_dict
+    from .simulate import simulate as run_simulator
+    if fmt not in ("baidu", "parquet"):
+        raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'baidu', 'parquet'")
+    cfg = load_config(config, _parse_sets(set_)) if config else config_from_dict(
+        _nest(_parse_sets(set_)))
+    logs = run_simulator(cfg.data.simulate, seed=seed)
+    logs.write(out, fmt=fmt)
+    typer.echo(f"wrote {logs.sessions['session_id'].nunique()} sessions, {len(logs.sessions)} results to {out}")
+
+
+def _nest(flat: dict) -> dict:
+    from .config import set_dotted
+    nested: dict = {}
+    for key, value in flat.items():
+        set_dotted(nested, key, value)
+    return nested
+
+
+@app.command()
+@_user_errors
+def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or Parquet/CSV)"),
+           out: Path = typer.Option(..., help="output directory (sessions/ and quarantine/ go under it)"),
+           fmt: str = typer.Option("baidu", "--format", help="baidu or table (Parquet/CSV with declared columns)"),
+           config: Optional[Path] = typer.Option(None, help="run config declaring the page features (format table)"),
+           partition_rows: int = typer.Option(200_000, help="rows per Parquet partition"),
+           scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler")):
+    """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line."""
+    from .pipeline.cluster import open_client
+    from .schema import page_features_from_config
+    if fmt not in ("baidu", "table"):
+        raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'baidu', 'table'")
+    with open_client(_cluster(scheduler)) as client:
+        if fmt == "baidu":
+            from .io.baidu import ingest_baidu
+            summary = ingest_baidu(sorted(paths), out, client, partition_rows)
+        else:
+            from .config import RunConfig
+            from .io.tables import ingest_tables
+            cfg = load_config(config) if config else RunConfig()
+            features = page_features_from_config(cfg.data.page_features, "data.page_features")
+            summary = ingest_tables(sorted(paths), out, features, client, partition_rows)
+    typer.echo(json.dumps(summary.to_dict(), indent=2))
+
+
+@app.command()
+@_user_errors
+def evaluate(run_dir: Path = typer.Argument(..., help="a finished run directory"),
+             annotations: Optional[Path] = typer.Option(None, help="score this annotation table instead "
+                                                                    "(Parquet, or a Baidu annotation file)")):
+    """Print the metrics of a run's ranker: its held-out queries, or another annotation table."""
+    from .config import config_from_dict
+    from .io.parquet import read_table
+    from .pipeline import stages as S
+    from .pipeline.rundir import read_json
+    if not (run_dir / S.RANKER_DIR).is_dir():
+        raise FileNotFoundError(f"{run_dir}: no trained ranker in {S.RANKER_DIR}/ (has the run finished?)")
+    cfg = config_from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    if annotations is None:
+        typer.echo(json.dumps(read_json(run_dir / S.METRICS), indent=2))
+        return
+    if annotations.suffix == ".parquet":
+        table = read_table(annotations)
+    else:
+        from .io.baidu import read_baidu_annotations
+        table, bad = read_baidu_annotations(annotations)
+        if len(bad):
+            typer.echo(f"{len(bad)} malformed annotation lines set aside", err=True)
+    lexical = run_dir / S.LEXICAL_STATE
+    if lexical.exists():
+        from .features.lexical import LexicalFeaturizer
+        from .schema import FEATURES
+        table[FEATURES] = list(LexicalFeaturizer.load(lexical).transform(table))
+    metrics, _, _ = S.evaluate_ranker(run_dir / S.RANKER_DIR, table, cfg)
+    typer.echo(json.dumps(metrics, indent=2))
+
+
+def _mount_optional_apps() -> None:
+    """Sub-commands that live beside their stage (e.g. `wpultr graph` in wpultr.causal.cli)."""
+    try:
+        from .causal.cli import graph_app
+    except ImportError:
+        return
+    app.add_typer(graph_app, name="graph", help="inspect the causal graphs a run discovered")
+
+
+_mount_optional_apps()
+
+if __name__ == "__main__":
+    app()

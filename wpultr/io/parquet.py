@@ -1,0 +1,42 @@
+"""Reading the partitioned Parquet tables that stages hand to each other."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow.dataset as ds
+
+from ..schema import SESSION_ID
+
+
+def partition_paths(directory: str | Path) -> list[Path]:
+    """The Parquet partitions of a table directory, in a stable order (temporary files excluded)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: no such table directory")
+    return sorted(p for p in directory.glob("*.parquet") if not p.name.startswith("."))
+
+
+def read_table(path: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Read a single Parquet file or a directory of partitions into one DataFrame."""
+    path = Path(path)
+    if path.is_dir():
+        parts = partition_paths(path)
+        if not parts:
+            raise FileNotFoundError(f"{path}: table directory holds no Parquet partitions")
+        return ds.dataset([str(p) for p in parts], format="parquet").to_table(
+            columns=list(columns) if columns else None).to_pandas()
+    return pd.read_parquet(path, columns=list(columns) if columns else None)
+
+
+def sample_sessions(df: pd.DataFrame, max_sessions: int | None, seed: int) -> pd.DataFrame:
+    """Keep at most `max_sessions` whole sessions, chosen uniformly with `seed`; row order preserved."""
+    if max_sessions is None:
+        return df
+    ids = df[SESSION_ID].unique()
+    if len(ids) <= max_sessions:
+        return df
+    keep = np.random.default_rng(seed).choice(ids, size=max_sessions, replace=False)
+    return df[df[SESSION_ID].isin(keep)].reset_index(drop=True)

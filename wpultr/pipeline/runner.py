@@ -1,0 +1,98 @@
+"""Runs the stages of a config in order inside its run directory, resuming after the last finished stage."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from ..config import ConfigError, RunConfig, config_from_dict, dump_config
+from .cluster import open_client
+from .rundir import RunDir, package_versions, read_json, write_json, write_text
+from .stages import METRICS, REPORT, STAGES, Stage, StageContext
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.yaml"
+VERSIONS_FILE = "versions.json"
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    ran: list[str]
+    skipped: list[str]
+    metrics: dict[str, Any]
+
+    @property
+    def report(self) -> Path:
+        return self.run_dir / REPORT
+
+
+def _check_same_config(run: RunDir, cfg: RunConfig) -> None:
+    """Resuming with a different config would mix artifacts of two runs: refuse, naming the keys."""
+    existing = run.path(CONFIG_FILE)
+    if not existing.exists():
+        return
+    before = config_from_dict(yaml.safe_load(existing.read_text()))
+    if dump_config(before) == dump_config(cfg):
+        return
+    a, b = yaml.safe_load(dump_config(before)), yaml.safe_load(dump_config(cfg))
+    changed = sorted(_diff_keys(a, b))
+    raise ConfigError(f"{run.root}: holds a run with a different config (changed: {', '.join(changed)}); "
+                      f"use a new run_dir or --fresh to start over")
+
+
+def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = set(a) | set(b)
+        return [k for key in keys for k in _diff_keys(a.get(key), b.get(key), f"{prefix}{key}.")]
+    return [prefix.rstrip(".")] if a != b else []
+
+
+def run_pipeline(cfg: RunConfig, *, fresh: bool = False, client: Any = None,
+                 stages: Sequence[Stage] = STAGES, progress: bool = False) -> RunResult:
+    """Run every stage not yet finished; write config.yaml, versions.json, summary.json and metrics.json."""
+    run = RunDir(cfg.resolved_run_dir)
+    if fresh and run.root.exists():
+        import shutil
+        shutil.rmtree(run.root)
+    run.root.mkdir(parents=True, exist_ok=True)
+    _check_same_config(run, cfg)
+    write_text(run.path(CONFIG_FILE), dump_config(cfg))
+    write_json(run.path(VERSIONS_FILE), package_versions())
+    if client is None:
+        with open_client(cfg.cluster) as own_client:
+            return _run_stages(cfg, run, own_client, stages, progress)
+    return _run_stages(cfg, run, client, stages, progress)
+
+
+def _run_stages(cfg: RunConfig, run: RunDir, client: Any, stages: Sequence[Stage], progress: bool) -> RunResult:
+    ran, skipped = [], []
+    summary: dict[str, Any] = {"stages": {}}
+    ctx = StageContext(config=cfg, run=run, client=client)
+    for stage in stages:
+        outputs = stage.outputs(cfg)
+        if run.is_done(stage.name, outputs):
+            skipped.append(stage.name)
+            summary["stages"][stage.name] = run.stage_record(stage.name)
+            if progress:
+                print(f"[wpultr] {stage.name}: done earlier, skipped")
+            continue
+        if progress:
+            print(f"[wpultr] {stage.name} …", flush=True)
+        start = time.perf_counter()
+        info = stage.run(ctx) or {}
+        seconds = time.perf_counter() - start
+        run.mark_done(stage.name, outputs, seconds, info)
+        summary["stages"][stage.name] = run.stage_record(stage.name)
+        ran.append(stage.name)
+        if progress:
+            print(f"[wpultr] {stage.name}: {seconds:.1f}s {info}", flush=True)
+    metrics = read_json(run.path(METRICS)) if run.path(METRICS).exists() else {}
+    write_json(run.path(SUMMARY_FILE), summary)
+    return RunResult(run_dir=run.root, ran=ran, skipped=skipped, metrics=metrics)

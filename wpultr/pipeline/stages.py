@@ -1,0 +1,249 @@
+"""The stages of a run: each a function from files in the run directory to files in the run directory.
+
+A stage declares its outputs (relative to the run directory) as a function of the config; the
+runner skips a stage whose completion record and outputs exist, so a run resumes at the first
+stage that did not finish. Data-parallel work (ingest by file, featurising by partition) runs on
+the Dask client in the context.
+"""
+from __future__ import annotations
+
+import glob
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from ..config import RunConfig
+from ..io.parquet import read_table, sample_sessions
+from ..schema import FEATURES, QUERY_ID, page_features_from_config
+from .rundir import RunDir, read_json, write_json, write_parquet
+
+log = logging.getLogger(__name__)
+
+# Where each table lives inside a run directory: the one place these paths are spelled.
+SESSIONS_DIR = "data/sessions"
+ANNOTATIONS = "data/annotations.parquet"
+INGEST_SUMMARY = "data/ingest.json"
+TRUTH_DIR = "data/truth"
+FEATURED_SESSIONS_DIR = "data/featured/sessions"
+FEATURED_ANNOTATIONS = "data/featured/annotations.parquet"
+LEXICAL_STATE = "data/featured/lexical.json"
+SPLIT = "data/split.json"
+RANKER_DIR = "ranker"
+HISTORY = "train/history.json"
+BIAS = "train/bias.json"
+METRICS = "metrics.json"
+PER_QUERY = "eval/per_query.parquet"
+TEST_SCORES = "eval/scores.parquet"
+REPORT = "report.html"
+
+
+@dataclass
+class StageContext:
+    """What every stage gets: the resolved config, the run directory and the Dask client."""
+
+    config: RunConfig
+    run: RunDir
+    client: Any  # distributed.Client
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[StageContext], dict[str, Any] | None]
+    outputs: Callable[[RunConfig], list[str]]
+
+
+def _needs_lexical_features(ctx_or_cfg: RunConfig, run: RunDir) -> bool:
+    """The dense MLP needs feature vectors; token-only logs (Baidu layout) get lexical ones."""
+    if ctx_or_cfg.ranker.backbone != "mlp":
+        return False
+    summary = read_json(run.path(INGEST_SUMMARY))
+    return FEATURES not in summary.get("columns", [])
+
+
+# ---------------------------------------------------------------------------------------------
+def ingest(ctx: StageContext) -> dict[str, Any]:
+    """Bring the configured logs into the run as validated, partitioned Parquet plus annotations."""
+    cfg, run = ctx.config, ctx.run
+    data = cfg.data
+    page_features = page_features_from_config(data.page_features, "data.page_features")
+    sessions_dir = run.path(SESSIONS_DIR).parent  # ingest writers append "sessions/"
+    if data.source == "simulate":
+        from ..io.tables import ingest_tables
+        from ..simulate import simulate
+        raw = run.path("data/raw")
+        logs = simulate(data.simulate, seed=cfg.seed)
+        logs.write(raw, fmt="parquet")
+        summary = ingest_tables(sorted(glob.glob(str(raw / "train" / "*.parquet"))), sessions_dir,
+                                page_features, ctx.client, data.partition_rows).to_dict()
+        annotations = read_table(raw / "annotations.parquet")
+        _copy_truth(raw, run.path(TRUTH_DIR))
+    elif data.source == "baidu":
+        from ..io.baidu import ingest_baidu, read_baidu_annotations
+        summary = ingest_baidu(_expand(data.train, "data.train"), sessions_dir, ctx.client,
+                               data.partition_rows).to_dict()
+        annotations, bad = read_baidu_annotations(data.annotations)
+        summary["annotations_quarantined"] = len(bad)
+    else:
+        from ..io.tables import ingest_tables, read_annotations_table
+        summary = ingest_tables(_expand(data.train, "data.train"), sessions_dir, page_features,
+                                ctx.client, data.partition_rows).to_dict()
+        annotations = read_annotations_table(data.annotations)
+    write_parquet(run.path(ANNOTATIONS), annotations)
+    summary["annotation_rows"] = int(len(annotations))
+    summary["annotated_queries"] = int(annotations[QUERY_ID].nunique())
+    summary["columns"] = sorted(read_table(run.path(SESSIONS_DIR)).columns)
+    write_json(run.path(INGEST_SUMMARY), summary)
+    return {k: v for k, v in summary.items() if k != "columns"}
+
+
+def _expand(patterns: list[str], key: str) -> list[str]:
+    paths: list[str] = []
+    for pattern in patterns:
+        found = sorted(glob.glob(pattern))
+        if not found:
+            raise FileNotFoundError(f"{key}: {pattern!r} matches no file")
+        paths.extend(found)
+    return paths
+
+
+def _copy_truth(raw: Path, truth: Path) -> None:
+    import shutil
+    from .rundir import atomic_path
+    with atomic_path(truth) as tmp:
+        shutil.copytree(raw / "truth", tmp)
+
+
+def _ingest_outputs(cfg: RunConfig) -> list[str]:
+    outputs = [SESSIONS_DIR, ANNOTATIONS, INGEST_SUMMARY]
+    return outputs + [TRUTH_DIR] if cfg.data.source == "simulate" else outputs
+
+
+# ---------------------------------------------------------------------------------------------
+def featurize(ctx: StageContext) -> dict[str, Any]:
+    """Lexical features for token-only logs, fitted over all partitions in parallel and merged."""
+    from ..features.lexical import LexicalFeaturizer, featurize_partitions
+    from ..io.parquet import partition_paths
+    from distributed import wait
+    if not _needs_lexical_features(ctx.config, ctx.run):
+        return {"skipped": "sessions carry dense features or the backbone reads tokens"}
+    parts = [str(p) for p in partition_paths(ctx.run.path(SESSIONS_DIR))]
+    fitted = ctx.client.map(_fit_lexical_partition, parts, pure=False)
+    states = ctx.client.gather(fitted)
+    featurizer = states[0]
+    for other in states[1:]:
+        featurizer = featurizer.merge(other)
+    featurizer.save(ctx.run.path(LEXICAL_STATE))
+    out_dir = ctx.run.path(FEATURED_SESSIONS_DIR)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = ctx.client.map(featurize_partitions, [[p] for p in parts], out_dir=str(out_dir),
+                             featurizer=featurizer, pure=False)
+    wait(written)
+    ctx.client.gather(written)
+    annotations = read_table(ctx.run.path(ANNOTATIONS))
+    annotations[FEATURES] = list(featurizer.transform(annotations))
+    write_parquet(ctx.run.path(FEATURED_ANNOTATIONS), annotations)
+    return {"n_features": len(featurizer.feature_names_), "partitions": len(parts)}
+
+
+def _fit_lexical_partition(path: str):
+    from ..features.lexical import LexicalFeaturizer
+    return LexicalFeaturizer().fit(pd.read_parquet(path))
+
+
+def _featurize_outputs(cfg: RunConfig) -> list[str]:
+    return []  # decided at run time from the ingested columns; the completion record suffices
+
+
+def _training_tables(run: RunDir) -> tuple[Path, Path]:
+    if run.path(FEATURED_SESSIONS_DIR).exists():
+        return run.path(FEATURED_SESSIONS_DIR), run.path(FEATURED_ANNOTATIONS)
+    return run.path(SESSIONS_DIR), run.path(ANNOTATIONS)
+
+
+# ---------------------------------------------------------------------------------------------
+def split(ctx: StageContext) -> dict[str, Any]:
+    """Hold out a seeded share of annotated queries for model selection; the rest is the test set."""
+    annotations = read_table(ctx.run.path(ANNOTATIONS), columns=[QUERY_ID])
+    queries = np.sort(annotations[QUERY_ID].unique())
+    rng = np.random.default_rng(ctx.config.seed)
+    n_valid = int(round(len(queries) * ctx.config.data.valid_fraction))
+    valid = np.sort(rng.choice(queries, size=n_valid, replace=False)) if n_valid else np.array([], dtype=int)
+    test = np.setdiff1d(queries, valid)
+    write_json(ctx.run.path(SPLIT), {"valid_queries": valid.tolist(), "test_queries": test.tolist(),
+                                     "seed": ctx.config.seed})
+    return {"valid_queries": int(len(valid)), "test_queries": int(len(test))}
+
+
+def _annotation_split(run: RunDir, annotations: pd.DataFrame, which: str) -> pd.DataFrame:
+    queries = read_json(run.path(SPLIT))[f"{which}_queries"]
+    return annotations[annotations[QUERY_ID].isin(queries)].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------
+def train(ctx: StageContext) -> dict[str, Any]:
+    """Fit the configured method on the click logs, selecting epochs on the validation queries."""
+    from ..methods.base import get_method
+    cfg, run = ctx.config, ctx.run
+    sessions_path, annotations_path = _training_tables(run)
+    sessions = sample_sessions(read_table(sessions_path), cfg.data.max_sessions, cfg.seed)
+    annotations = read_table(annotations_path)
+    valid = _annotation_split(run, annotations, "valid")
+    result = get_method(cfg.train.method).fit(sessions, valid if len(valid) else None, cfg)
+    from .rundir import atomic_path
+    with atomic_path(run.path(RANKER_DIR)) as tmp:
+        result.ranker.save(tmp)
+    write_json(run.path(HISTORY), result.history)
+    write_json(run.path(BIAS), result.bias)
+    return {"train_rows": int(len(sessions)), "valid_rows": int(len(valid))}
+
+
+# ---------------------------------------------------------------------------------------------
+def evaluate(ctx: StageContext) -> dict[str, Any]:
+    """Score the held-out annotated queries with the trained ranker and compute the metrics."""
+    from ..metrics import per_query
+    cfg, run = ctx.config, ctx.run
+    _, annotations_path = _training_tables(run)
+    test = _annotation_split(run, read_table(annotations_path), "test")
+    metrics, table, scores = evaluate_ranker(run.path(RANKER_DIR), test, cfg)
+    write_parquet(run.path(TEST_SCORES), scores)
+    write_parquet(run.path(PER_QUERY), table)
+    write_json(run.path(METRICS), metrics)
+    return {"test_queries": metrics["all"].get("n_queries")}
+
+
+def evaluate_ranker(ranker_dir: Path, annotations: pd.DataFrame, cfg: RunConfig):
+    """Score `annotations` with the ranker saved in `ranker_dir`: (metrics dict, per-query table, scores)."""
+    from ..methods.base import score
+    from ..metrics import evaluate as evaluate_scores, per_query
+    from ..rankers.base import load_ranker
+    ranker = load_ranker(ranker_dir)
+    scored = annotations.copy()
+    scored["score"] = score(ranker, annotations, batch_size=cfg.train.batch_size)
+    ks = tuple(cfg.evaluation.ks)
+    metrics = evaluate_scores(scored, "score", ks=ks)
+    table = per_query(scored, "score", ks=ks)
+    keep = [c for c in (QUERY_ID, "doc_id", "label", "bucket", "score") if c in scored.columns]
+    return metrics, table, scored[keep]
+
+
+# ---------------------------------------------------------------------------------------------
+def report(ctx: StageContext) -> dict[str, Any]:
+    from ..report.html import write_report
+    write_report(ctx.run)
+    return {}
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("ingest", ingest, _ingest_outputs),
+    Stage("featurize", featurize, _featurize_outputs),
+    Stage("split", split, lambda cfg: [SPLIT]),
+    Stage("train", train, lambda cfg: [RANKER_DIR, HISTORY, BIAS]),
+    Stage("evaluate", evaluate, lambda cfg: [METRICS, PER_QUERY, TEST_SCORES]),
+    Stage("report", report, lambda cfg: [REPORT]),
+)

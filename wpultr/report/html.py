@@ -1,0 +1,83 @@
+"""The run's HTML report: one self-contained page with what was ingested, how training went and the metrics."""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from ..pipeline.rundir import RunDir, read_json, write_text
+
+
+def _table(rows: list[list[Any]], header: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return html.escape(str(value))
+
+
+def metrics_table(metrics: dict[str, Any]) -> str:
+    """Rows = query groups (all / high / tail), columns = the metrics they share."""
+    groups = [g for g in ("all", "high", "tail") if isinstance(metrics.get(g), dict)]
+    if not groups:
+        return "<p>No metrics yet.</p>"
+    columns = [k for k in metrics[groups[0]] if k != "n_queries"]
+    rows = [[g, metrics[g].get("n_queries", "")] + [metrics[g].get(c, "") for c in columns] for g in groups]
+    return _table(rows, ["queries", "n"] + columns)
+
+
+def _section(title: str, body: str) -> str:
+    return f"<section><h2>{html.escape(title)}</h2>{body}</section>"
+
+
+def _optional_json(run: RunDir, rel: str) -> Any:
+    path = run.path(rel)
+    return read_json(path) if path.exists() else None
+
+
+def render_report(run: RunDir) -> str:
+    from ..pipeline import stages as S
+    parts = [f"<h1>wpultr run <code>{html.escape(run.root.name)}</code></h1>"]
+    metrics = _optional_json(run, S.METRICS)
+    parts.append(_section("Metrics on held-out annotated queries", metrics_table(metrics or {})))
+    ingest = _optional_json(run, S.INGEST_SUMMARY)
+    if ingest:
+        rows = [[k, v] for k, v in ingest.items() if k not in ("columns", "reasons", "files")]
+        body = _table(rows, ["ingest", "value"])
+        reasons = ingest.get("reasons") or {}
+        if reasons:
+            body += "<h3>Quarantined lines by reason</h3>" + _table(sorted(reasons.items()), ["reason", "lines"])
+        parts.append(_section("Input", body))
+    history = _optional_json(run, S.HISTORY)
+    if history and history.get("epochs"):
+        epochs = history["epochs"]
+        header = list(epochs[0].keys())
+        parts.append(_section("Training", _table([[e.get(h, "") for h in header] for e in epochs], header)))
+    stage_rows = []
+    for rec in sorted(run.path("stages").glob("*.json")) if run.path("stages").exists() else []:
+        record = read_json(rec)
+        stage_rows.append([record["stage"], record["seconds"], record["finished_at"]])
+    parts.append(_section("Stages", _table(stage_rows, ["stage", "seconds", "finished"])))
+    config = run.path("config.yaml")
+    if config.exists():
+        parts.append(_section("Config (as resolved)", f"<pre>{html.escape(config.read_text())}</pre>"))
+    versions = _optional_json(run, "versions.json")
+    if versions:
+        parts.append(_section("Versions", f"<pre>{html.escape(json.dumps(versions, indent=2))}</pre>"))
+    style = ("body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;"
+             "text-align:right}th{background:#f3f3f3}pre{background:#f8f8f8;padding:1em;overflow:auto}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>wpultr {html.escape(run.root.name)}"
+            f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def write_report(run: RunDir) -> Path:
+    from ..pipeline.stages import REPORT
+    path = run.path(REPORT)
+    write_text(path, render_report(run))
+    return path
