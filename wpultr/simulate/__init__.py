@@ -1,1 +1,25 @@
+"""Whole-page click simulator with known truth: corpus, logging policy, page features, user models, true graph.
 
+`simulate(cfg, seed)` returns SimulatedLogs; `python -m wpultr.simulate.sample` writes the bundled sample.
+Attributes load on first use, so importing the config (which needs only SimulateConfig) stays light.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "SimulateConfig": ".spec",
+    "validate_simulate_config": ".spec",
+    "simulate": ".generate",
+    "SimulatedLogs": ".generate",
+    "USER_MODELS": ".user_models",
+    "TRUE_RELEVANCE": ".truth",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name], __name__), name)

@@ -1,8 +1,21 @@
-"""Settings of the whole-page click simulator, validated as part of the run config."""
+"""Settings of the whole-page click simulator, validated as part of the run config.
+
+`validate_simulate_config` checks what the config loader's type check cannot (ranges, list lengths,
+the user model and its parameters) and raises ConfigError naming the `data.simulate.*` key.
+"""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..schema import BAIDU_MAX_POSITION
+
+KEY_PREFIX = "data.simulate"
+# Names of the default media types, indexed by the media_type code written to the logs.
+MEDIA_TYPE_NAMES: tuple[str, ...] = ("plain", "image", "video", "ad")
+MIN_VOCAB_SIZE = 100          # below this, distinct documents start to share their whole text
+MIN_QUERIES = 10              # one query per frequency bucket at least
 
 
 @dataclass
@@ -15,8 +28,56 @@ class SimulateConfig:
     results_per_page: int = 10
     vocab_size: int = 2000
     n_dense_features: int = 16
-    zipf_exponent: float = 1.1
+    zipf_exponent: float = 1.1            # query popularity ∝ 1 / rank^zipf_exponent
     logging_noise: float = 1.0            # std of the noise the logging ranker adds to relevance
-    user_model: str = "whole_page"
+    user_model: str = "whole_page"        # pbm, whole_page, trust, cascade, continuous, row_skipping, lbd
     user_model_params: dict[str, Any] = field(default_factory=dict)
-    n_context_factors: int = 0
+    n_context_factors: int = 0            # extra categorical columns context_0.. that scale examination
+    context_levels: int = 5               # levels of each context factor
+    context_strength: float = 0.5         # each level scales examination by a factor drawn from U[1 - s, 1]
+    # Page presentation: one entry per media type (0 plain, 1 image, 2 video, 3 ad).
+    media_type_probs: list[float] = field(default_factory=lambda: [0.6, 0.2, 0.12, 0.08])
+    media_heights: list[float] = field(default_factory=lambda: [130.0, 260.0, 330.0, 160.0])  # mean px
+    height_spread: float = 0.25           # sigma of the log-normal factor around a type's mean height
+    logging_media_boost: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.5, 0.0])
+    screen_height: float = 700.0          # viewport height in px
+    scroll_screens: float = 1.0           # mean scroll depth of a session, in screens (exponential)
+
+
+def _error(key: str, message: str) -> Exception:
+    from ..config import ConfigError  # here, not at import time: config imports this module
+    return ConfigError(f"{KEY_PREFIX}.{key}: {message}")
+
+
+def validate_simulate_config(cfg: SimulateConfig) -> None:
+    """Raise ConfigError naming the first `data.simulate.*` key whose value the simulator cannot use."""
+    from .user_models import make_user_model_spec
+    at_least = {"n_queries": MIN_QUERIES, "docs_per_query": 1, "n_sessions": 1, "n_annotated_queries": 1,
+                "results_per_page": 1, "vocab_size": MIN_VOCAB_SIZE, "n_dense_features": 1,
+                "n_context_factors": 0, "context_levels": 2}
+    for key, low in at_least.items():
+        if getattr(cfg, key) < low:
+            raise _error(key, f"must be >= {low}, got {getattr(cfg, key)}")
+    if cfg.results_per_page > min(cfg.docs_per_query, BAIDU_MAX_POSITION):
+        raise _error("results_per_page", f"must be <= docs_per_query ({cfg.docs_per_query}) and <= "
+                                         f"{BAIDU_MAX_POSITION}, got {cfg.results_per_page}")
+    if cfg.n_annotated_queries > cfg.n_queries:
+        raise _error("n_annotated_queries", f"must be <= n_queries ({cfg.n_queries}), got {cfg.n_annotated_queries}")
+    for key in ("zipf_exponent", "logging_noise", "height_spread", "scroll_screens"):
+        value = getattr(cfg, key)
+        if not (math.isfinite(value) and value >= 0):
+            raise _error(key, f"must be a finite number >= 0, got {value}")
+    if not 0.0 <= cfg.context_strength < 1.0:
+        raise _error("context_strength", f"must be in [0, 1), got {cfg.context_strength}")
+    if not cfg.screen_height > 0:
+        raise _error("screen_height", f"must be > 0, got {cfg.screen_height}")
+    probs = cfg.media_type_probs
+    if len(probs) < 1 or any(p < 0 for p in probs) or abs(sum(probs) - 1.0) > 1e-6:
+        raise _error("media_type_probs", f"must be non-negative and sum to 1, got {probs}")
+    for key in ("media_heights", "logging_media_boost"):
+        if len(getattr(cfg, key)) != len(probs):
+            raise _error(key, f"needs one value per media type ({len(probs)}, as media_type_probs), "
+                              f"got {len(getattr(cfg, key))}")
+    if any(h <= 0 for h in cfg.media_heights):
+        raise _error("media_heights", f"must all be > 0, got {cfg.media_heights}")
+    make_user_model_spec(cfg.user_model, cfg.user_model_params, n_media_types=len(probs))

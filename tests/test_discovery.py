@@ -1,0 +1,253 @@
+"""Causal discovery: parallel PC equals causal-learn's serial PC, the priors hold, sampling, the stage end to end."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from causallearn.search.ConstraintBased.PC import pc
+from scipy.special import expit
+
+from wpultr.causal.biases import identify_biases
+from wpultr.causal.discovery import (DiscoveryConfig, PageFeatureCIT, ci_test_spec, discover, enforce_priors,
+                                     one_row_per_session, prior_knowledge, prior_violations, query_strata,
+                                     sample_session_ids, validate_discovery_config)
+from wpultr.causal.graph import DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge
+from wpultr.causal.parallel_pc import CITestSpec, level_tests, parallel_pc
+from wpultr.causal.stage import discover_epoch, fit_page_encoder
+from wpultr.config import ConfigError
+from wpultr.schema import (CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature,
+                           SchemaError)
+
+FEATURES = (PageFeature(POSITION, FeatureKind.ORDINAL), PageFeature("media_type", FeatureKind.CATEGORICAL),
+            PageFeature("serp_height", FeatureKind.CONTINUOUS))
+NAMES = [RELEVANCE_SCORE, POSITION, "media_type", "serp_height", CLICK]
+FEATURE_NAMES = NAMES[1:4]
+
+
+def whole_page_rows(n: int, seed: int) -> pd.DataFrame:
+    """Rows of a nonlinear SEM with known edges: r → p, r → c, p → c, m → c (non-monotone in m), m → h."""
+    rng = np.random.default_rng(seed)
+    r = rng.normal(size=n)
+    p = np.clip(np.round(5.5 - 1.2 * r + 1.5 * rng.normal(size=n)), 1, 10)
+    m = rng.choice([0, 1, 2], size=n, p=[0.4, 0.3, 0.3])
+    h = (m == 2) + 0.4 * np.tanh(rng.normal(size=n))
+    c = (rng.random(n) < expit(1.5 * r - 0.6 * (p - 5.5) + 2.5 * (m == 1) - 1.0)).astype(float)
+    return pd.DataFrame({RELEVANCE_SCORE: r, POSITION: p, "media_type": m, "serp_height": h, CLICK: c})
+
+
+def linear_dag_data(n: int, n_nodes: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = np.zeros((n, n_nodes))
+    for j in range(n_nodes):
+        parents = [i for i in range(j) if rng.random() < 0.4]
+        x[:, j] = sum(rng.uniform(0.5, 1.5) * x[:, i] for i in parents) + rng.normal(size=n)
+    return x
+
+
+def same_pc_result(a, b) -> bool:
+    n = a.G.graph.shape[0]
+    return np.array_equal(a.G.graph, b.G.graph) and all(a.sepset[i, j] == b.sepset[i, j]
+                                                        for i in range(n) for j in range(n))
+
+
+# ---------------------------------------------------------------------------------------------
+def test_parallel_pc_returns_exactly_the_serial_graph_kci(dask_client):
+    data = whole_page_rows(250, seed=1).to_numpy()
+    spec = ci_test_spec(DiscoveryConfig(ci_test="kci"), categorical=[2], seed=7)
+    knowledge = prior_knowledge(FEATURE_NAMES)
+    ours = parallel_pc([data], NAMES, 0.05, spec, client=dask_client, background_knowledge=knowledge)[0]
+    serial = pc(data, 0.05, spec.name, background_knowledge=knowledge, show_progress=False, node_names=NAMES,
+                **spec.options)
+    assert same_pc_result(ours.graph, serial)
+    assert ours.final_pass_tests == 0 and len(ours.levels) >= 2
+    serial_p = {k: v for k, v in serial.test.pvalue_cache.items()
+                if k not in ("data_hash", "method_name", "parameters_hash")}
+    assert ours.p_values.keys() == serial_p.keys()             # the same tests, no more, no fewer
+    for key, p in serial_p.items():                            # equal up to BLAS rounding across processes
+        assert ours.p_values[key] == pytest.approx(p, rel=1e-9, abs=1e-15)
+
+
+def test_parallel_pc_equals_causallearn_builtin_tests_on_several_datasets(dask_client):
+    datasets = [linear_dag_data(400, 8, seed) for seed in range(3)]
+    names = [f"x{i}" for i in range(8)]
+    runs = parallel_pc(datasets, names, 0.05, CITestSpec("fisherz"), client=dask_client)
+    for data, run in zip(datasets, runs):
+        assert same_pc_result(run.graph, pc(data, 0.05, "fisherz", show_progress=False, node_names=names))
+        assert run.final_pass_tests == 0
+    assert max(len(r.levels) for r in runs) >= 3
+    small = whole_page_rows(150, seed=2).drop(columns="media_type").to_numpy()
+    names4 = [RELEVANCE_SCORE, POSITION, "serp_height", CLICK]
+    kci = parallel_pc([small], names4, 0.05, CITestSpec("kci"), client=dask_client, max_depth=1)[0]
+    assert same_pc_result(kci.graph, pc(small, 0.05, "kci", show_progress=False, node_names=names4, max_k=1))
+
+
+def test_level_tests_follow_causallearn_rule():
+    from causallearn.graph.GraphClass import CausalGraph
+    cg = CausalGraph(4, ["a", "b", "c", "d"])
+    assert len(level_tests(cg, 0)) == 12                       # every ordered pair, S = ()
+    assert (0, 1, (2,)) in level_tests(cg, 1) and (0, 1, (2, 3)) in level_tests(cg, 2)
+
+
+def test_categorical_node_is_tested_as_a_category():
+    rows = whole_page_rows(200, seed=4)
+    relabelled = rows.assign(media_type=rows["media_type"].map({0: 2, 1: 0, 2: 1}))
+    p = [PageFeatureCIT(df.to_numpy(), base="kci", categorical=[2])(2, 4, [0]) for df in (rows, relabelled)]
+    assert p[0] == pytest.approx(p[1], abs=1e-9)               # a category's code carries no order
+    codes = [PageFeatureCIT(df.to_numpy(), base="kci")(2, 4, [0]) for df in (rows, relabelled)]
+    assert codes[0] != pytest.approx(codes[1], abs=1e-6)
+
+
+def test_randomised_tests_are_seeded_per_test(dask_client):
+    data = whole_page_rows(200, seed=5).to_numpy()
+    spec = ci_test_spec(DiscoveryConfig(ci_test="rcit"), categorical=[2], seed=11)
+    local = [spec.build(data)(0, 4, [1]) for _ in range(2)]
+    remote = dask_client.submit(lambda d: spec.build(d)(0, 4, [1]), data).result()
+    assert local[0] == local[1] == remote
+    other = ci_test_spec(DiscoveryConfig(ci_test="rcit"), categorical=[2], seed=12).build(data)(0, 4, [1])
+    assert other != local[0]
+    small = DiscoveryConfig(ci_test="fastkci")
+    small.fastkci.n_clusters, small.fastkci.n_repeats = 3, 2
+    fast = ci_test_spec(small, categorical=[2], seed=3)          # FastKCI runs joblib inside: made sequential
+    p = [fast.build(data)(3, 0, [2]) for _ in range(2)]          # h ⫫ r | m holds, so p is a random draw
+    assert p[0] == p[1] and 0 < p[0] < 1
+    with pytest.raises(ValueError, match="FastKCI failed on test .* with 200 rows"):
+        ci_test_spec(DiscoveryConfig(ci_test="fastkci"), categorical=[2], seed=3).build(data)(2, 4, [0])
+
+
+# ---------------------------------------------------------------------------------------------
+def test_kci_finds_clicks_parents_and_priors_hold_in_every_graph(dask_client):
+    rows = whole_page_rows(300, seed=0)
+    result = discover(rows, FEATURES, DiscoveryConfig(ci_test="kci", n_bootstrap=2), client=dask_client, seed=0)
+    report = identify_biases(result.graph)
+    assert set(report.click_parents) == {RELEVANCE_SCORE, POSITION, "media_type"}
+    assert [c.feature for c in report.confounded] == [POSITION]
+    for graph in [result.graph, *result.bootstrap]:
+        assert prior_violations(graph, FEATURE_NAMES) == []
+    assert all(e.stability is not None and 0 <= e.stability <= e.adjacency <= 1 for e in result.graph.edges)
+    assert result.graph.meta["test"]["name"] == "kci" and result.graph.meta["sample"]["n_rows"] == 300
+
+
+def test_priors_override_what_the_data_suggest(dask_client):
+    rng = np.random.default_rng(3)
+    n = 400
+    c = rng.integers(0, 2, n).astype(float)
+    after_click = c + 0.3 * rng.normal(size=n)                 # looks like click → feature
+    r = after_click + 0.3 * rng.normal(size=n)                 # looks like feature → relevance; r ⫫ c | feature
+    rows = pd.DataFrame({RELEVANCE_SCORE: r, "dwell": after_click, "pixels": rng.normal(size=n), CLICK: c})
+    features = (PageFeature("dwell", FeatureKind.CONTINUOUS), PageFeature("pixels", FeatureKind.CONTINUOUS))
+    result = discover(rows, features, DiscoveryConfig(ci_test="fisherz", n_bootstrap=3), client=dask_client, seed=1)
+    for graph in [result.graph, *result.bootstrap]:
+        assert prior_violations(graph, ["dwell", "pixels"]) == []
+    rc = result.graph.edge(RELEVANCE_SCORE, CLICK)
+    assert rc.source == RELEVANCE_SCORE and rc.enforced                    # PC removed it; the prior put it back
+    assert result.graph.edge("dwell", CLICK).source == "dwell"
+
+
+def test_enforce_priors_on_hand_built_graph():
+    graph = DiscoveredGraph(tuple(NAMES), (GraphEdge(POSITION, RELEVANCE_SCORE, DIRECTED),
+                                           GraphEdge(CLICK, "media_type", DIRECTED),
+                                           GraphEdge(POSITION, "serp_height", UNDIRECTED)))
+    assert len(prior_violations(graph, FEATURE_NAMES)) == 3
+    fixed = enforce_priors(graph, FEATURE_NAMES)
+    assert prior_violations(fixed, FEATURE_NAMES) == []
+    assert fixed.edge(POSITION, RELEVANCE_SCORE).source == RELEVANCE_SCORE
+    assert fixed.edge(CLICK, "media_type").source == "media_type"
+    assert fixed.edge(POSITION, "serp_height").type == UNDIRECTED and not fixed.edge(POSITION, "serp_height").enforced
+    assert all(fixed.edge(*pair).enforced for pair in [(RELEVANCE_SCORE, CLICK), (POSITION, RELEVANCE_SCORE)])
+
+
+def test_constant_features_are_left_out_and_bad_input_is_named():
+    rows = whole_page_rows(120, seed=0).assign(serp_height=3.0)
+    result = discover(rows, FEATURES, DiscoveryConfig(ci_test="fisherz", n_bootstrap=0), seed=0)
+    assert "serp_height" not in result.graph.nodes
+    assert result.graph.meta["constant_features_left_out"] == ["serp_height"]
+    with pytest.raises(SchemaError, match=r"column 'position' row 4 is nan"):
+        discover(rows.assign(position=rows[POSITION].where(rows.index != 4)), FEATURES, DiscoveryConfig())
+    with pytest.raises(SchemaError, match="'click' is constant"):
+        discover(rows.assign(click=0.0), FEATURES, DiscoveryConfig())
+    with pytest.raises(ConfigError, match=r"discovery.alpha: must be in \(0, 1\), got 1.5"):
+        validate_discovery_config(DiscoveryConfig(alpha=1.5))
+
+
+# ---------------------------------------------------------------------------------------------
+def zipf_sessions(n_sessions: int, n_queries: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, n_queries + 1) ** 1.2
+    queries = rng.choice(n_queries, size=n_sessions, p=weights / weights.sum())
+    return pd.DataFrame({SESSION_ID: np.arange(n_sessions), QUERY_ID: queries})
+
+
+def test_stratified_sampling_keeps_tail_queries():
+    sessions = zipf_sessions(5000, 400, seed=0)
+    strata = query_strata(sessions, 4)
+    sizes = strata.value_counts()
+    assert sizes.sum() == sessions[QUERY_ID].nunique() and sizes.max() - sizes.min() <= 1
+    frequency = sessions[QUERY_ID].value_counts()
+    assert frequency[strata.index[strata == 0]].min() >= frequency[strata.index[strata == 3]].max()
+    ids = sample_session_ids(sessions, 400, stratify=True, n_strata=4, seed=1)
+    chosen = sessions.set_index(SESSION_ID).loc[ids, QUERY_ID].map(strata)
+    counts = chosen.value_counts()
+    assert len(ids) == len(set(ids)) == 400 and counts.sum() == 400
+    tail_available = int(sessions[QUERY_ID].map(strata).eq(3).sum())
+    assert counts[3] == min(100, tail_available) and counts.min() >= min(100, tail_available)
+    uniform = sessions.set_index(SESSION_ID).loc[sample_session_ids(sessions, 400, stratify=False, n_strata=4, seed=1),
+                                                  QUERY_ID].map(strata)
+    assert uniform.eq(3).sum() < counts[3]
+    np.testing.assert_array_equal(ids, sample_session_ids(sessions, 400, stratify=True, n_strata=4, seed=1))
+    assert len(sample_session_ids(sessions, 10_000, stratify=True, n_strata=4, seed=1)) == 5000
+
+
+def test_one_row_per_session_is_seeded():
+    rows = pd.DataFrame({SESSION_ID: np.repeat(np.arange(50), 5), POSITION: np.tile(np.arange(1, 6), 50)})
+    a, b = one_row_per_session(rows, 3), one_row_per_session(rows.sample(frac=1, random_state=0), 3)
+    assert sorted(a[SESSION_ID]) == list(range(50))
+    pd.testing.assert_frame_equal(a, b)
+    assert a[POSITION].nunique() > 1
+
+
+# ---------------------------------------------------------------------------------------------
+def write_sessions(directory: Path, n_sessions: int, seed: int) -> None:
+    """A small sessions table in two Parquet partitions, with a relevance score column."""
+    rng = np.random.default_rng(seed)
+    queries = zipf_sessions(n_sessions, 60, seed)[QUERY_ID].to_numpy()
+    parts = []
+    for s in range(n_sessions):
+        r = rng.normal(size=5)
+        order = np.argsort(-(r + 0.5 * rng.normal(size=5)))
+        position = np.empty(5, int)
+        position[order] = np.arange(1, 6)
+        media = rng.choice([0, 1, 2], 5)
+        click = rng.random(5) < expit(2 * r - 0.6 * position + 2.0 * (media == 1) + 1)
+        parts.append(pd.DataFrame({SESSION_ID: s, QUERY_ID: queries[s], POSITION: position.astype("int16"),
+                                   CLICK: click.astype("int8"), "media_type": media,
+                                   "serp_height": 100 + 30 * (media == 2) + rng.normal(0, 5, 5), "score": r}))
+    table = pd.concat(parts, ignore_index=True)
+    directory.mkdir(parents=True)
+    half = n_sessions // 2
+    table[table[SESSION_ID] < half].to_parquet(directory / "part-0.parquet", index=False)
+    table[table[SESSION_ID] >= half].to_parquet(directory / "part-1.parquet", index=False)
+
+
+def test_discover_stage_writes_epoch_artifacts(tmp_path, dask_client):
+    sessions_dir = tmp_path / "data" / "sessions"
+    write_sessions(sessions_dir, 600, seed=0)
+    from wpultr.features.encoders import PreprocessConfig
+    encoder = fit_page_encoder(sessions_dir, FEATURES, PreprocessConfig(), tmp_path / "features", dask_client)
+    assert (tmp_path / "features" / "page_features.json").is_file()
+    assert np.all(np.diff(encoder.encoders_[POSITION].scores_) < 0)
+    cfg = DiscoveryConfig(n_sessions=300, ci_test="fisherz", n_bootstrap=2)
+    result = discover_epoch(sessions_dir, "score", FEATURES, cfg, tmp_path, 0, encoder_dir=tmp_path / "features",
+                            client=dask_client, seed=5)
+    out = tmp_path / "epoch_0"
+    assert sorted(p.name for p in out.iterdir()) == ["biases.json", "graph.json", "sample.parquet"]
+    loaded = DiscoveredGraph.load(out / "graph.json")
+    assert loaded.edges == result.graph.edges and loaded.meta["sample"]["n_rows"] == 300
+    sample = pd.read_parquet(out / "sample.parquet")
+    assert sample[SESSION_ID].is_unique and len(sample) == 300
+    scores = sample[[SESSION_ID, POSITION, RELEVANCE_SCORE]]
+    scores.to_parquet(tmp_path / "scores.parquet")
+    again = discover_epoch(sessions_dir, tmp_path / "scores.parquet", FEATURES, cfg, tmp_path, 0,
+                           encoder_dir=tmp_path / "features", client=dask_client, seed=5)
+    assert again.graph.edges == result.graph.edges              # same seed, scores from a file: same graph
+    with pytest.raises(SchemaError, match="neither a column"):
+        discover_epoch(sessions_dir, "no_such_scores", FEATURES, cfg, tmp_path, 1, encoder_dir=tmp_path / "features")

@@ -1,0 +1,273 @@
+"""The Baidu-ULTR reader: exact counts, reasons and line numbers on a hand-written log, robustness to
+random corruption, parallel ingest on a real LocalCluster equal to a serial read, annotations."""
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from wpultr.io.baidu import (FILE_INDEX_SHIFT, MAX_LINE_BYTES, ingest_baidu, ingest_baidu_annotations,
+                             read_baidu_annotations, read_baidu_sessions)
+from wpultr.io.quarantine import FILE_REASONS, REASONS
+from wpultr.schema import (BAIDU_N_RESULT_FIELDS, BAIDU_RESULT_FIELDS, BAIDU_TOKEN_SEP,
+                           CLICK, DOC_ID, POSITION, QUARANTINE_SCHEMA, QUERY_ID, SESSION_ID, TITLE_TOKENS,
+                           baidu_sessions_arrow_schema)
+
+SEP = BAIDU_TOKEN_SEP
+INDEX = {name: i for i, name in enumerate(BAIDU_RESULT_FIELDS) if name}
+
+
+def result(position: int | str = 1, doc: str = "d0", title: str = f"1{SEP}2", abstract: str = "3",
+           media: str = "0", click: str = "0", **behaviour: str) -> str:
+    """A result line: the named fields, serp_height 100, every other column '-'."""
+    fields = ["-"] * BAIDU_N_RESULT_FIELDS
+    fields[:6] = [str(position), doc, title, abstract, media, click]
+    fields[INDEX["serp_height"]] = "100"
+    for name, value in behaviour.items():
+        fields[INDEX[name]] = value
+    return "\t".join(fields)
+
+
+def query(qid: int | str, tokens: str = f"5{SEP}6", reformulation: str = "") -> str:
+    return f"{qid}\t{tokens}\t{reformulation}"
+
+
+def write_gz(path: Path, lines: list[str | bytes]) -> Path:
+    raw = b"".join((line if isinstance(line, bytes) else line.encode()) + b"\n" for line in lines)
+    path.write_bytes(gzip.compress(raw, mtime=0))
+    return path
+
+
+# The hand-written log: (line, expected reason or None for kept). Line numbers are list index + 1.
+HAND_LOG: list[tuple[str | bytes, str | None]] = [
+    (result(1), "orphan_result"),                                   # 1
+    (query(7), None),                                               # 2  session A (qid 7)
+    (result(1, doc="a1", click="1"), None),                         # 3
+    (result(2, click="2"), "bad_click"),                            # 4
+    (result(2, doc="a2"), None),                                    # 5
+    (result(3, serp_height="tall"), "bad_number"),                  # 6
+    (result(31), "bad_position"),                                   # 7
+    (result(4, media="video"), "bad_media_type"),                   # 8
+    (result(5, title=f"1{SEP}x"), "bad_token_id"),                  # 9
+    ("\t".join(result(6).split("\t")[:-1]), "wrong_field_count"),   # 10: 31 fields
+    (result(7, doc="a7", dwelling_time="", skip="-"), None),        # 11: '-' and '' are NaN
+    (query("q8"), "bad_query_id"),                                  # 12 broken query
+    (result(1), "broken_query_line"),                               # 13
+    (result(2), "broken_query_line"),                               # 14
+    (query(9, tokens=""), "empty_query"),                           # 15
+    (result(1, click="x"), "bad_click"),                            # 16: own defect wins
+    (query(10), "empty_session"),                                   # 17 every result bad
+    (result("0"), "bad_position"),                                  # 18
+    (query(11, tokens=f"4{SEP}{SEP}5"), "bad_token_id"),            # 19
+    (query(12, reformulation="twelve"), None),                      # 20 session B (qid 12)
+    (result(1, doc="b1").encode().replace(b"b1", b"b\xff"), "not_utf8"),  # 21
+    (result(2, doc="b2", click="1"), None),                         # 22
+    ("", "wrong_field_count"),                                      # 23 blank line
+    (query(13), "empty_session"),                                   # 24 no result at all
+    (query(14), None),                                              # 25 session C, last in file
+    (result(1, doc="c1", media="2", serp_height="1e2"), None),      # 26
+]
+
+
+@pytest.fixture()
+def hand_log(tmp_path) -> Path:
+    return write_gz(tmp_path / "hand.gz", [line for line, _ in HAND_LOG])
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 97, 1 << 20])
+def test_hand_written_log_exact(hand_log, chunk_bytes):
+    sessions, bad = read_baidu_sessions(hand_log, file_index=3, chunk_bytes=chunk_bytes)
+    expected_bad = [(i + 1, reason) for i, (_, reason) in enumerate(HAND_LOG) if reason]
+    assert list(zip(bad["line"], bad["reason"])) == expected_bad
+    assert set(bad["file"]) == {str(hand_log)}
+    assert bad.loc[bad["line"] == 21, "text"].item() == result(1, doc="b\\xff")  # raw text, escaped
+    # kept rows: the good results around every bad line, in file order
+    assert list(sessions[DOC_ID]) == ["a1", "a2", "a7", "b2", "c1"]
+    assert list(sessions[QUERY_ID]) == [7, 7, 7, 12, 14]
+    assert list(sessions[POSITION]) == [1, 2, 7, 2, 1]
+    assert list(sessions[CLICK]) == [1, 0, 0, 1, 0]
+    # ids: file 3, ordinal of the query line among the file's query lines (broken ones counted)
+    base = 3 << FILE_INDEX_SHIFT
+    assert list(sessions[SESSION_ID]) == [base + 0] * 3 + [base + 5, base + 7]
+    assert list(sessions.columns) == baidu_sessions_arrow_schema().names
+    row = sessions.iloc[2]
+    assert np.isnan(row["dwelling_time"]) and np.isnan(row["skip"]) and row["serp_height"] == 100.0
+    assert sessions.iloc[4]["serp_height"] == 100.0 and sessions.iloc[4]["media_type"] == 2
+    assert list(sessions[TITLE_TOKENS].iloc[0]) == [1, 2] and list(sessions["query_tokens"].iloc[0]) == [5, 6]
+    # every line accounted for once: sessions + rows + quarantined lines
+    assert sessions[SESSION_ID].nunique() + len(sessions) + len(bad) == len(HAND_LOG)
+
+
+def test_every_reason_documented_and_written_as_parquet(hand_log, tmp_path, dask_client):
+    summary = ingest_baidu([hand_log], tmp_path / "out", dask_client, partition_rows=2)
+    table = pq.read_table(tmp_path / "out" / "quarantine" / "part-00000.parquet")
+    assert table.schema.equals(QUARANTINE_SCHEMA)
+    reasons = table.column("reason").to_pylist()
+    assert set(reasons) <= set(REASONS)
+    assert summary.reasons == {r: reasons.count(r) for r in set(reasons)}
+    assert (summary.lines, summary.sessions, summary.results, summary.quarantined) == (26, 3, 5, 18)
+    json.dumps(summary.to_dict())
+
+
+def test_truncated_gzip_keeps_what_was_read(tmp_path):
+    lines = [query(1)] + [result(p, doc=f"d{p}") for p in range(1, 11)]
+    lines = (lines * 300)
+    data = gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0)
+    path = tmp_path / "cut.gz"
+    path.write_bytes(data[: len(data) // 2])
+    recovered = zlib.decompressobj(31).decompress(data[: len(data) // 2])
+    sessions, bad = read_baidu_sessions(path, chunk_bytes=4096)
+    n_lines = recovered.count(b"\n") + (not recovered.endswith(b"\n"))
+    assert bad["reason"].iloc[-1] == "truncated_gzip" and bad["line"].iloc[-1] == n_lines
+    line_records = bad[~bad["reason"].isin(FILE_REASONS)]
+    assert sessions[SESSION_ID].nunique() + len(sessions) + len(line_records) == n_lines
+    assert len(sessions) > 1000
+
+
+def test_damaged_gzip_keeps_what_was_read(tmp_path):
+    lines = [query(1), result(1), result(2)]
+    path = tmp_path / "junk.gz"
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0) + b"not gzip at all")
+    sessions, bad = read_baidu_sessions(path)
+    assert list(zip(bad["line"], bad["reason"])) == [(3, "corrupt_gzip")] and len(sessions) == 2
+
+
+def test_overlong_line_is_skipped_not_held(tmp_path):
+    path = write_gz(tmp_path / "long.gz", [query(1), result(1), "x" * (MAX_LINE_BYTES + 10), result(2)])
+    sessions, bad = read_baidu_sessions(path, chunk_bytes=1 << 16)
+    assert list(zip(bad["line"], bad["reason"])) == [(3, "line_too_long")]
+    assert len(bad["text"].iloc[0]) < 10_000 and list(sessions[POSITION]) == [1, 2]
+
+
+def test_plain_text_log_is_read_too(tmp_path):
+    path = tmp_path / "plain.txt"
+    path.write_text(f"{query(1)}\n{result(1)}")  # no final newline
+    sessions, bad = read_baidu_sessions(path)
+    assert len(sessions) == 1 and bad.empty
+
+
+# ---------------------------------------------------------------------------------------------
+# Robustness: random corruption never crashes and never loses or duplicates a line
+# ---------------------------------------------------------------------------------------------
+def _valid_log(rng: np.random.Generator, n_sessions: int) -> list[str]:
+    lines = []
+    for s in range(n_sessions):
+        lines.append(query(int(rng.integers(0, 50)), SEP.join(map(str, rng.integers(0, 99, rng.integers(1, 4))))))
+        for p in range(1, int(rng.integers(1, 5)) + 1):
+            lines.append(result(p, doc=f"d{s}-{p}", click=str(int(rng.integers(0, 2))),
+                                dwelling_time=f"{rng.gamma(2.0):.2f}"))
+    return lines
+
+
+@st.composite
+def corrupted_logs(draw):
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    text = ("\n".join(_valid_log(rng, draw(st.integers(1, 8)))) + "\n").encode()
+    for _ in range(draw(st.integers(0, 4))):
+        kind = draw(st.sampled_from(["delete_field", "garbage", "swap_fields", "truncate_text"]))
+        lines = text.split(b"\n")
+        i = draw(st.integers(0, len(lines) - 1))
+        fields = lines[i].split(b"\t")
+        if kind == "delete_field" and len(fields) > 1:
+            del fields[draw(st.integers(0, len(fields) - 1))]
+        elif kind == "swap_fields" and len(fields) > 1:
+            a, b = draw(st.integers(0, len(fields) - 1)), draw(st.integers(0, len(fields) - 1))
+            fields[a], fields[b] = fields[b], fields[a]
+        elif kind == "garbage":
+            j = draw(st.integers(0, len(fields) - 1))
+            fields[j] = fields[j][:1] + draw(st.binary(min_size=1, max_size=6)) + fields[j][1:]
+        lines[i] = b"\t".join(fields)
+        text = b"\n".join(lines)
+        if kind == "truncate_text":
+            text = text[: draw(st.integers(0, len(text)))]
+    data = gzip.compress(text, mtime=0)
+    cut = draw(st.one_of(st.none(), st.integers(10, len(data))))
+    return data if cut is None else data[:cut]
+
+
+def _input_lines(data: bytes) -> int:
+    text = zlib.decompressobj(31).decompress(data)
+    return text.count(b"\n") + (len(text) > 0 and not text.endswith(b"\n"))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=corrupted_logs(), chunk_bytes=st.sampled_from([1, 64, 1 << 20]))
+def test_corruption_never_crashes_and_accounts_every_line(tmp_path, data, chunk_bytes):
+    path = tmp_path / "corrupt.gz"
+    path.write_bytes(data)
+    sessions, bad = read_baidu_sessions(path, chunk_bytes=chunk_bytes)
+    line_records = bad[~bad["reason"].isin(FILE_REASONS)]
+    assert sessions[SESSION_ID].nunique() + len(sessions) + len(line_records) == _input_lines(data)
+    assert line_records["line"].is_unique and set(bad["reason"]) <= set(REASONS)
+    assert sessions[POSITION].between(1, 30).all() and sessions[CLICK].isin([0, 1]).all()
+    whole, whole_bad = read_baidu_sessions(path)  # the block size never changes the result
+    pd.testing.assert_frame_equal(sessions, whole)
+    pd.testing.assert_frame_equal(bad, whole_bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parallel ingest on a real LocalCluster
+# ---------------------------------------------------------------------------------------------
+def test_parallel_ingest_equals_serial_read_and_respects_partition_rows(tmp_path, dask_client):
+    rng = np.random.default_rng(7)
+    paths = []
+    for i in range(4):
+        lines = _valid_log(rng, 25)
+        lines.insert(5 * i + 3, result(1, click="7"))  # one bad line per file
+        paths.append(write_gz(tmp_path / f"log-{i}.gz", lines))
+    out = tmp_path / "out"
+    summary = ingest_baidu(list(reversed(paths)), out, dask_client, partition_rows=9, chunk_bytes=512)
+
+    serial = [read_baidu_sessions(p, file_index=i) for i, p in enumerate(sorted(paths))]
+    expected = pd.concat([s for s, _ in serial], ignore_index=True)
+    parts = sorted((out / "sessions").glob("part-*.parquet"))
+    got = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    pd.testing.assert_frame_equal(got, expected)
+    sizes = [pq.ParquetFile(p).metadata.num_rows for p in parts]
+    assert max(sizes) <= 9 and summary.partitions == len(parts)
+    ids_per_part = [set(pd.read_parquet(p, columns=[SESSION_ID])[SESSION_ID]) for p in parts]
+    assert sum(len(ids) for ids in ids_per_part) == expected[SESSION_ID].nunique()  # no session split
+    assert summary.files == 4 and summary.results == len(expected)
+    assert summary.sessions == expected[SESSION_ID].nunique()
+    assert summary.reasons == {"bad_click": 4} and summary.quarantined == 4
+    assert summary.lines == summary.sessions + summary.results + summary.quarantined
+    quarantined = pd.concat([pd.read_parquet(p) for p in sorted((out / "quarantine").glob("*.parquet"))])
+    assert list(quarantined["file"]) == [str(p) for p in sorted(paths)]
+
+    again = ingest_baidu(paths[:2], out, dask_client, partition_rows=1000)  # replaces the old table
+    assert len(list((out / "sessions").glob("*.parquet"))) == again.partitions == 2
+
+
+def test_ingest_rejects_missing_and_duplicate_files(tmp_path, hand_log, dask_client):
+    with pytest.raises(FileNotFoundError, match="nope.gz"):
+        ingest_baidu([tmp_path / "nope.gz"], tmp_path / "out", dask_client)
+    with pytest.raises(ValueError, match="more than once"):
+        ingest_baidu([hand_log, hand_log], tmp_path / "out", dask_client)
+
+
+# ---------------------------------------------------------------------------------------------
+# Annotations
+# ---------------------------------------------------------------------------------------------
+def test_annotations_bad_lines_quarantined_and_doc_ids_stable(tmp_path):
+    rows = [f"1\t5{SEP}6\t1{SEP}2\t3\t4\t0", f"1\t5{SEP}6\t1{SEP}2\t9\t0\t0", f"2\t7\t1{SEP}2\t3\t7\t3",
+            f"2\t7\t1{SEP}2\t3\t2\t10", "3\t7\t1\t3\t2", f"4\t8\t1{SEP}2\t3\t3\t9\r"]
+    path = tmp_path / "annotations.tsv.gz"
+    path.write_bytes(gzip.compress(("\n".join(rows) + "\n").encode(), mtime=0))
+    df, bad = read_baidu_annotations(path)
+    assert list(zip(bad["line"], bad["reason"])) == [(3, "bad_label"), (4, "bad_bucket"), (5, "wrong_field_count")]
+    assert list(df[QUERY_ID]) == [1, 1, 4] and list(df["label"]) == [4, 0, 3] and list(df["bucket"]) == [0, 0, 9]
+    assert df[DOC_ID].iloc[0] != df[DOC_ID].iloc[1] and df[DOC_ID].iloc[0] == df[DOC_ID].iloc[2]
+    again, _ = read_baidu_annotations(path, chunk_bytes=8)
+    pd.testing.assert_frame_equal(df, again)
+    summary = ingest_baidu_annotations(path, tmp_path / "out")
+    assert (summary.lines, summary.results, summary.quarantined) == (6, 3, 3)
+    assert len(pd.read_parquet(tmp_path / "out" / "annotations.parquet")) == 3
+    assert len(pd.read_parquet(tmp_path / "out" / "quarantine" / "annotations.parquet")) == 3

@@ -1,0 +1,144 @@
+"""Users' own logs: Parquet and CSV round trips, validation errors naming file, column and row,
+and the partitioned ingest on a real LocalCluster."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from wpultr.io.tables import ingest_tables, read_annotations_table, read_sessions_table
+from wpultr.schema import (ABSTRACT_TOKENS, CLICK, FEATURES, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS,
+                           FeatureKind, PageFeature, SchemaError, TOKEN_TYPE)
+
+PAGE = (PageFeature("position", FeatureKind.ORDINAL), PageFeature("media_type", FeatureKind.CATEGORICAL),
+        PageFeature("serp_height", FeatureKind.CONTINUOUS))
+LIST_COLUMNS = (QUERY_TOKENS, TITLE_TOKENS, ABSTRACT_TOKENS, FEATURES)
+
+
+def sessions_frame(n_sessions: int = 6, per_session: int = 3, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    n = n_sessions * per_session
+    return pd.DataFrame({
+        SESSION_ID: np.repeat(np.arange(100, 100 + n_sessions), per_session),
+        "query_id": np.repeat(rng.integers(0, 50, n_sessions), per_session),
+        "position": np.tile(np.arange(1, per_session + 1), n_sessions),
+        CLICK: rng.integers(0, 2, n),
+        "doc_id": [f"doc{i}" for i in range(n)],
+        "media_type": rng.integers(0, 3, n),
+        "serp_height": rng.gamma(2.0, 50.0, n).round(2),
+        QUERY_TOKENS: [list(rng.integers(0, 99, 2)) for _ in range(n)],
+        TITLE_TOKENS: [list(rng.integers(0, 99, 3)) for _ in range(n)],
+        ABSTRACT_TOKENS: [list(rng.integers(0, 99, int(rng.integers(0, 4)))) for _ in range(n)],
+        FEATURES: [list(rng.random(4).round(3)) for _ in range(n)],
+        "dwell_time": rng.random(n),  # an extra behaviour column, kept
+    })
+
+
+def to_csv(df: pd.DataFrame, path) -> None:
+    out = df.copy()
+    for column in LIST_COLUMNS:
+        out[column] = [" ".join(map(str, v)) for v in out[column]]
+    out.to_csv(path, index=False)
+
+
+def assert_same_table(got: pd.DataFrame, expected: pd.DataFrame) -> None:
+    assert list(got.columns) == list(expected.columns)
+    for column in expected.columns:
+        if column in LIST_COLUMNS:
+            for a, b in zip(got[column], expected[column]):
+                np.testing.assert_allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=1e-6)
+        else:
+            np.testing.assert_array_equal(got[column].to_numpy(), expected[column].to_numpy())
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_round_trip(tmp_path, fmt):
+    df = sessions_frame()
+    path = tmp_path / f"log.{fmt}"
+    df.to_parquet(path) if fmt == "parquet" else to_csv(df, path)
+    got = read_sessions_table(path, PAGE)
+    assert_same_table(got, df)
+    assert str(got["position"].dtype) == "int16" and str(got[CLICK].dtype) == "int8"
+
+
+def test_ingest_tables_partitions_whole_sessions(tmp_path, dask_client):
+    frames = [sessions_frame(seed=1), sessions_frame(seed=2).assign(**{SESSION_ID: lambda d: d[SESSION_ID] + 50})]
+    frames[0].to_parquet(tmp_path / "a.parquet")
+    to_csv(frames[1], tmp_path / "b.csv")
+    summary = ingest_tables([tmp_path / "b.csv", tmp_path / "a.parquet"], tmp_path / "out", PAGE, dask_client,
+                            partition_rows=7)
+    parts = sorted((tmp_path / "out" / "sessions").glob("part-*.parquet"))
+    sizes = [pq.ParquetFile(p).metadata.num_rows for p in parts]
+    assert max(sizes) <= 7 and summary.partitions == len(parts) and sum(sizes) == 36
+    assert summary.to_dict()["sessions"] == 12 and summary.results == 36 and summary.quarantined == 0
+    ids = [set(pd.read_parquet(p, columns=[SESSION_ID])[SESSION_ID]) for p in parts]
+    assert sum(len(s) for s in ids) == 12  # no session split across partitions
+    schema = pq.read_schema(parts[0])
+    assert schema.field(TITLE_TOKENS).type == TOKEN_TYPE and schema.field("doc_id").type == "string"
+    got = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    assert_same_table(got, pd.concat(frames, ignore_index=True)[got.columns.tolist()])
+
+
+def test_missing_column_names_file_and_column(tmp_path):
+    path = tmp_path / "log.parquet"
+    sessions_frame().drop(columns=[CLICK]).to_parquet(path)
+    with pytest.raises(SchemaError, match=r"log\.parquet: missing column\(s\) \['click'\]"):
+        read_sessions_table(path, PAGE)
+
+
+def test_non_integer_click_names_column_and_row(tmp_path):
+    df = sessions_frame()
+    df[CLICK] = df[CLICK].astype(str)
+    df.loc[4, CLICK] = "yes"
+    path = tmp_path / "log.csv"
+    to_csv(df, path)
+    with pytest.raises(SchemaError, match=r"log\.csv: column 'click' row 4 is 'yes', expected an integer"):
+        read_sessions_table(path, PAGE)
+
+
+def test_undeclared_page_feature_names_column(tmp_path):
+    df = sessions_frame()
+    path = tmp_path / "log.parquet"
+    df.drop(columns=["serp_height"]).to_parquet(path)
+    with pytest.raises(SchemaError, match=r"missing column\(s\) \['serp_height'\]"):
+        read_sessions_table(path, PAGE)
+    df.loc[5, "serp_height"] = np.nan
+    df.to_parquet(path)
+    with pytest.raises(SchemaError, match="page feature 'serp_height' row 5 is empty"):
+        read_sessions_table(path, PAGE)
+
+
+def test_bad_token_cell_and_wrong_list_type(tmp_path):
+    df = sessions_frame()
+    csv = tmp_path / "log.csv"
+    to_csv(df, csv)
+    text = csv.read_text().splitlines()
+    text[3] = text[3].replace(" ".join(map(str, df[TITLE_TOKENS][2])), "7 x 9")
+    csv.write_text("\n".join(text) + "\n")
+    with pytest.raises(SchemaError, match=r"column 'title_tokens' row 2 is '7 x 9', expected space-separated"):
+        read_sessions_table(csv, PAGE)
+    parquet = tmp_path / "log.parquet"
+    df.assign(**{TITLE_TOKENS: [" ".join(map(str, v)) for v in df[TITLE_TOKENS]]}).to_parquet(parquet)
+    with pytest.raises(SchemaError, match="column 'title_tokens' has type (large_)?string, expected a list of integers"):
+        read_sessions_table(parquet, PAGE)
+
+
+def test_annotations_table(tmp_path):
+    df = pd.DataFrame({"query_id": [1, 1, 2], "label": [0, 4, 2], "bucket": [0, 0, 9],
+                       FEATURES: [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]})
+    to_csv(df.assign(**{c: [[]] * 3 for c in (QUERY_TOKENS, TITLE_TOKENS, ABSTRACT_TOKENS)}), tmp_path / "a.csv")
+    got = read_annotations_table(tmp_path / "a.csv")
+    assert list(got["label"]) == [0, 4, 2] and str(got["label"].dtype) == "int8"
+    df.loc[1, "label"] = 5
+    df.to_parquet(tmp_path / "a.parquet")
+    with pytest.raises(SchemaError, match="column 'label' row 1 is 5, expected <= 4"):
+        read_annotations_table(tmp_path / "a.parquet")
+
+
+def test_unknown_format_and_missing_file(tmp_path):
+    (tmp_path / "log.json").write_text("{}")
+    with pytest.raises(ValueError, match="unsupported table format"):
+        read_sessions_table(tmp_path / "log.json", PAGE)
+    with pytest.raises(FileNotFoundError, match="nope.parquet"):
+        read_sessions_table(tmp_path / "nope.parquet", PAGE)

@@ -1,0 +1,109 @@
+"""The pipeline end to end on a real LocalCluster: simulated Parquet logs, the Baidu sample, resume."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from wpultr.cli import app
+from wpultr.config import ConfigError, config_from_dict
+from wpultr.pipeline import stages as S
+from wpultr.pipeline.runner import run_pipeline
+from wpultr.pipeline.stages import STAGES, Stage
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "sample"
+KS = ("DCG@1", "DCG@3", "DCG@5", "DCG@10", "ERR@1", "ERR@3", "ERR@5", "ERR@10")
+
+pytestmark = pytest.mark.slow
+
+
+def simulated_config(tmp_path, **train):
+    return config_from_dict({
+        "name": "sim", "seed": 3, "run_dir": str(tmp_path / "{name}"),
+        "data": {"source": "simulate", "valid_fraction": 0.3,
+                 "simulate": {"n_queries": 40, "n_sessions": 400, "n_annotated_queries": 20}},
+        "ranker": {"backbone": "mlp", "head": [32, 16]},
+        "train": {"epochs": 2, "batch_size": 64, **train},
+    })
+
+
+def test_end_to_end_on_simulated_logs(tmp_path, dask_client):
+    cfg = simulated_config(tmp_path)
+    result = run_pipeline(cfg, client=dask_client)
+    run = result.run_dir
+    assert result.ran == [s.name for s in STAGES] and result.skipped == []
+    for name in ("config.yaml", "versions.json", "summary.json", "metrics.json", "report.html",
+                 "ranker/model.safetensors", "ranker/config.json", S.HISTORY, S.PER_QUERY):
+        assert (run / name).exists(), name
+    resolved = yaml.safe_load((run / "config.yaml").read_text())
+    assert resolved["seed"] == 3 and resolved["train"]["epochs"] == 2
+    metrics = json.loads((run / "metrics.json").read_text())
+    for group in ("all", "high", "tail"):
+        assert group in metrics
+    for k in KS:
+        assert 0.0 <= metrics["all"][k]
+    assert metrics["all"]["n_queries"] == len(json.loads((run / S.SPLIT).read_text())["test_queries"])
+    assert "DCG@10" in (run / "report.html").read_text()
+    assert (run / S.TRUTH_DIR / "truth.json").exists()
+
+
+def test_resume_after_a_stage_dies(tmp_path, dask_client):
+    cfg = simulated_config(tmp_path)
+
+    def dies(ctx):
+        raise RuntimeError("worker lost mid-training")
+
+    broken = tuple(Stage(s.name, dies, s.outputs) if s.name == "train" else s for s in STAGES)
+    with pytest.raises(RuntimeError, match="worker lost"):
+        run_pipeline(cfg, client=dask_client, stages=broken)
+    run = cfg.resolved_run_dir
+    assert (run / "stages" / "ingest.json").exists() and not (run / "stages" / "train.json").exists()
+    ingest_record = (run / "stages" / "ingest.json").read_text()
+
+    result = run_pipeline(cfg, client=dask_client)
+    assert result.skipped == ["ingest", "featurize", "split"]
+    assert result.ran == ["train", "evaluate", "report"]
+    assert (run / "stages" / "ingest.json").read_text() == ingest_record  # not redone
+    assert result.metrics["all"]["DCG@10"] >= 0
+
+
+def test_resume_refuses_a_changed_config(tmp_path, dask_client):
+    cfg = simulated_config(tmp_path)
+    only_ingest = tuple(s for s in STAGES if s.name == "ingest")
+    run_pipeline(cfg, client=dask_client, stages=only_ingest)
+    changed = simulated_config(tmp_path, epochs=5)
+    with pytest.raises(ConfigError, match="train.epochs"):
+        run_pipeline(changed, client=dask_client, stages=only_ingest)
+
+
+@pytest.mark.skipif(not (SAMPLE / "MANIFEST.json").exists(), reason="data/sample not generated")
+def test_bert_naive_on_the_baidu_sample_via_cli(tmp_path):
+    manifest = json.loads((SAMPLE / "MANIFEST.json").read_text())
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "bert", "seed": 0, "run_dir": str(tmp_path / "{name}"),
+        "data": {"source": "baidu", "train": [str(SAMPLE / "train" / "*.gz")],
+                 "annotations": str(SAMPLE / "annotations.tsv.gz"), "max_sessions": 300, "valid_fraction": 0.3},
+        "ranker": {"backbone": "bert", "head": [32, 16], "bert": {"max_length": 32}},
+        "train": {"epochs": 1, "batch_size": 32},
+        "cluster": {"n_workers": 2},
+    }))
+    result = CliRunner().invoke(app, ["run", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "report:" in result.output
+    run = tmp_path / "bert"
+    ingest = json.loads((run / S.INGEST_SUMMARY).read_text())
+    assert ingest["sessions"] == manifest["sessions_readable"]
+    assert ingest["quarantined_lines"] == manifest["quarantined_lines"]
+    shown = CliRunner().invoke(app, ["evaluate", str(run)])
+    assert shown.exit_code == 0 and "DCG@10" in shown.output
+
+
+def test_cli_bad_config_names_the_key(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("train:\n  loss: hinge\n")
+    result = CliRunner().invoke(app, ["run", str(config)])
+    assert result.exit_code == 2
+    assert "train.loss" in result.output and "pointwise" in result.output

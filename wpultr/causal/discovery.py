@@ -1,0 +1,440 @@
+"""Causal discovery of the click model (BAL §3.1, "Causal discovery"): PC with a kernel CI test and three priors.
+
+The variables are the ranker's relevance score r̂, the click c and every declared page feature. PC
+(causal-learn, stable, run level-parallel on Dask by `parallel_pc`) uses one of causal-learn's CI
+tests: KCI (the paper's choice), its fast approximations RCIT and FastKCI, or Fisher-z. The priors
+of BAL §3.1 enter as causal-learn background knowledge:
+
+1. r̂ → c is required (users click only what is relevant);
+2. c is never a parent of a page feature (the page is shown before the click);
+3. a page feature is never a parent of r̂ (the page is laid out after the ranker scored).
+
+causal-learn's caveats are handled here: a required edge survives only if the skeleton phase keeps
+it, and forbidden orientations do not stop the tests, so `enforce_priors` adds or re-orients what
+the priors dictate (marked `enforced`) and `prior_violations` checks every returned graph.
+
+Rows: one displayed result per sampled session. KCI assumes i.i.d. rows and costs O(n³); results of
+one session are dependent (their positions form a permutation), results of different sessions are
+not. Sessions are sampled stratified by query frequency (equal shares for `n_strata` groups of
+queries ranked by their number of sessions), so tail queries are present in every sample.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator, Literal, Sequence
+
+import numpy as np
+import pandas as pd
+from causallearn.graph.GraphNode import GraphNode
+from causallearn.utils.cit import CIT, CIT_Base
+from causallearn.utils.PCUtils.BackgroundKnowledge import BackgroundKnowledge
+from joblib import parallel_config
+from threadpoolctl import threadpool_limits
+
+from ..features.encoders import PreprocessConfig, one_hot
+from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, SchemaError
+from .graph import (BIDIRECTED, DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, PairStability,
+                    edges_from_matrix, sepsets_from_causallearn)
+from .parallel_pc import PCRun, CITestSpec, parallel_pc
+
+
+# ---------------------------------------------------------------------------------------------
+# Config (run config key `discovery`)
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class KCIOptions:
+    """causal-learn KCI settings (same kernel for X, Y and Z)."""
+
+    kernel: Literal["Gaussian", "Polynomial", "Linear"] = "Gaussian"
+    est_width: Literal["empirical", "median"] = "empirical"
+    approx: bool = True            # gamma approximation of the null (False: spectral null samples)
+    use_gp: bool = False           # fit the conditioning kernel's width by a Gaussian process
+    polyd: int = 2                 # degree of the polynomial kernel
+
+
+@dataclass
+class RCITOptions:
+    """causal-learn RCIT settings (randomised Fourier features)."""
+
+    approx: Literal["lpd4", "hbe", "gamma", "chi2", "perm"] = "lpd4"
+    num_f: int = 100               # features for the conditioning set
+    num_f2: int = 5                # features for X and Y
+
+
+@dataclass
+class FastKCIOptions:
+    """causal-learn FastKCI settings (KCI on a mixture partition of the conditioning set)."""
+
+    n_clusters: int = 10           # causal-learn's K
+    n_repeats: int = 8             # causal-learn's J
+    use_gp: bool = False
+
+
+@dataclass
+class DiscoveryConfig:
+    """How each epoch's click-model graph is discovered (BAL §3.1)."""
+
+    n_sessions: int = 1000                 # sessions sampled per epoch; one displayed result each
+    stratify: bool = True                  # equal shares for query-frequency strata (tail queries present)
+    n_strata: int = 4
+    ci_test: Literal["kci", "rcit", "fastkci", "fisherz"] = "kci"
+    alpha: float = 0.05
+    max_depth: int | None = None           # largest conditioning-set size PC tries (None: no limit)
+    n_bootstrap: int = 5                   # resamples behind the per-edge stabilities (0: none)
+    seed_offset: int = 0                   # added to the run seed (and the epoch) for sampling and tests
+    kci: KCIOptions = field(default_factory=KCIOptions)
+    rcit: RCITOptions = field(default_factory=RCITOptions)
+    fastkci: FastKCIOptions = field(default_factory=FastKCIOptions)
+    preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
+
+
+def validate_discovery_config(cfg: DiscoveryConfig, key: str = "discovery") -> None:
+    """Raise ConfigError naming the dotted key of the first value discovery cannot use."""
+    from ..config import ConfigError  # here, not at import time: config.py will import this module
+    checks = [
+        (cfg.n_sessions > 0, "n_sessions", "must be > 0", cfg.n_sessions),
+        (cfg.n_strata > 0, "n_strata", "must be > 0", cfg.n_strata),
+        (0.0 < cfg.alpha < 1.0, "alpha", "must be in (0, 1)", cfg.alpha),
+        (cfg.max_depth is None or cfg.max_depth >= 0, "max_depth", "must be >= 0 or null", cfg.max_depth),
+        (cfg.n_bootstrap >= 0, "n_bootstrap", "must be >= 0", cfg.n_bootstrap),
+        (cfg.kci.polyd > 0, "kci.polyd", "must be > 0", cfg.kci.polyd),
+        (cfg.rcit.num_f > 0, "rcit.num_f", "must be > 0", cfg.rcit.num_f),
+        (cfg.rcit.num_f2 > 0, "rcit.num_f2", "must be > 0", cfg.rcit.num_f2),
+        (cfg.fastkci.n_clusters > 0, "fastkci.n_clusters", "must be > 0", cfg.fastkci.n_clusters),
+        (cfg.fastkci.n_repeats > 0, "fastkci.n_repeats", "must be > 0", cfg.fastkci.n_repeats),
+        (cfg.preprocess.bradley_terry_ridge > 0, "preprocess.bradley_terry_ridge", "must be > 0",
+         cfg.preprocess.bradley_terry_ridge),
+        (cfg.preprocess.embedding_dim > 0, "preprocess.embedding_dim", "must be > 0", cfg.preprocess.embedding_dim),
+    ]
+    for ok, name, rule, value in checks:
+        if not ok:
+            raise ConfigError(f"{key}.{name}: {rule}, got {value!r}")
+
+
+def base_test_options(cfg: DiscoveryConfig) -> dict[str, Any]:
+    """The keyword options causal-learn's CIT factory takes for the configured test."""
+    if cfg.ci_test == "kci":
+        k = cfg.kci
+        return {"kernelX": k.kernel, "kernelY": k.kernel, "kernelZ": k.kernel, "est_width": k.est_width,
+                "approx": k.approx, "use_gp": k.use_gp, "polyd": k.polyd}
+    if cfg.ci_test == "rcit":
+        return {"approx": cfg.rcit.approx, "num_f": cfg.rcit.num_f, "num_f2": cfg.rcit.num_f2}
+    if cfg.ci_test == "fastkci":
+        return {"K": cfg.fastkci.n_clusters, "J": cfg.fastkci.n_repeats, "use_gp": cfg.fastkci.use_gp}
+    return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# The CI test: causal-learn's, with categorical nodes as one-hot groups and a seed per test
+# ---------------------------------------------------------------------------------------------
+_GLOBAL_RNG_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _seeded(seed: int, key: str) -> Iterator[None]:
+    """Seed numpy's global generator (which RCIT/FastKCI draw from) per test and restore it afterwards.
+
+    BLAS runs on one thread and joblib sequentially meanwhile: RCIT's p-value moves by ~1e-4 relative
+    with the BLAS thread count, and FastKCI's joblib worker processes would draw from unseeded
+    generators; a test must give the same p-value on a Dask worker as in this process.
+    """
+    digest = hashlib.sha256(f"{seed}|{key}".encode()).digest()
+    with _GLOBAL_RNG_LOCK, threadpool_limits(limits=1), parallel_config(backend="sequential"):
+        state = np.random.get_state()
+        np.random.seed(int.from_bytes(digest[:4], "little"))
+        try:
+            yield
+        finally:
+            np.random.set_state(state)
+
+
+class PageFeatureCIT(CIT_Base):
+    """causal-learn CI test over node columns; categorical nodes enter kernel tests as one-hot column groups.
+
+    The p-value of (x, y | S) depends only on the data, the options and `seed` (randomised tests
+    are seeded from the test's cache key), so a test computed on a Dask worker equals the serial one
+    (deterministic KCI up to BLAS rounding, ~1e-12 relative, between processes with different thread counts).
+    """
+
+    registry_name = "wpultr"
+
+    def __init__(self, data: np.ndarray, base: str = "kci", categorical: Sequence[int] = (), seed: int = 0,
+                 base_options: dict[str, Any] | None = None, **kwargs: Any):
+        super().__init__(data, **kwargs)
+        options = dict(base_options or {})
+        fingerprint = json.dumps({"base": base, "options": options, "categorical": sorted(categorical),
+                                  "seed": seed}, sort_keys=True)
+        self.check_cache_method_consistent(f"wpultr-{base}", hashlib.md5(fingerprint.encode()).hexdigest())
+        self.assert_input_data_is_valid()
+        self.base, self.seed = base, seed
+        self.grouped = base != "fisherz"   # Fisher-z is linear: categorical codes enter as numbers
+        blocks, self.columns = [], []
+        width = 0
+        for i in range(data.shape[1]):
+            block = one_hot(data[:, i]) if (self.grouped and i in set(categorical)) else data[:, [i]]
+            blocks.append(block)
+            self.columns.append(list(range(width, width + block.shape[1])))
+            width += block.shape[1]
+        self.inner = CIT(np.hstack(blocks), base, **options)
+        self.randomised = base in ("rcit", "fastkci") or (
+            base == "kci" and (not options.get("approx", True) or options.get("est_width") == "median"))
+
+    def __call__(self, X, Y, condition_set=None):
+        Xs, Ys, S, key = self.get_formatted_XYZ_and_cachekey(X, Y, condition_set)
+        if key in self.pvalue_cache:
+            return self.pvalue_cache[key]
+        if self.grouped:
+            args = ([c for i in Xs for c in self.columns[i]], [c for i in Ys for c in self.columns[i]],
+                    [c for i in S for c in self.columns[i]])
+        else:
+            args = (Xs[0], Ys[0], S)
+        try:
+            if self.randomised:
+                with _seeded(self.seed, key):
+                    p = self.inner(*args)
+            else:
+                p = self.inner(*args)
+        except ValueError as e:
+            if self.base != "fastkci":
+                raise
+            raise ValueError(f"FastKCI failed on test {key} with {self.sample_size} rows ({e}); it needs many "
+                             f"rows per mixture cluster: lower discovery.fastkci.n_clusters or use kci/rcit") from e
+        self.pvalue_cache[key] = p
+        return p
+
+
+def ci_test_spec(cfg: DiscoveryConfig, categorical: Sequence[int], seed: int) -> CITestSpec:
+    """The CI test `cfg` asks for, over node columns whose `categorical` indices are categories."""
+    return CITestSpec(PageFeatureCIT, {"base": cfg.ci_test, "categorical": list(categorical), "seed": seed,
+                                     "base_options": base_test_options(cfg)})
+
+
+# ---------------------------------------------------------------------------------------------
+# The three priors
+# ---------------------------------------------------------------------------------------------
+PRIORS = (f"{RELEVANCE_SCORE} -> {CLICK} required",
+          f"{CLICK} is never a parent of a page feature",
+          f"a page feature is never a parent of {RELEVANCE_SCORE}")
+
+
+def prior_knowledge(page_features: Sequence[str]) -> BackgroundKnowledge:
+    """BAL §3.1's three priors as causal-learn background knowledge (node names as in the data)."""
+    r, c = GraphNode(RELEVANCE_SCORE), GraphNode(CLICK)
+    knowledge = BackgroundKnowledge()
+    knowledge.add_required_by_node(r, c)             # prior 1
+    knowledge.add_forbidden_by_node(c, r)
+    for name in page_features:
+        x = GraphNode(name)
+        knowledge.add_forbidden_by_node(c, x)        # prior 2
+        knowledge.add_forbidden_by_node(x, r)        # prior 3
+    return knowledge
+
+
+def enforce_priors(graph: DiscoveredGraph, page_features: Sequence[str]) -> DiscoveredGraph:
+    """Add r̂ → c if PC removed it and orient r̂ → x and x → c on every such adjacency (marked `enforced`)."""
+    features = set(page_features)
+
+    def dictated(e: GraphEdge) -> tuple[str, str] | None:
+        if e.pair == frozenset((RELEVANCE_SCORE, CLICK)):
+            return RELEVANCE_SCORE, CLICK
+        other = next(iter(e.pair - {RELEVANCE_SCORE, CLICK}), None)
+        if other in features and RELEVANCE_SCORE in e.pair:
+            return RELEVANCE_SCORE, other
+        if other in features and CLICK in e.pair:
+            return other, CLICK
+        return None
+
+    edges = []
+    for e in graph.edges:
+        want = dictated(e)
+        if want is None or (e.type == DIRECTED and (e.source, e.target) == want):
+            edges.append(e)
+        else:
+            edges.append(GraphEdge(want[0], want[1], DIRECTED, enforced=True))
+    if not graph.adjacent(RELEVANCE_SCORE, CLICK):
+        edges.append(GraphEdge(RELEVANCE_SCORE, CLICK, DIRECTED, enforced=True))
+    return graph.with_edges(edges)
+
+
+def prior_violations(graph: DiscoveredGraph, page_features: Sequence[str]) -> list[str]:
+    """Each way `graph` breaks a prior (an undirected edge counts: it leaves the forbidden parent possible)."""
+    problems = []
+    rc = graph.edge(RELEVANCE_SCORE, CLICK)
+    if rc is None or rc.type != DIRECTED or rc.source != RELEVANCE_SCORE:
+        problems.append(f"prior 1: expected {RELEVANCE_SCORE} -> {CLICK}, found {rc}")
+    for x in page_features:
+        for parent, child, prior in ((CLICK, x, 2), (x, RELEVANCE_SCORE, 3)):
+            e = graph.edge(parent, child)
+            if e is not None and (e.type == UNDIRECTED or (e.type == DIRECTED and e.source == parent)):
+                problems.append(f"prior {prior}: {parent} may be a parent of {child} ({e.arrow()})")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling sessions
+# ---------------------------------------------------------------------------------------------
+def query_strata(sessions: pd.DataFrame, n_strata: int) -> pd.Series:
+    """Stratum of each query (0 = most sessions): queries ranked by session count, cut into equal groups."""
+    per_query = sessions.groupby(QUERY_ID)[SESSION_ID].nunique()
+    ranked = per_query.reset_index().sort_values([SESSION_ID, QUERY_ID], ascending=[False, True])
+    groups = np.array_split(np.arange(len(ranked)), min(n_strata, len(ranked)))
+    stratum = np.empty(len(ranked), dtype=np.int64)
+    for s, idx in enumerate(groups):
+        stratum[idx] = s
+    return pd.Series(stratum, index=ranked[QUERY_ID].to_numpy(), name="stratum")
+
+
+def _equal_allocation(available: np.ndarray, n: int) -> np.ndarray:
+    """Split n as evenly as the strata allow; what a small stratum cannot take goes to the others."""
+    take = np.zeros_like(available)
+    left = n
+    while left > 0 and (room := available - take).sum() > 0:
+        open_strata = np.flatnonzero(room > 0)
+        share = np.full(open_strata.size, left // open_strata.size)
+        share[: left % open_strata.size] += 1
+        give = np.minimum(share, room[open_strata])
+        take[open_strata] += give
+        left -= int(give.sum())
+    return take
+
+
+def sample_session_ids(sessions: pd.DataFrame, n_sessions: int, *, stratify: bool, n_strata: int,
+                       seed: int) -> np.ndarray:
+    """Session ids to run discovery on (sorted): uniform, or equal shares per query-frequency stratum."""
+    per_session = sessions[[SESSION_ID, QUERY_ID]].drop_duplicates(SESSION_ID).sort_values(SESSION_ID)
+    rng = np.random.default_rng(seed)
+    if len(per_session) <= n_sessions:
+        return per_session[SESSION_ID].to_numpy()
+    if not stratify:
+        return np.sort(rng.choice(per_session[SESSION_ID].to_numpy(), size=n_sessions, replace=False))
+    strata = per_session[QUERY_ID].map(query_strata(sessions, n_strata)).to_numpy()
+    ids = per_session[SESSION_ID].to_numpy()
+    n_groups = strata.max() + 1
+    take = _equal_allocation(np.bincount(strata, minlength=n_groups), n_sessions)
+    chosen = [rng.choice(ids[strata == s], size=int(take[s]), replace=False) for s in range(n_groups)]
+    return np.sort(np.concatenate(chosen))
+
+
+def one_row_per_session(rows: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """One displayed result drawn uniformly from each session, in a seeded random row order."""
+    ordered = rows.sort_values([SESSION_ID, POSITION], kind="stable").reset_index(drop=True)
+    rng = np.random.default_rng(seed)
+    keyed = ordered.assign(_draw=rng.random(len(ordered)))
+    picked = keyed.sort_values([SESSION_ID, "_draw"], kind="stable").drop_duplicates(SESSION_ID)
+    return picked.drop(columns="_draw").sample(frac=1.0, random_state=rng).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Discovery
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class DiscoveryResult:
+    """The epoch's graph (priors enforced, stabilities attached), the bootstrap graphs and PC's runs."""
+
+    graph: DiscoveredGraph
+    bootstrap: list[DiscoveredGraph]
+    runs: list[PCRun]
+
+
+def node_order(page_features: Sequence[PageFeature]) -> list[str]:
+    return [RELEVANCE_SCORE] + [f.name for f in page_features] + [CLICK]
+
+
+def _check_nodes(nodes: pd.DataFrame, names: list[str]) -> np.ndarray:
+    missing = [n for n in names if n not in nodes.columns]
+    if missing:
+        raise SchemaError(f"discovery: missing column(s) {missing}; present: {list(nodes.columns)}")
+    data = nodes[names].to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(data)
+    if bad.any():
+        row, col = (int(v[0]) for v in np.nonzero(bad))
+        raise SchemaError(f"discovery: column {names[col]!r} row {row} is {data[row, col]}, expected a finite number")
+    if len(data) < 10:
+        raise SchemaError(f"discovery: {len(data)} rows is too few for CI tests (need at least 10)")
+    for required in (RELEVANCE_SCORE, CLICK):
+        if np.ptp(data[:, names.index(required)]) == 0:
+            raise SchemaError(f"discovery: column {required!r} is constant in the sample; nothing can be learned")
+    return data
+
+
+def _stabilities(graph: DiscoveredGraph, boots: list[DiscoveredGraph]) -> tuple[DiscoveredGraph, tuple[PairStability, ...]]:
+    """Each pair's bootstrap frequencies, and each edge of `graph` annotated with its own."""
+    if not boots:
+        return graph, ()
+    n = len(boots)
+    pairs = []
+    for i, a in enumerate(graph.nodes):
+        for b in graph.nodes[i + 1:]:
+            found = [g.edge(a, b) for g in boots]
+            counts = {"a_to_b": 0, "b_to_a": 0, UNDIRECTED: 0, BIDIRECTED: 0}
+            for e in found:
+                if e is None:
+                    continue
+                kind = e.type if e.type != DIRECTED else ("a_to_b" if e.source == a else "b_to_a")
+                counts[kind] += 1
+            adjacent = sum(e is not None for e in found)
+            if adjacent:
+                pairs.append(PairStability(a, b, adjacent / n, counts["a_to_b"] / n, counts["b_to_a"] / n,
+                                           counts[UNDIRECTED] / n, counts[BIDIRECTED] / n))
+    edges = []
+    for e in graph.edges:
+        same = sum(1 for g in boots if (o := g.edge(e.source, e.target)) is not None and o.orientation() == e.orientation())
+        adjacent = sum(1 for g in boots if g.adjacent(e.source, e.target))
+        edges.append(GraphEdge(e.source, e.target, e.type, same / n, adjacent / n, e.enforced))
+    return graph.with_edges(edges), tuple(pairs)
+
+
+def _to_graph(run: PCRun, names: tuple[str, ...], kinds: dict[str, str], features: list[str]) -> DiscoveredGraph:
+    graph = DiscoveredGraph(names, edges_from_matrix(run.graph.G.graph, names), kinds,
+                            sepsets_from_causallearn(run.graph, names))
+    return enforce_priors(graph, features)
+
+
+def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: DiscoveryConfig, *,
+             client: Any = None, seed: int = 0) -> DiscoveryResult:
+    """PC over r̂, the page features and c (one row per sampled result), plus bootstrap stabilities.
+
+    `nodes` holds the encoded columns: relevance_score, each page feature (categorical ones as
+    integer codes) and click. A page feature constant in the sample is left out (recorded in meta).
+    """
+    validate_discovery_config(cfg)
+    wanted = node_order(page_features)
+    data = _check_nodes(nodes, wanted)
+    constant = [f.name for f in page_features if np.ptp(data[:, wanted.index(f.name)]) == 0]
+    features = [f for f in page_features if f.name not in constant]
+    names = tuple(node_order(features))
+    data = data[:, [wanted.index(n) for n in names]]
+    kinds = {RELEVANCE_SCORE: "relevance", CLICK: "click", **{f.name: f.kind.value for f in features}}
+    categorical = [names.index(f.name) for f in features if f.kind is FeatureKind.CATEGORICAL]
+    spec = ci_test_spec(cfg, categorical, seed)
+    rng = np.random.default_rng([seed, 1])
+    resamples = [data[rng.integers(0, len(data), len(data))] for _ in range(cfg.n_bootstrap)]
+    feature_names = [f.name for f in features]
+
+    start = time.perf_counter()
+    runs = parallel_pc([data] + resamples, names, cfg.alpha, spec, client=client,
+                       background_knowledge=prior_knowledge(feature_names), max_depth=cfg.max_depth)
+    seconds = time.perf_counter() - start
+    graphs = [_to_graph(run, names, kinds, feature_names) for run in runs]
+    graph, pair_stability = _stabilities(graphs[0], graphs[1:])
+    graph.pair_stability = pair_stability
+    graph.meta = {
+        "test": {"name": cfg.ci_test, "alpha": cfg.alpha, "options": base_test_options(cfg),
+                 "categorical_as": "one-hot groups" if cfg.ci_test != "fisherz" else "codes"},
+        "sample": {"n_rows": int(len(data))},
+        "n_bootstrap": cfg.n_bootstrap,
+        "max_depth": cfg.max_depth,
+        "seed": seed,
+        "priors": list(PRIORS),
+        "constant_features_left_out": constant,
+        "pc": {"stable": True, "uc_rule": 0, "uc_priority": 2, "tests": runs[0].n_tests,
+               "levels": runs[0].levels, "seconds": round(seconds, 3),
+               "tests_all_resamples": sum(r.n_tests for r in runs)},
+        "config": asdict(cfg),
+    }
+    return DiscoveryResult(graph, graphs[1:], runs)

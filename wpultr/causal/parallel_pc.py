@@ -1,0 +1,189 @@
+"""Stable PC with each depth level's CI tests run in parallel on Dask, returning causal-learn's own graph.
+
+With stable PC (causal-learn's default) the tests of depth d are fixed by the skeleton at the
+level's start: for every node x, every neighbour y and every set S of d other neighbours of x, the
+test x ⫫ y | S (causal-learn tests all of them, removing edges only when the level ends). So, level
+by level:
+
+1. replay causal-learn's `skeleton_discovery` up to depth d - 1 against the p-values computed so far
+   (every call is a cache hit), which gives the level's starting skeleton;
+2. list that level's tests with causal-learn's own rule, drop those already cached (the key is
+   causal-learn's: (min(x, y), max(x, y) | sorted S)), and evaluate the rest in parallel on the Dask
+   workers, which hold each data set once (scattered);
+3. stop where causal-learn's loop stops (max degree - 1 <= d, or the depth limit).
+
+Then causal-learn's `pc` runs as published, handed the filled p-value cache through its own
+`cache_path` mechanism: it recomputes nothing and returns exactly the graph (edge marks and
+sepsets) of a serial run with the same test. Several data sets (bootstrap resamples) advance level
+by level together, so all their tests share the cluster. Tests outside the skeleton phase (uc_rule
+1/2, uc_priority 3/4) would be computed in that final serial pass; `PCRun.final_pass_tests` counts them.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from causallearn.graph.GraphClass import CausalGraph
+from causallearn.search.ConstraintBased.PC import pc
+from causallearn.utils.cit import CIT, CIT_Base, register_ci_test
+from causallearn.utils.PCUtils.BackgroundKnowledge import BackgroundKnowledge
+from causallearn.utils.PCUtils.SkeletonDiscovery import skeleton_discovery
+
+CITest = tuple[int, int, tuple[int, ...]]
+_META_KEYS = ("data_hash", "method_name", "parameters_hash")
+
+
+@dataclass(frozen=True)
+class CITestSpec:
+    """A causal-learn CI test: a method name causal-learn knows, or a CIT_Base subclass with a `registry_name`."""
+
+    method: str | type
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The name `pc(indep_test=...)` resolves (a class is registered with causal-learn under its name)."""
+        if isinstance(self.method, type):
+            register_ci_test(self.method.registry_name, self.method)
+            return self.method.registry_name
+        return self.method
+
+    def build(self, data: np.ndarray) -> CIT_Base:
+        if isinstance(self.method, type):
+            return self.method(data, **self.options)
+        return CIT(data, self.method, **self.options)
+
+
+@dataclass
+class PCRun:
+    """causal-learn's result for one data set, with the p-values behind it and how they were computed."""
+
+    graph: CausalGraph
+    p_values: dict[str, float]
+    levels: list[dict[str, Any]]        # per depth: tests evaluated, seconds
+    final_pass_tests: int               # tests the final serial pass had to compute itself (0 for uc_rule 0)
+
+    @property
+    def n_tests(self) -> int:
+        return len(self.p_values)
+
+
+def level_tests(cg: CausalGraph, depth: int) -> list[CITest]:
+    """The tests causal-learn's stable skeleton discovery runs at `depth` on the skeleton `cg` holds."""
+    tests: list[CITest] = []
+    for x in range(cg.G.get_num_nodes()):
+        neighbours = cg.neighbors(x)
+        if len(neighbours) < depth - 1:
+            continue
+        for y in neighbours:
+            others = np.delete(neighbours, np.where(neighbours == y))
+            tests.extend((x, int(y), tuple(int(s) for s in S)) for S in combinations(others, depth))
+    return tests
+
+
+def p_values(data: np.ndarray, spec: CITestSpec, tests: Sequence[CITest]) -> list[float]:
+    """Evaluate `tests` on `data` with a freshly built test (runs on a Dask worker)."""
+    test = spec.build(data)
+    return [float(test(x, y, S)) for x, y, S in tests]
+
+
+@dataclass
+class _Progress:
+    """One data set's walk through the PC levels."""
+
+    data: np.ndarray
+    test: CIT_Base                      # local instance whose cache collects every p-value
+    handle: Any                         # the data on the cluster (a Future), or the array itself
+    depth: int = -1
+    levels: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+
+    def skeleton(self, alpha: float, knowledge: BackgroundKnowledge | None, names: list[str]) -> CausalGraph:
+        """The skeleton after levels 0..depth, replayed by causal-learn from the cache alone."""
+        if self.depth < 0:
+            return CausalGraph(self.data.shape[1], names)
+        before = len(self.test.pvalue_cache)
+        cg = skeleton_discovery(self.data, alpha, self.test, stable=True, background_knowledge=knowledge,
+                                show_progress=False, node_names=names, max_k=self.depth)
+        if len(self.test.pvalue_cache) != before:
+            raise RuntimeError("parallel PC: replaying a level needed a test that was not precomputed")
+        return cg
+
+
+def _chunks(tests: list[CITest], n: int) -> list[list[CITest]]:
+    n = max(1, min(n, len(tests)))
+    bounds = np.linspace(0, len(tests), n + 1).astype(int)
+    return [tests[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def parallel_pc(datasets: Sequence[np.ndarray], node_names: Sequence[str], alpha: float, spec: CITestSpec, *,
+                client: Any = None, background_knowledge: BackgroundKnowledge | None = None,
+                max_depth: int | None = None, tasks_per_thread: int = 4) -> list[PCRun]:
+    """Run stable PC on every data set, each level's tests spread over `client` (in process if None)."""
+    names = list(node_names)
+    handles = client.scatter(list(datasets), broadcast=True, hash=False) if client is not None else list(datasets)
+    threads = sum(client.nthreads().values()) if client is not None else 1
+    runs = [_Progress(np.asarray(d), spec.build(np.asarray(d)), h) for d, h in zip(datasets, handles)]
+    while True:
+        batch: list[tuple[_Progress, list[CITest]]] = []
+        for run in runs:
+            if run.done:
+                continue
+            cg = run.skeleton(alpha, background_knowledge, names)
+            if not (cg.max_degree() - 1 > run.depth) or (max_depth is not None and run.depth + 1 > max_depth):
+                run.done = True
+                continue
+            run.depth += 1
+            todo: dict[str, CITest] = {}
+            for x, y, S in level_tests(cg, run.depth):
+                key = run.test.get_formatted_XYZ_and_cachekey(x, y, S)[3]
+                if key not in run.test.pvalue_cache:
+                    todo.setdefault(key, (x, y, S))
+            batch.append((run, list(todo.items())))
+        if not batch:
+            break
+        _evaluate(batch, spec, client, threads * tasks_per_thread)
+    return [_final_pass(run, names, alpha, spec, background_knowledge, max_depth) for run in runs]
+
+
+def _evaluate(batch: list[tuple[_Progress, list[tuple[str, CITest]]]], spec: CITestSpec, client: Any,
+              n_tasks: int) -> None:
+    """Compute every listed test of this round (all data sets together) and store the p-values."""
+    start = time.perf_counter()
+    jobs = []
+    for run, keyed in batch:
+        if not keyed:
+            continue
+        keys = [k for k, _ in keyed]
+        parts = _chunks([t for _, t in keyed], max(1, n_tasks // len(batch)))
+        if client is not None:
+            futures = [client.submit(p_values, run.handle, spec, part, pure=False) for part in parts]
+        else:
+            futures = [p_values(run.data, spec, part) for part in parts]
+        jobs.append((run, keys, futures))
+    for run, keys, futures in jobs:
+        results = client.gather(futures) if client is not None else futures
+        run.test.pvalue_cache.update(zip(keys, (p for part in results for p in part)))
+    seconds = time.perf_counter() - start
+    for run, keyed in batch:
+        run.levels.append({"depth": run.depth, "tests": len(keyed), "seconds": round(seconds, 3)})
+
+
+def _final_pass(run: _Progress, names: list[str], alpha: float, spec: CITestSpec,
+                knowledge: BackgroundKnowledge | None, max_depth: int | None) -> PCRun:
+    """causal-learn's own `pc`, reading the filled p-value cache from its cache file."""
+    cache = dict(run.test.pvalue_cache)
+    with tempfile.TemporaryDirectory(prefix="wpultr-pc-") as tmp:
+        path = Path(tmp) / "pvalues.json"
+        path.write_text(json.dumps(cache))
+        cg = pc(run.data, alpha, spec.name, stable=True, background_knowledge=knowledge, show_progress=False,
+                node_names=names, max_k=max_depth, cache_path=str(path), **spec.options)
+    final = cg.test.pvalue_cache
+    p = {k: float(v) for k, v in final.items() if k not in _META_KEYS}
+    return PCRun(cg, p, run.levels, final_pass_tests=len(final) - len(cache))

@@ -1,0 +1,139 @@
+"""The preprocess and discover stages as functions from files to files (the runner wires them in).
+
+* `fit_page_encoder`: sessions Parquet directory → `<out_dir>/page_features.json` + embeddings
+  (Bradley–Terry score tables, vocabularies, standardisation), fitted over all partitions on Dask.
+* `discover_epoch`: sessions directory + relevance scores + fitted encoder → `epoch_<k>/graph.json`,
+  `biases.json` and `sample.parquet` (the sampled rows PC saw, before encoding). Every file is
+  written under a temporary name and renamed; graph.json goes last, so its presence means done.
+"""
+from __future__ import annotations
+
+from functools import reduce
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from ..features.encoders import PageFeatureEncoder, PreprocessConfig
+from ..io.parquet import partition_paths, read_table
+from ..pipeline.rundir import atomic_path, write_json, write_parquet
+from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, PageFeature, SchemaError
+from .biases import identify_biases
+from .discovery import DiscoveryConfig, DiscoveryResult, discover, one_row_per_session, sample_session_ids
+from .graph import GRAPH_FILE, epoch_dir
+
+BIASES_FILE = "biases.json"
+SAMPLE_FILE = "sample.parquet"
+
+
+def _summarise_partition(path: str, encoder: PageFeatureEncoder, columns: list[str]) -> dict[str, Any]:
+    present = ds.dataset(path, format="parquet").schema.names
+    missing = [c for c in columns if c not in present]
+    if missing:
+        raise SchemaError(f"{path}: missing column(s) {missing}; present: {present}")
+    return encoder.summarise(pd.read_parquet(path, columns=columns))
+
+
+def fit_page_encoder(sessions_dir: str | Path, page_features: Sequence[PageFeature], cfg: PreprocessConfig,
+                     out_dir: str | Path, client: Any = None) -> PageFeatureEncoder:
+    """Fit the page-feature encoder from every partition's mergeable statistics; save it into `out_dir`."""
+    parts = [str(p) for p in partition_paths(sessions_dir)]
+    if not parts:
+        raise FileNotFoundError(f"{sessions_dir}: table directory holds no Parquet partitions")
+    columns = list(dict.fromkeys([SESSION_ID, POSITION] + [f.name for f in page_features]))
+    encoder = PageFeatureEncoder(page_features, cfg)
+    if client is not None:
+        summaries = client.gather(client.map(_summarise_partition, parts, encoder=encoder, columns=columns))
+    else:
+        summaries = [_summarise_partition(p, encoder, columns) for p in parts]
+    encoder.fit_summary(reduce(PageFeatureEncoder.merge_summaries, summaries))
+    with atomic_path(out_dir) as tmp:
+        encoder.save(tmp)
+    return encoder
+
+
+def _read_sessions(sessions_dir: str | Path, columns: list[str], session_ids: np.ndarray) -> pd.DataFrame:
+    """Rows of the chosen sessions only (pushed down to the Parquet scan)."""
+    dataset = ds.dataset([str(p) for p in partition_paths(sessions_dir)], format="parquet")
+    missing = [c for c in columns if c not in dataset.schema.names]
+    if missing:
+        raise SchemaError(f"{sessions_dir}: missing column(s) {missing}; present: {dataset.schema.names}")
+    table = dataset.to_table(columns=columns, filter=pc.field(SESSION_ID).isin(pa.array(session_ids)))
+    return table.to_pandas()
+
+
+def _scores_column(sessions_dir: str | Path, scores: str | Path) -> str | None:
+    """The sessions column holding r̂ if `scores` names one; None if it is a scores file."""
+    if Path(scores).is_file():
+        return None
+    names = ds.dataset([str(p) for p in partition_paths(sessions_dir)], format="parquet").schema.names
+    if isinstance(scores, str) and scores in names:
+        return scores
+    raise SchemaError(f"scores {str(scores)!r}: neither a column of {sessions_dir} (columns: {names}) "
+                      f"nor an existing Parquet file")
+
+
+def _join_scores(rows: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """r̂ per sampled row from a Parquet file keyed by (session_id, position)."""
+    table = read_table(path)
+    needed = [SESSION_ID, POSITION, RELEVANCE_SCORE]
+    missing = [c for c in needed if c not in table.columns]
+    if missing:
+        raise SchemaError(f"{path}: missing column(s) {missing}; present: {list(table.columns)}")
+    table = table[needed]
+    duplicated = table.duplicated([SESSION_ID, POSITION])
+    if duplicated.any():
+        row = int(np.flatnonzero(duplicated.to_numpy())[0])
+        raise SchemaError(f"{path}: row {row} repeats ({SESSION_ID}, {POSITION}) = "
+                          f"({table[SESSION_ID].iloc[row]}, {table[POSITION].iloc[row]})")
+    merged = rows.merge(table, on=[SESSION_ID, POSITION], how="left", validate="one_to_one")
+    absent = merged[RELEVANCE_SCORE].isna().to_numpy()
+    if absent.any():
+        row = int(np.flatnonzero(absent)[0])
+        raise SchemaError(f"{path}: no {RELEVANCE_SCORE} for {SESSION_ID} {merged[SESSION_ID].iloc[row]} "
+                          f"{POSITION} {merged[POSITION].iloc[row]}")
+    return merged
+
+
+def sample_rows(sessions_dir: str | Path, scores: str | Path, page_features: Sequence[PageFeature],
+                cfg: DiscoveryConfig, seed: int) -> pd.DataFrame:
+    """The discovery sample: sessions drawn (stratified) with `seed`, one displayed result each, with r̂.
+
+    `scores` names the sessions column holding r̂, or a Parquet file of (session_id, position, relevance_score).
+    """
+    column = _scores_column(sessions_dir, scores)
+    index = read_table(sessions_dir, columns=[SESSION_ID, QUERY_ID])
+    ids = sample_session_ids(index, cfg.n_sessions, stratify=cfg.stratify, n_strata=cfg.n_strata, seed=seed)
+    columns = list(dict.fromkeys([SESSION_ID, QUERY_ID, POSITION, CLICK] + [f.name for f in page_features]
+                                 + ([column] if column else [])))
+    rows = one_row_per_session(_read_sessions(sessions_dir, columns, ids), seed)
+    if column is None:
+        return _join_scores(rows, Path(scores))
+    return rows.rename(columns={column: RELEVANCE_SCORE}) if column != RELEVANCE_SCORE else rows
+
+
+def discover_epoch(sessions_dir: str | Path, scores: str | Path, page_features: Sequence[PageFeature],
+                   cfg: DiscoveryConfig, run_dir: str | Path, epoch: int, *, encoder_dir: str | Path,
+                   client: Any = None, seed: int = 0) -> DiscoveryResult:
+    """Sample, encode, run PC (+ bootstrap) and write epoch_<epoch>/{sample.parquet, biases.json, graph.json}."""
+    sample_seed = seed + cfg.seed_offset + epoch
+    rows = sample_rows(sessions_dir, scores, page_features, cfg, sample_seed)
+    encoder = PageFeatureEncoder.load(encoder_dir)
+    encoded = encoder.transform(rows)
+    nodes = pd.concat([rows[[RELEVANCE_SCORE]].astype("float64"), encoded,
+                       rows[[CLICK]].astype("float64")], axis=1)
+    result = discover(nodes, page_features, cfg, client=client, seed=sample_seed)
+    result.graph.meta["sample"] = {
+        "n_rows": int(len(rows)), "n_sessions_requested": cfg.n_sessions, "stratified": cfg.stratify,
+        "n_strata": cfg.n_strata, "n_queries": int(rows[QUERY_ID].nunique()), "seed": sample_seed,
+        "rows_per": "one displayed result per sampled session"}
+    result.graph.meta["epoch"] = epoch
+    out = epoch_dir(run_dir, epoch)
+    write_parquet(out / SAMPLE_FILE, rows)
+    write_json(out / BIASES_FILE, identify_biases(result.graph).to_dict())
+    result.graph.save(out / GRAPH_FILE)
+    return result

@@ -1,0 +1,574 @@
+"""Reader of the Baidu-ULTR layout: session logs and the annotation file, streamed, parsed column-wise
+with pyarrow, malformed lines quarantined (see quarantine.REASONS for the vocabulary).
+
+Session logs (gzip or plain text, tab-separated): a query line (qid, query token ids joined by
+\\x01, reformulation) starts a session; each result line after it carries the 32 fields of
+schema.BAIDU_RESULT_FIELDS. A file is read in blocks of whole lines (bounded memory whatever its
+size); each block is split on tabs and its columns are validated and cast as whole arrays, so no
+Python code runs per field.
+
+Rules the reader keeps:
+- Session id = (index of the file in the sorted input list << 40) | (0-based ordinal of the query
+  line among the file's query lines, quarantined ones counted): unique across files, stable.
+- A line with 3 fields is a query line, one with 32 a result line; any other count is quarantined
+  and leaves the session structure alone.
+- A quarantined result line does not affect its session's other results; the results of a session
+  whose query line is quarantined are quarantined as broken_query_line; a session left with no
+  usable result is dropped and its query line quarantined as empty_session. So every input line
+  is a session, a row of the sessions table, or a quarantine record.
+- Behaviour columns: float64, '-' or empty is NaN; anything pyarrow cannot parse as a float is
+  bad_number. Integers (ids, position, media type, click, tokens) must be plain ASCII digits.
+- Output rows keep file order; partitions hold whole sessions (see tables.SessionPartitionWriter).
+  Quarantine records are written in line order, except that an empty_session record is written
+  when its session ends (after the records of its result lines); sort by line to read them in order.
+"""
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..schema import (ABSTRACT_TOKENS, BAIDU_ANNOTATION_FIELDS, BAIDU_BEHAVIOUR_COLUMNS, BAIDU_MAX_POSITION,
+                      BAIDU_N_RESULT_FIELDS, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS, BAIDU_TOKEN_SEP, CLICK,
+                      DOC_ID, MAX_LABEL, N_BUCKETS, POSITION, TITLE_TOKENS, TOKEN_TYPE,
+                      baidu_annotations_arrow_schema, baidu_sessions_arrow_schema)
+from .quarantine import (REASONS, IngestSummary, QuarantineRecord, QuarantineWriter, quarantine_frame,
+                         quarantine_table, raw_text)
+from .tables import (QUARANTINE_SUBDIR, SESSIONS_SUBDIR, SessionPartitionWriter, checked_paths,
+                     prepare_output_dir, write_table_atomic)
+
+CHUNK_BYTES = 8 << 20          # decompressed bytes parsed at a time
+MAX_LINE_BYTES = 1 << 20       # a longer line is quarantined as line_too_long, never held whole
+FILE_INDEX_SHIFT = 40          # session_id = file_index << 40 | query-line ordinal
+MEDIA_TYPE = "media_type"
+DOC_ID_SOURCE = "url_md5"      # the result column that becomes doc_id
+
+_MAX_FILES = 1 << (63 - FILE_INDEX_SHIFT)
+_QUERY_FIELD_COUNT = len(BAIDU_QUERY_FIELDS)
+_ANNOTATION_FIELD_COUNT = len(BAIDU_ANNOTATION_FIELDS)
+_RESULT_COLUMN = {name: i for i, name in enumerate(BAIDU_RESULT_FIELDS) if name}
+_MAX_ID_DIGITS = 18            # always fits int64
+_MAX_TOKEN_DIGITS = 10         # then checked against int32
+_INT32_MAX = 2**31 - 1
+_GZIP_WBITS = 16 + zlib.MAX_WBITS   # gzip header and trailer, CRC checked
+_SESSIONS_SCHEMA = baidu_sessions_arrow_schema()
+_ANNOTATIONS_SCHEMA = baidu_annotations_arrow_schema().append(pa.field(DOC_ID, pa.string()))
+
+# Reason codes for vectorised bookkeeping: 0 = line is fine, i + 1 = the i-th reason.
+_REASON_NAMES: tuple[str, ...] = tuple(REASONS)
+_CODE = {name: i + 1 for i, name in enumerate(_REASON_NAMES)}
+_OTHER, _QUERY, _RESULT = 0, 1, 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks of whole lines from a (possibly gzip, possibly damaged) file
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Block:
+    data: bytes        # whole lines, each ending in b"\n" (one is added to a last line without it)
+    first_line: int    # 1-based number of its first line
+
+
+class _BlockReader:
+    """Yields blocks of whole lines (and line_too_long records) from one file in bounded memory.
+
+    After iteration, `lines`, `bytes_uncompressed` and `damage` (a file-level reason or None) are set.
+    """
+
+    def __init__(self, path: str, block_bytes: int = CHUNK_BYTES):
+        if block_bytes <= 0:
+            raise ValueError(f"chunk_bytes: must be > 0, got {block_bytes}")
+        self.path = path
+        self.block_bytes = block_bytes
+        self.lines = 0
+        self.bytes_uncompressed = 0
+        self.damage: str | None = None
+
+    def _pieces(self, raw: BinaryIO) -> Iterator[bytes]:
+        """Decompressed pieces of at most block_bytes; plain text passes through.
+
+        zlib directly rather than GzipFile, whose buffered reads drop the last decoded bytes when a
+        stream turns out truncated; multi-member files are followed member by member.
+        """
+        if raw.read(2) != b"\x1f\x8b":
+            raw.seek(0)
+            yield from iter(lambda: raw.read(self.block_bytes), b"")
+            return
+        raw.seek(0)
+        inflater, data, fed = zlib.decompressobj(_GZIP_WBITS), b"", False
+        while True:
+            if not data:
+                data = raw.read(self.block_bytes)
+                if not data:
+                    if fed and not inflater.eof:
+                        yield from filter(None, [inflater.flush()])  # bytes decoded before the cut
+                        self.damage = "truncated_gzip"
+                    return
+            fed = True
+            try:
+                piece = inflater.decompress(data, self.block_bytes)
+            except zlib.error:
+                self.damage = "corrupt_gzip"
+                return
+            if piece:
+                yield piece
+            if inflater.eof:  # next member, if any
+                inflater, data, fed = zlib.decompressobj(_GZIP_WBITS), inflater.unused_data, False
+            else:
+                data = inflater.unconsumed_tail
+
+    def _counted(self, pieces: Iterator[bytes]) -> Iterator[bytes]:
+        for piece in pieces:
+            self.bytes_uncompressed += len(piece)
+            yield piece
+
+    def _too_long(self, head: bytes) -> QuarantineRecord:
+        self.lines += 1
+        return QuarantineRecord(self.path, self.lines, "line_too_long", raw_text(head))
+
+    def __iter__(self) -> Iterator[_Block | QuarantineRecord]:
+        pending = b""
+        skipping = False  # inside a too-long line already reported: drop bytes up to its newline
+        with open(self.path, "rb") as raw:
+            for piece in self._counted(self._pieces(raw)):
+                if skipping:
+                    newline = piece.find(b"\n")
+                    if newline < 0:
+                        continue
+                    piece, skipping = piece[newline + 1:], False
+                buffer = pending + piece
+                cut = buffer.rfind(b"\n") + 1
+                if cut:
+                    yield _Block(buffer[:cut], self.lines + 1)
+                    self.lines += buffer.count(b"\n", 0, cut)
+                pending = buffer[cut:]
+                if len(pending) > MAX_LINE_BYTES:
+                    yield self._too_long(pending)
+                    pending, skipping = b"", True
+        if pending:
+            yield _Block(pending + b"\n", self.lines + 1)
+            self.lines += 1
+
+    def damage_record(self) -> QuarantineRecord | None:
+        if self.damage is None:
+            return None
+        return QuarantineRecord(self.path, self.lines, self.damage, "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Column-wise parsing of one block
+# ---------------------------------------------------------------------------------------------
+def _bad_elements(array: pa.Array, convert: Callable[[pa.Array], object]) -> np.ndarray:
+    """Mask of the elements `convert` rejects, found by bisection: one call when all are fine."""
+    bad = np.zeros(len(array), dtype=bool)
+    todo = [(0, len(array))]
+    while todo:
+        low, high = todo.pop()
+        if high <= low:
+            continue
+        try:
+            convert(array.slice(low, high - low))
+        except pa.ArrowInvalid:
+            if high - low == 1:
+                bad[low] = True
+            else:
+                middle = (low + high) // 2
+                todo += [(low, middle), (middle, high)]
+    return bad
+
+
+def _to_string(array: pa.Array) -> pa.Array:
+    return array.cast(pa.string())
+
+
+class _SplitLines:
+    """One block's lines split on tabs: a field count per line, field text for the UTF-8 lines."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+        self.offsets = np.concatenate(([0], newlines + 1))
+        self.n = len(newlines)
+        binary = pa.BinaryArray.from_buffers(
+            pa.binary(), self.n, [None, pa.py_buffer(self.offsets.astype(np.int32)), pa.py_buffer(data)])
+        self.utf8 = ~_bad_elements(binary, _to_string)
+        text = _to_string(binary if self.utf8.all() else binary.filter(pa.array(self.utf8)))
+        split = pc.split_pattern(text, "\t")
+        self.values = split.values
+        self.n_fields = np.empty(self.n, dtype=np.int64)
+        self.n_fields[self.utf8] = pc.list_value_length(split).to_numpy()
+        not_utf8 = np.flatnonzero(~self.utf8)
+        self.n_fields[not_utf8] = [self.line(i).count(b"\t") + 1 for i in not_utf8]
+        self.too_long = np.diff(self.offsets) - 1 > MAX_LINE_BYTES
+        self.n_fields[self.too_long] = 0  # fits no layout: quarantined, never parsed further
+        self.field_start = np.full(self.n, -1, dtype=np.int64)
+        self.field_start[self.utf8] = split.offsets.to_numpy()[:-1]
+
+    def line(self, i: int) -> bytes:
+        return self.data[self.offsets[i]:self.offsets[i + 1]]
+
+    def column(self, rows: np.ndarray, field: int) -> pa.StringArray:
+        """Field `field` of the (UTF-8) lines `rows`; the last field of a line keeps its newline."""
+        return self.values.take(pa.array(self.field_start[rows] + field))
+
+
+def _all_digits(column: pa.Array) -> bool:
+    """True when every byte of every string in `column` is an ASCII digit (one pass over its bytes)."""
+    if column.null_count or column.buffers()[2] is None:
+        return False
+    offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + len(column) + 1]
+    data = np.frombuffer(column.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return len(data) == 0 or (int(data.min()) >= ord("0") and int(data.max()) <= ord("9"))
+
+
+def _parse_uint(column: pa.Array, max_digits: int = _MAX_ID_DIGITS) -> tuple[np.ndarray, np.ndarray]:
+    """(values, bad): 1 to `max_digits` plain ASCII digits; 0 where bad."""
+    if len(column) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    lengths = pc.min_max(pc.binary_length(column)).as_py()
+    if lengths["min"] >= 1 and lengths["max"] <= max_digits and _all_digits(column):  # the usual case
+        return pc.cast(column, pa.int64()).to_numpy(), np.zeros(len(column), dtype=bool)
+    ok = pc.and_(pc.ascii_is_decimal(column), pc.less_equal(pc.binary_length(column), max_digits))
+    values = pc.cast(pc.if_else(ok, column, "0"), pa.int64()).to_numpy()
+    return values, ~ok.to_numpy(zero_copy_only=False)
+
+
+def _parse_tokens(column: pa.Array) -> tuple[pa.ListArray, np.ndarray, np.ndarray]:
+    """(token lists as list<int32>, bad rows, empty rows) of \\x01-joined token ids; '' is no token."""
+    empty = pc.equal(pc.binary_length(column), 0)
+    if pc.any(empty).as_py():
+        column = pc.if_else(empty, pa.scalar(None, pa.string()), column)
+    lists = pc.split_pattern(column, BAIDU_TOKEN_SEP)
+    ids, bad_ids = _parse_uint(lists.values, _MAX_TOKEN_DIGITS)
+    bad_ids |= ids > _INT32_MAX
+    bad = np.zeros(len(column), dtype=bool)
+    if bad_ids.any():
+        bad[pc.list_parent_indices(lists).to_numpy()[bad_ids]] = True
+    tokens = pa.ListArray.from_arrays(lists.offsets, pa.array(ids.astype(np.int32)), type=TOKEN_TYPE)
+    return tokens, bad, empty.to_numpy(zero_copy_only=False)
+
+
+def _to_float(array: pa.Array) -> pa.Array:
+    return pc.cast(array, pa.float64())
+
+
+def _parse_float(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """(float64 values with NaN for '-', empty and bad cells, bad): bad = pyarrow cannot parse it."""
+    present = pc.if_else(pc.is_in(column, value_set=pa.array(["-", ""])), pa.scalar(None, pa.string()), column)
+    try:
+        values = _to_float(present)
+        bad = np.zeros(len(column), dtype=bool)
+    except pa.ArrowInvalid:
+        bad = _bad_elements(present, _to_float)
+        values = _to_float(pc.if_else(pa.array(bad), pa.scalar(None, pa.string()), present))
+    return pc.fill_null(values, np.nan), bad
+
+
+def _line_reasons(lines: _SplitLines, fits: np.ndarray) -> np.ndarray:
+    """Reason codes every layout shares: line_too_long, wrong_field_count, then not_utf8."""
+    reasons = np.zeros(lines.n, dtype=np.int16)
+    reasons[lines.too_long] = _CODE["line_too_long"]
+    reasons[~fits & ~lines.too_long] = _CODE["wrong_field_count"]
+    reasons[fits & ~lines.utf8] = _CODE["not_utf8"]
+    return reasons
+
+
+def _flag(reasons: np.ndarray, rows: np.ndarray, bad: np.ndarray, reason: str) -> None:
+    """Give `reason` to the bad `rows` that have no reason yet (earlier fields win)."""
+    target = rows[bad]
+    reasons[target] = np.where(reasons[target] == 0, _CODE[reason], reasons[target])
+
+
+def _records(path: str, lines: _SplitLines, first_line: int, reasons: np.ndarray) -> list[QuarantineRecord]:
+    return [QuarantineRecord(path, first_line + int(i), _REASON_NAMES[reasons[i] - 1], raw_text(lines.line(i)))
+            for i in np.flatnonzero(reasons)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Session logs
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _OpenSession:
+    """The session whose results may continue in the next block."""
+
+    ordinal: int
+    ok: bool
+    query_id: int
+    tokens: pa.Array      # one list<int32> element
+    line: int
+    text: bytes
+    good: int             # usable results so far
+
+
+class _SessionLogParser:
+    """Parses one session log block by block, carrying the open session across block boundaries."""
+
+    def __init__(self, path: str, file_index: int, chunk_bytes: int = CHUNK_BYTES):
+        if not 0 <= file_index < _MAX_FILES:
+            raise ValueError(f"{path}: file index {file_index} outside 0..{_MAX_FILES - 1} (session id layout)")
+        self.path = path
+        self.file_index = file_index
+        self.reader = _BlockReader(path, chunk_bytes)
+        self.open: _OpenSession | None = None
+        self.next_ordinal = 0
+        self.sessions = 0
+        self.results = 0
+
+    def chunks(self) -> Iterator[tuple[pa.Table, list[QuarantineRecord]]]:
+        """(sessions rows, quarantine records) per block, in file order; closes the last session at the end."""
+        for item in self.reader:
+            if isinstance(item, QuarantineRecord):
+                yield _SESSIONS_SCHEMA.empty_table(), [item]
+            else:
+                yield self._parse(item)
+        tail = [r for r in (self._close(self.open), self.reader.damage_record()) if r is not None]
+        self.open = None
+        if tail:
+            yield _SESSIONS_SCHEMA.empty_table(), tail
+
+    def _close(self, session: _OpenSession | None) -> QuarantineRecord | None:
+        if session is None or not session.ok:
+            return None
+        if session.good == 0:
+            return QuarantineRecord(self.path, session.line, "empty_session", raw_text(session.text))
+        self.sessions += 1
+        return None
+
+    def _parse(self, block: _Block) -> tuple[pa.Table, list[QuarantineRecord]]:
+        lines = _SplitLines(block.data)
+        kind = np.select([lines.n_fields == _QUERY_FIELD_COUNT, lines.n_fields == BAIDU_N_RESULT_FIELDS],
+                         [_QUERY, _RESULT], _OTHER)
+        reasons = _line_reasons(lines, kind != _OTHER)
+
+        # Query lines: the sessions opened in this block, after the one carried in (if any).
+        q_lines = np.flatnonzero(kind == _QUERY)
+        q_parsed = q_lines[lines.utf8[q_lines]]
+        q_ids, bad_ids = _parse_uint(lines.column(q_parsed, 0))
+        q_tokens, bad_tokens, empty = _parse_tokens(lines.column(q_parsed, 1))
+        _flag(reasons, q_parsed, bad_ids, "bad_query_id")
+        _flag(reasons, q_parsed, empty, "empty_query")
+        _flag(reasons, q_parsed, bad_tokens, "bad_token_id")
+        where_parsed = np.full(len(q_lines), -1)
+        where_parsed[lines.utf8[q_lines]] = np.arange(len(q_parsed))
+        query_id = np.zeros(len(q_lines), dtype=np.int64)
+        query_id[where_parsed >= 0] = q_ids
+        carried = self.open is not None
+        s_ok = np.concatenate(([self.open.ok] if carried else [], reasons[q_lines] == 0)).astype(bool)
+        s_query_id = np.concatenate(([self.open.query_id] if carried else [], query_id)).astype(np.int64)
+        s_tokens = pa.concat_arrays(([self.open.tokens] if carried else []) + [
+            q_tokens.take(pa.array(where_parsed, mask=where_parsed < 0))])
+        s_ordinal = np.concatenate(([self.open.ordinal] if carried else [],
+                                    self.next_ordinal + np.arange(len(q_lines)))).astype(np.int64)
+        self.next_ordinal += len(q_lines)
+        session_of_line = np.cumsum(kind == _QUERY) - 1 + int(carried)  # -1: before any query line
+
+        # Result lines: own defects first, then the session they belong to.
+        r_lines = np.flatnonzero(kind == _RESULT)
+        rows = r_lines[lines.utf8[r_lines]]
+        column = {name: lines.column(rows, i) for name, i in _RESULT_COLUMN.items()}
+        position, bad = _parse_uint(column[POSITION], 2)
+        _flag(reasons, rows, bad | (position < 1) | (position > BAIDU_MAX_POSITION), "bad_position")
+        title, bad_title, _ = _parse_tokens(column[TITLE_TOKENS])
+        abstract, bad_abstract, _ = _parse_tokens(column[ABSTRACT_TOKENS])
+        _flag(reasons, rows, bad_title | bad_abstract, "bad_token_id")
+        media_type, bad = _parse_uint(column[MEDIA_TYPE])
+        _flag(reasons, rows, bad, "bad_media_type")
+        click, bad = _parse_uint(column[CLICK], 1)
+        _flag(reasons, rows, bad | (click > 1), "bad_click")
+        behaviour = {}
+        for name in BAIDU_BEHAVIOUR_COLUMNS:
+            behaviour[name], bad = _parse_float(column[name])
+            _flag(reasons, rows, bad, "bad_number")
+        session = session_of_line[r_lines]
+        orphan = session < 0
+        broken = np.zeros(len(r_lines), dtype=bool)
+        broken[~orphan] = ~s_ok[session[~orphan]]
+        _flag(reasons, r_lines, orphan, "orphan_result")
+        _flag(reasons, r_lines, broken, "broken_query_line")
+
+        good = reasons[rows] == 0
+        good_session = session_of_line[rows[good]]
+        keep = pa.array(good)
+        table = pa.Table.from_arrays([
+            pa.array((self.file_index << FILE_INDEX_SHIFT) | s_ordinal[good_session]),
+            pa.array(s_query_id[good_session]),
+            pa.array(position[good].astype(np.int16)),
+            pa.array(click[good].astype(np.int8)),
+            column[DOC_ID_SOURCE].filter(keep),
+            s_tokens.take(pa.array(good_session)),
+            title.filter(keep),
+            abstract.filter(keep),
+            pa.array(media_type[good]),
+            *(behaviour[name].filter(keep) for name in BAIDU_BEHAVIOUR_COLUMNS),
+        ], schema=_SESSIONS_SCHEMA)
+        self.results += table.num_rows
+
+        records = _records(self.path, lines, block.first_line, reasons)
+        records += self._roll_sessions(lines, block.first_line, q_lines, s_ok, s_query_id, s_tokens, s_ordinal,
+                                       np.bincount(good_session, minlength=len(s_ok)), carried)
+        return table, sorted(records, key=lambda r: r.line)
+
+    def _roll_sessions(self, lines: _SplitLines, first_line: int, q_lines: np.ndarray, s_ok: np.ndarray,
+                       s_query_id: np.ndarray, s_tokens: pa.Array, s_ordinal: np.ndarray,
+                       good_counts: np.ndarray, carried: bool) -> list[QuarantineRecord]:
+        """Close every session that ended in this block (all but the last) and carry the last one on."""
+        if len(s_ok) == 0:
+            return []
+        total = good_counts.copy()
+        if carried:
+            total[0] += self.open.good
+        closed_ok = s_ok[:-1]
+        self.sessions += int(np.count_nonzero(closed_ok & (total[:-1] > 0)))
+        records = []
+        for j in np.flatnonzero(closed_ok & (total[:-1] == 0)):
+            if carried and j == 0:
+                line, text = self.open.line, self.open.text
+            else:
+                line, text = first_line + int(q_lines[j - carried]), lines.line(int(q_lines[j - carried]))
+            records.append(QuarantineRecord(self.path, line, "empty_session", raw_text(text)))
+        last = len(s_ok) - 1
+        if carried and last == 0:
+            self.open.good = int(total[0])
+        else:
+            q = int(q_lines[last - carried])
+            self.open = _OpenSession(ordinal=int(s_ordinal[last]), ok=bool(s_ok[last]),
+                                     query_id=int(s_query_id[last]), tokens=s_tokens.take([last]),
+                                     line=first_line + q, text=lines.line(q), good=int(total[last]))
+        return records
+
+
+def read_baidu_sessions(path: str | Path, file_index: int = 0,
+                        chunk_bytes: int = CHUNK_BYTES) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read one session log serially into (sessions, quarantine) frames; for small files and checks."""
+    parser = _SessionLogParser(str(path), file_index, chunk_bytes)
+    tables, records = [], []
+    for table, bad in parser.chunks():
+        tables.append(table)
+        records += bad
+    sessions = pa.concat_tables([_SESSIONS_SCHEMA.empty_table(), *tables])
+    return sessions.to_pandas(), quarantine_frame(sorted(records, key=lambda r: r.line))
+
+
+def _ingest_file(path: str, file_index: int, sessions_dir: str, quarantine_dir: str, partition_rows: int,
+                 chunk_bytes: int) -> IngestSummary:
+    """One worker task: parse one log, write its partitions and quarantine file, return a small summary."""
+    parser = _SessionLogParser(path, file_index, chunk_bytes)
+    partitions = SessionPartitionWriter(sessions_dir, file_index, partition_rows)
+    quarantine = QuarantineWriter(Path(quarantine_dir) / f"part-{file_index:05d}.parquet")
+    try:
+        for table, records in parser.chunks():
+            partitions.write(table)
+            quarantine.add(records)
+        partitions.close()
+    except BaseException:
+        quarantine.abort()
+        raise
+    quarantine.close()
+    summary = IngestSummary(files=1, lines=parser.reader.lines, sessions=parser.sessions,
+                            results=parser.results, bytes_read=Path(path).stat().st_size,
+                            bytes_uncompressed=parser.reader.bytes_uncompressed,
+                            partitions=partitions.partitions,
+                            damaged_files=[path] if parser.reader.damage else [])
+    summary.add_records(quarantine.counts)
+    return summary
+
+
+def ingest_baidu(paths: Sequence[str | Path], out_dir: str | Path, client, partition_rows: int = 200_000,
+                 chunk_bytes: int = CHUNK_BYTES) -> IngestSummary:
+    """Ingest Baidu-ULTR session logs on the Dask `client`, one task per file.
+
+    Workers write out_dir/sessions/part-<file#>-<k>.parquet and out_dir/quarantine/part-<file#>.parquet
+    themselves (so out_dir must be on a file system every worker sees); only summaries travel back.
+    """
+    files = checked_paths(paths)
+    sessions_dir = prepare_output_dir(out_dir, SESSIONS_SUBDIR)
+    quarantine_dir = prepare_output_dir(out_dir, QUARANTINE_SUBDIR)
+    futures = client.map(_ingest_file, files, range(len(files)), sessions_dir=str(sessions_dir),
+                         quarantine_dir=str(quarantine_dir), partition_rows=partition_rows,
+                         chunk_bytes=chunk_bytes, pure=False)
+    return IngestSummary.combine(client.gather(futures))
+
+
+# ---------------------------------------------------------------------------------------------
+# Annotation file
+# ---------------------------------------------------------------------------------------------
+def _doc_ids(title: pa.Array, abstract: pa.Array) -> pa.Array:
+    """Stable document ids: md5 of the title and abstract token text as written in the file."""
+    return pa.array([hashlib.md5(f"{t}\t{a}".encode()).hexdigest()
+                     for t, a in zip(title.to_pylist(), abstract.to_pylist())], type=pa.string())
+
+
+def _parse_annotation_block(path: str, block: _Block) -> tuple[pa.Table, list[QuarantineRecord]]:
+    lines = _SplitLines(block.data)
+    fits = lines.n_fields == _ANNOTATION_FIELD_COUNT
+    reasons = _line_reasons(lines, fits)
+    rows = np.flatnonzero(fits & lines.utf8)
+    query_id, bad = _parse_uint(lines.column(rows, 0))
+    _flag(reasons, rows, bad, "bad_query_id")
+    query, bad, empty = _parse_tokens(lines.column(rows, 1))
+    _flag(reasons, rows, empty, "empty_query")
+    _flag(reasons, rows, bad, "bad_token_id")
+    title_text, abstract_text = lines.column(rows, 2), lines.column(rows, 3)
+    title, bad_title, _ = _parse_tokens(title_text)
+    abstract, bad_abstract, _ = _parse_tokens(abstract_text)
+    _flag(reasons, rows, bad_title | bad_abstract, "bad_token_id")
+    label, bad = _parse_uint(lines.column(rows, 4), 1)
+    _flag(reasons, rows, bad | (label > MAX_LABEL), "bad_label")
+    bucket, bad = _parse_uint(pc.utf8_rtrim(lines.column(rows, 5), characters="\r\n"), 1)
+    _flag(reasons, rows, bad | (bucket >= N_BUCKETS), "bad_bucket")
+    good = reasons[rows] == 0
+    keep = pa.array(good)
+    table = pa.Table.from_arrays([
+        pa.array(query_id[good]), pa.array(label[good].astype(np.int8)), pa.array(bucket[good].astype(np.int8)),
+        query.filter(keep), title.filter(keep), abstract.filter(keep),
+        _doc_ids(title_text.filter(keep), abstract_text.filter(keep)),
+    ], schema=_ANNOTATIONS_SCHEMA)
+    return table, _records(path, lines, block.first_line, reasons)
+
+
+def _read_annotations(path: str, chunk_bytes: int) -> tuple[pa.Table, list[QuarantineRecord], _BlockReader]:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such annotation file")
+    reader = _BlockReader(path, chunk_bytes)
+    tables, records = [_ANNOTATIONS_SCHEMA.empty_table()], []
+    for item in reader:
+        if isinstance(item, QuarantineRecord):
+            records.append(item)
+            continue
+        table, bad = _parse_annotation_block(path, item)
+        tables.append(table)
+        records += bad
+    damage = reader.damage_record()
+    if damage is not None:
+        records.append(damage)
+    return pa.concat_tables(tables), records, reader
+
+
+def read_baidu_annotations(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read a Baidu annotation file (qid, query, title, abstract, label, bucket; gzip optional).
+
+    Returns (annotations with a stable doc_id, quarantine records as a QUARANTINE_SCHEMA frame).
+    """
+    table, records, _ = _read_annotations(str(path), chunk_bytes)
+    return table.to_pandas(), quarantine_frame(records)
+
+
+def ingest_baidu_annotations(path: str | Path, out_dir: str | Path, chunk_bytes: int = CHUNK_BYTES) -> IngestSummary:
+    """Write out_dir/annotations.parquet and out_dir/quarantine/annotations.parquet; return the summary."""
+    out_dir = Path(out_dir)
+    table, records, reader = _read_annotations(str(path), chunk_bytes)
+    write_table_atomic(table, out_dir / "annotations.parquet")
+    write_table_atomic(quarantine_table(records), out_dir / QUARANTINE_SUBDIR / "annotations.parquet")
+    summary = IngestSummary(files=1, lines=reader.lines, results=table.num_rows,
+                            bytes_read=Path(path).stat().st_size, bytes_uncompressed=reader.bytes_uncompressed,
+                            damaged_files=[str(path)] if reader.damage else [])
+    summary.add_records(Counter(r.reason for r in records))
+    return summary

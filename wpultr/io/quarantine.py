@@ -1,0 +1,165 @@
+"""Quarantine of malformed input: the fixed vocabulary of reasons, the records and their Parquet file,
+and the summary of what an ingest kept and what it set aside.
+
+A quarantine record names the file, the 1-based line number, the reason and the raw text of the line,
+so a user can find and fix every line that did not make it into the sessions table.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, NamedTuple
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..schema import QUARANTINE_SCHEMA
+
+# The whole vocabulary of quarantine reasons. A line gets the first reason that applies: the
+# line-level ones (line_too_long, wrong_field_count, not_utf8), then its fields' in the order they
+# appear on the line, then the session-level ones (orphan_result, broken_query_line).
+REASONS: dict[str, str] = {
+    "wrong_field_count": "a log line with neither 3 (query) nor 32 (result) tab-separated fields, "
+                         "or an annotation line without 6",
+    "not_utf8": "the line is not valid UTF-8",
+    "line_too_long": "the line is longer than baidu.MAX_LINE_BYTES (1 MiB); never held whole",
+    "bad_query_id": "query id is not a non-negative decimal integer of at most 18 digits",
+    "empty_query": "the query has no token ids",
+    "bad_token_id": "a query, title or abstract token is not a decimal integer in [0, 2^31)",
+    "bad_position": "position is not an integer in 1..30",
+    "bad_media_type": "multimedia type is not a non-negative decimal integer",
+    "bad_click": "click is not 0 or 1",
+    "bad_number": "a behaviour column is neither a number nor '-' / empty",
+    "orphan_result": "a result line before any query line of its file",
+    "broken_query_line": "a result line of a session whose query line is quarantined",
+    "empty_session": "a well-formed query line none of whose result lines is usable; the session is dropped",
+    "bad_label": "annotation label is not an integer in 0..4",
+    "bad_bucket": "annotation frequency bucket is not an integer in 0..9",
+    "truncated_gzip": "the gzip stream ends before its end marker; every line before the cut is kept "
+                      "(line = the last line read)",
+    "corrupt_gzip": "the gzip stream is damaged (bad data, CRC or trailing garbage); every line "
+                    "before the damage is kept (line = the last line read)",
+}
+# Reasons that describe a whole file rather than one of its lines.
+FILE_REASONS: frozenset[str] = frozenset({"truncated_gzip", "corrupt_gzip"})
+# Raw text kept per record, so a garbage "line" of megabytes does not bloat the quarantine table.
+MAX_TEXT_BYTES = 4096
+
+
+class QuarantineRecord(NamedTuple):
+    file: str
+    line: int
+    reason: str
+    text: str
+
+
+def raw_text(line: bytes) -> str:
+    """A raw line as quarantine text: newline dropped, at most MAX_TEXT_BYTES, bad UTF-8 as \\x escapes."""
+    return line.rstrip(b"\r\n")[:MAX_TEXT_BYTES].decode("utf-8", "backslashreplace")
+
+
+def quarantine_table(records: Iterable[QuarantineRecord]) -> pa.Table:
+    records = list(records)
+    for record in records:
+        if record.reason not in REASONS:
+            raise ValueError(f"{record.file}:{record.line}: unknown quarantine reason {record.reason!r}")
+    columns = list(zip(*records)) if records else [[] for _ in QUARANTINE_SCHEMA.names]
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, QUARANTINE_SCHEMA)],
+                                schema=QUARANTINE_SCHEMA)
+
+
+def quarantine_frame(records: Iterable[QuarantineRecord]) -> pd.DataFrame:
+    return quarantine_table(records).to_pandas()
+
+
+class QuarantineWriter:
+    """Streams the quarantine records of one input file into one Parquet file.
+
+    Records go to a hidden temporary sibling first; `close` renames it into place, so a reader
+    never sees a half-written file.
+    """
+
+    def __init__(self, path: str | Path, flush_records: int = 10_000):
+        self.path = Path(path)
+        self.flush_records = flush_records
+        self.counts: Counter[str] = Counter()
+        self._pending: list[QuarantineRecord] = []
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self._writer = pq.ParquetWriter(self._tmp, QUARANTINE_SCHEMA)
+
+    def add(self, records: Iterable[QuarantineRecord]) -> None:
+        for record in records:
+            self.counts[record.reason] += 1
+            self._pending.append(record)
+        if len(self._pending) >= self.flush_records:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._writer.write_table(quarantine_table(self._pending))
+            self._pending = []
+
+    def close(self) -> None:
+        """Write what is pending and move the file to its final name."""
+        self._flush()
+        self._writer.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """Drop the partial file (the input could not be read to the end)."""
+        self._writer.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+@dataclass
+class IngestSummary:
+    """What an ingest read, kept and quarantined; merged over files, JSON-able through `to_dict`.
+
+    Every input line is accounted for exactly once:
+    ``lines == sessions + results + quarantined`` (a query line becomes a session or a record).
+    """
+
+    files: int = 0
+    lines: int = 0                 # input lines read (rows, for tables)
+    sessions: int = 0              # sessions written
+    results: int = 0               # rows written (one per shown result)
+    quarantined: int = 0           # quarantined lines (file-level records not included)
+    reasons: dict[str, int] = field(default_factory=dict)  # records per reason, file-level included
+    bytes_read: int = 0            # bytes on disk
+    bytes_uncompressed: int = 0    # bytes after decompression
+    partitions: int = 0            # Parquet partitions written
+    damaged_files: list[str] = field(default_factory=list)  # files with a file-level record
+
+    def add_records(self, counts: Counter[str] | dict[str, int]) -> None:
+        for reason, n in counts.items():
+            self.reasons[reason] = self.reasons.get(reason, 0) + n
+            if reason not in FILE_REASONS:
+                self.quarantined += n
+
+    def merge(self, other: "IngestSummary") -> "IngestSummary":
+        merged = IngestSummary(
+            files=self.files + other.files, lines=self.lines + other.lines,
+            sessions=self.sessions + other.sessions, results=self.results + other.results,
+            bytes_read=self.bytes_read + other.bytes_read,
+            bytes_uncompressed=self.bytes_uncompressed + other.bytes_uncompressed,
+            partitions=self.partitions + other.partitions,
+            damaged_files=self.damaged_files + other.damaged_files)
+        merged.add_records(self.reasons)
+        merged.add_records(other.reasons)
+        return merged
+
+    @classmethod
+    def combine(cls, summaries: Iterable["IngestSummary"]) -> "IngestSummary":
+        total = cls()
+        for summary in summaries:
+            total = total.merge(summary)
+        return total
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["reasons"] = dict(sorted(self.reasons.items()))
+        return out

@@ -1,0 +1,222 @@
+"""Users' own click logs and annotations (Parquet or CSV), validated against the schema contracts,
+and the partitioned sessions layout every ingest path writes.
+
+Layout: ``out_dir/sessions/part-<file#>-<k>.parquet``, each at most `partition_rows` rows, whole
+sessions kept in one partition unless a single session is longer than `partition_rows`.
+Every partition is written under a temporary name and renamed into place.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..pipeline.rundir import atomic_path
+from ..schema import (ABSTRACT_TOKENS, ANNOTATION_CORE_FIELDS, ANNOTATION_OPTIONAL_FIELDS, FEATURES,
+                      QUERY_TOKENS, SESSION_CORE_FIELDS, SESSION_ID, SESSION_OPTIONAL_FIELDS,
+                      TITLE_TOKENS, PageFeature, SchemaError, coerce_annotations, coerce_sessions,
+                      validate_annotations, validate_sessions)
+from .quarantine import IngestSummary
+
+SESSIONS_SUBDIR = "sessions"
+QUARANTINE_SUBDIR = "quarantine"
+PARQUET_SUFFIXES = (".parquet", ".pq")
+CSV_SUFFIXES = (".csv", ".csv.gz")
+# List-valued columns: in CSV written as space-separated numbers.
+_LIST_COLUMNS: dict[str, type] = {QUERY_TOKENS: int, TITLE_TOKENS: int, ABSTRACT_TOKENS: int, FEATURES: float}
+_CANONICAL_TYPES: dict[str, pa.DataType] = {
+    f.name: f.type for f in (*SESSION_CORE_FIELDS, *SESSION_OPTIONAL_FIELDS,
+                             *ANNOTATION_CORE_FIELDS, *ANNOTATION_OPTIONAL_FIELDS)}
+
+
+def partition_name(file_index: int, partition: int) -> str:
+    return f"part-{file_index:05d}-{partition:05d}.parquet"
+
+
+def prepare_output_dir(out_dir: str | Path, subdir: str) -> Path:
+    """Create out_dir/subdir and remove partitions a previous ingest left there (an ingest replaces the table)."""
+    directory = Path(out_dir) / subdir
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("part-*.parquet"):
+        stale.unlink()
+    return directory
+
+
+def write_table_atomic(table: pa.Table, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+class SessionPartitionWriter:
+    """Cuts a stream of session tables (rows of a session adjacent) into Parquet partitions.
+
+    A partition ends at the last session boundary at or before `partition_rows`; a single session
+    longer than `partition_rows` is the only thing ever split.
+    """
+
+    def __init__(self, directory: str | Path, file_index: int, partition_rows: int):
+        if partition_rows <= 0:
+            raise ValueError(f"partition_rows: must be > 0, got {partition_rows}")
+        self.directory = Path(directory)
+        self.file_index = file_index
+        self.partition_rows = partition_rows
+        self.partitions = 0
+        self.rows = 0
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        # Strictly more than a partition: only then is the boundary after the cut known.
+        while self._pending_rows > self.partition_rows:
+            pending = pa.concat_tables(self._pending)
+            cut = self._cut(pending.column(SESSION_ID).to_numpy())
+            self._emit(pending.slice(0, cut))
+            rest = pending.slice(cut)
+            self._pending, self._pending_rows = [rest], rest.num_rows
+
+    def _cut(self, session_ids: np.ndarray) -> int:
+        starts = np.flatnonzero(session_ids[1:self.partition_rows + 1] != session_ids[:self.partition_rows]) + 1
+        return int(starts[-1]) if len(starts) else self.partition_rows
+
+    def _emit(self, table: pa.Table) -> None:
+        write_table_atomic(table, self.directory / partition_name(self.file_index, self.partitions))
+        self.partitions += 1
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        if self._pending_rows:
+            self._emit(pa.concat_tables(self._pending))
+        self._pending, self._pending_rows = [], 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Own tables
+# ---------------------------------------------------------------------------------------------
+def _kind(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(PARQUET_SUFFIXES):
+        return "parquet"
+    if name.endswith(CSV_SUFFIXES):
+        return "csv"
+    raise ValueError(f"{path}: unsupported table format; expected one of "
+                     f"{', '.join(PARQUET_SUFFIXES + CSV_SUFFIXES)}")
+
+
+def _parse_list_cell(value: object, element: type, path: Path, column: str, row: int) -> list:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return []
+    try:
+        return [element(part) for part in str(value).split()]
+    except ValueError:
+        kind = "integers" if element is int else "numbers"
+        raise SchemaError(f"{path}: column {column!r} row {row} is {value!r}, "
+                          f"expected space-separated {kind}") from None
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    header = pd.read_csv(path, nrows=0).columns
+    list_columns = [c for c in header if c in _LIST_COLUMNS]
+    df = pd.read_csv(path, dtype={c: str for c in list_columns})
+    for column in list_columns:
+        element = _LIST_COLUMNS[column]
+        df[column] = [_parse_list_cell(v, element, path, column, row) for row, v in enumerate(df[column])]
+    return df
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    table = pq.read_table(path)
+    for column in _LIST_COLUMNS:
+        if column not in table.column_names:
+            continue
+        dtype = table.schema.field(column).type
+        numeric = pa.types.is_integer if _LIST_COLUMNS[column] is int else (
+            lambda t: pa.types.is_floating(t) or pa.types.is_integer(t))
+        if not (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)) or not numeric(dtype.value_type):
+            kind = "integers" if _LIST_COLUMNS[column] is int else "numbers"
+            raise SchemaError(f"{path}: column {column!r} has type {dtype}, expected a list of {kind}")
+    return table.to_pandas()
+
+
+def _read_frame(path: str | Path) -> tuple[Path, pd.DataFrame]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such table file")
+    kind = _kind(path)
+    return path, (_read_parquet(path) if kind == "parquet" else _read_csv(path))
+
+
+def read_sessions_table(path: str | Path, page_features: Sequence[PageFeature]) -> pd.DataFrame:
+    """Read a sessions table (Parquet or CSV), validate it (SchemaError names file, column, row), coerce dtypes."""
+    path, df = _read_frame(path)
+    validate_sessions(df, page_features, table=str(path))
+    return coerce_sessions(df, page_features)
+
+
+def read_annotations_table(path: str | Path) -> pd.DataFrame:
+    """Read an annotations table (Parquet or CSV), validate and coerce it."""
+    path, df = _read_frame(path)
+    validate_annotations(df, table=str(path))
+    return coerce_annotations(df)
+
+
+def to_arrow(df: pd.DataFrame) -> pa.Table:
+    """A validated frame as Arrow with the canonical types for every column the schema names."""
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    fields = []
+    for f in table.schema:
+        if f.name in _CANONICAL_TYPES:
+            fields.append(pa.field(f.name, _CANONICAL_TYPES[f.name]))
+        elif pa.types.is_large_string(f.type):
+            fields.append(pa.field(f.name, pa.string()))
+        else:
+            fields.append(f)
+    return table.cast(pa.schema(fields))
+
+
+def _ingest_table_file(path: str, file_index: int, sessions_dir: str, page_features: Sequence[PageFeature],
+                       partition_rows: int) -> IngestSummary:
+    """One worker task: read, validate and coerce one table, write its partitions; return a small summary."""
+    df = read_sessions_table(path, page_features)
+    df = df.sort_values(SESSION_ID, kind="stable").reset_index(drop=True)  # whole sessions per partition
+    writer = SessionPartitionWriter(sessions_dir, file_index, partition_rows)
+    writer.write(to_arrow(df))
+    writer.close()
+    return IngestSummary(files=1, lines=len(df), sessions=int(df[SESSION_ID].nunique()), results=len(df),
+                         bytes_read=Path(path).stat().st_size, partitions=writer.partitions)
+
+
+def ingest_tables(paths: Sequence[str | Path], out_dir: str | Path, page_features: Sequence[PageFeature],
+                  client, partition_rows: int = 200_000) -> IngestSummary:
+    """Validate users' own session tables, one Dask task per file, into out_dir/sessions partitions.
+
+    A table either passes whole or the ingest fails with the SchemaError of its first bad cell.
+    Session ids are taken as given, so they must be unique across the files.
+    """
+    files = checked_paths(paths)
+    sessions_dir = prepare_output_dir(out_dir, SESSIONS_SUBDIR)
+    futures = client.map(_ingest_table_file, files, range(len(files)), sessions_dir=str(sessions_dir),
+                         page_features=tuple(page_features), partition_rows=partition_rows, pure=False)
+    return IngestSummary.combine(client.gather(futures))
+
+
+def checked_paths(paths: Sequence[str | Path]) -> list[str]:
+    """The input files in sorted order (their index there numbers partitions and session ids)."""
+    files = sorted(str(p) for p in paths)
+    if not files:
+        raise ValueError("ingest: no input files given")
+    duplicates = sorted(f for f, n in Counter(files).items() if n > 1)
+    if duplicates:
+        raise ValueError(f"ingest: files given more than once: {duplicates}")
+    for f in files:
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"{f}: no such log file")
+    return files

@@ -1,0 +1,62 @@
+"""The causal graph the simulator generates from, over the observable columns plus true relevance.
+
+Edges are exactly the dependencies the generator uses, so a discovered graph can be scored against it:
+an edge is left out when its mechanism is switched off by the configuration (e.g. position_power 0
+removes position -> click). Nodes: `relevance` (the true grade; what a ranker's relevance_score
+estimates), every page feature column, each context factor, `features` when clicks depend on the
+dense document features (individual-level observation), and `click`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..schema import CLICK, FEATURES, POSITION
+from .page import MEDIA_TYPE, SERP_HEIGHT, SERP_MAX_SHOW_HEIGHT, context_columns
+from .spec import SimulateConfig
+from .user_models import UserModel
+
+TRUE_RELEVANCE = "relevance"
+DIRECTED = "directed"
+
+MECHANISMS: dict[str, str] = {
+    TRUE_RELEVANCE: "graded relevance 0-4 of the document to the query, drawn per document",
+    MEDIA_TYPE: "media type of the document (0 plain, 1 image, 2 video, 3 ad), drawn per document",
+    POSITION: "rank given by the logging ranker: grade + media boost + N(0, logging_noise^2), per session",
+    SERP_HEIGHT: "type's mean height times a log-normal factor, whole px",
+    SERP_MAX_SHOW_HEIGHT: "most of the result on screen at once: min(height, screen, scroll + screen - top); "
+                          "top grows with position, scroll depth is exponential per session",
+    FEATURES: "dense document features: noisy tanh/bump views of the grade",
+    CLICK: "drawn by the user model from examination and click-given-examination probabilities",
+}
+
+
+def true_parents(cfg: SimulateConfig, model: UserModel) -> dict[str, list[str]]:
+    """Parents of every node of the generating graph, in a fixed node order."""
+    contexts = context_columns(cfg.n_context_factors)
+    click_parents = [TRUE_RELEVANCE, *model.click_parents()]
+    if cfg.context_strength > 0:
+        click_parents += contexts
+    parents: dict[str, list[str]] = {
+        TRUE_RELEVANCE: [],
+        MEDIA_TYPE: [],
+        POSITION: [TRUE_RELEVANCE] + ([MEDIA_TYPE] if len(set(cfg.logging_media_boost)) > 1 else []),
+        SERP_HEIGHT: [MEDIA_TYPE] if len(set(cfg.media_heights)) > 1 else [],
+        SERP_MAX_SHOW_HEIGHT: [POSITION, SERP_HEIGHT],
+        **{name: [] for name in contexts},
+    }
+    if FEATURES in click_parents:
+        parents[FEATURES] = [TRUE_RELEVANCE]
+    parents[CLICK] = click_parents
+    return parents
+
+
+def true_graph(cfg: SimulateConfig, model: UserModel) -> dict[str, Any]:
+    """JSON-able graph: nodes, edges ({from, to, type: directed}, as wpultr.causal graph files mark them),
+    parents per node and each node's mechanism."""
+    parents = true_parents(cfg, model)
+    nodes = list(parents)
+    edges = [{"from": parent, "to": child, "type": DIRECTED} for child in nodes for parent in parents[child]]
+    mechanisms = {node: MECHANISMS.get(node, "context bias factor: level drawn uniformly per shown result; "
+                                             "scales examination") for node in nodes}
+    return {"nodes": nodes, "edges": edges, "parents": parents, "mechanisms": mechanisms,
+            "relevance_node": TRUE_RELEVANCE}

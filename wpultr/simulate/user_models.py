@@ -1,0 +1,391 @@
+"""Pluggable user-behaviour models: given a page, each result's examination and click probability, and clicks.
+
+A model implements the small `UserModel` protocol. Independent-examination models (PBM, whole-page,
+trust bias, individual-level observation) give click = examination x click-given-examination and draw
+every click independently; browsing models (cascade, continuous, row skipping) walk the page top-down
+and draw clicks in that order, while `probabilities` gives their exact marginals.
+
+Context bias factors act the same way in every model: a result the user reaches is read with the
+product of its context levels' scales (page.context_scale), so examination is scaled by it.
+Parameters come from `data.simulate.user_model_params`; each model documents its keys and defaults in
+its PARAMS table, and a wrong name or value raises ConfigError naming the key and what is allowed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from ..schema import FEATURES, MAX_LABEL, POSITION
+from .page import MEDIA_TYPE, SERP_MAX_SHOW_HEIGHT, Page
+from .spec import KEY_PREFIX, MEDIA_TYPE_NAMES
+
+PARAMS_KEY = f"{KEY_PREFIX}.user_model_params"
+
+
+class UserModel(Protocol):
+    """What the simulator needs of a user-behaviour model."""
+
+    name: ClassVar[str]
+
+    @property
+    def layout_columns(self) -> int: ...                      # results per row of the page layout
+
+    def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]: ...  # (examination, click)
+
+    def sample_clicks(self, page: Page, rng: np.random.Generator) -> np.ndarray: ...  # int8 (n, k)
+
+    def click_parents(self) -> tuple[str, ...]: ...           # page/document columns clicks depend on
+
+    def params(self) -> dict[str, Any]: ...                   # resolved, JSON-able, drawn values included
+
+
+@dataclass(frozen=True)
+class Param:
+    """A user-model parameter: its default, the values it accepts and what it means."""
+
+    default: Any
+    kind: str      # probability | non_negative | positive | count | media_probabilities
+    doc: str
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What models may need beyond their parameters: corpus statistics and a generator for drawn values."""
+
+    n_media_types: int
+    feature_mean: np.ndarray
+    feature_std: np.ndarray
+    rng: np.random.Generator
+
+
+def _config_error(key: str, message: str) -> Exception:
+    from ..config import ConfigError  # here, not at import time: config imports the simulate package
+    return ConfigError(f"{key}: {message}")
+
+
+def _check_value(key: str, value: Any, param: Param, n_media_types: int) -> Any:
+    """The value converted to the parameter's type; ConfigError naming `key` when it does not fit."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if param.kind == "count":
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise _config_error(key, f"must be an integer >= 1, got {value!r}")
+        return value
+    if param.kind == "media_probabilities":
+        ok = isinstance(value, (list, tuple)) and len(value) == n_media_types and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in value)
+        if not ok:
+            raise _config_error(key, f"must be a list of {n_media_types} numbers in [0, 1] (one per media type), "
+                                     f"got {value!r}")
+        return [float(v) for v in value]
+    checks = {"probability": (lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]"),
+              "non_negative": (lambda v: 0.0 <= v < float("inf"), "a finite number >= 0"),
+              "positive": (lambda v: 0.0 < v < float("inf"), "a finite number > 0")}
+    accepts, wanted = checks[param.kind]
+    if not (number and accepts(value)):
+        raise _config_error(key, f"must be {wanted}, got {value!r}")
+    return float(value)
+
+
+def click_relevance(label: np.ndarray, click_noise: float) -> np.ndarray:
+    """Chance an examined result is clicked for its relevance: ε + (1 - ε)(2^y - 1)/(2^ymax - 1)."""
+    return click_noise + (1.0 - click_noise) * (2.0 ** label - 1.0) / (2.0 ** MAX_LABEL - 1.0)  # LBD Eq. (3)
+
+
+def position_examination(position: np.ndarray, power: float) -> np.ndarray:
+    """Examination by position alone: 1 / p^power (004 Eq. (27) for power 1)."""
+    return np.asarray(position, dtype=np.float64) ** -power
+
+
+class _Model:
+    """Shared parameter handling; subclasses define name, PARAMS and the behaviour."""
+
+    name: ClassVar[str]
+    PARAMS: ClassVar[dict[str, Param]]
+
+    def __init__(self, params: dict[str, Any], context: ModelContext):
+        self.p = dict(params)
+
+    @property
+    def layout_columns(self) -> int:
+        return 1
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.p)
+
+
+class _IndependentClicks(_Model):
+    """Clicks drawn independently per result with the model's click probability."""
+
+    def sample_clicks(self, page: Page, rng: np.random.Generator) -> np.ndarray:
+        _, click = self.probabilities(page)
+        return (rng.random(click.shape) < click).astype(np.int8)
+
+
+class PositionBased(_IndependentClicks):
+    """PBM: examination depends on position only, click = examination x relevance (BAL §4.1 remark)."""
+
+    name = "pbm"
+    PARAMS = {
+        "position_power": Param(1.0, "non_negative", "examination at position p is 1 / p^position_power"),
+        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
+    }
+
+    def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
+        exam = position_examination(page.position, self.p["position_power"]) * page.context_scale
+        return exam, exam * click_relevance(page.label, self.p["click_noise"])  # p(c) = p(o) p(r)
+
+    def click_parents(self) -> tuple[str, ...]:
+        return (POSITION,) if self.p["position_power"] > 0 else ()
+
+
+class WholePage(_IndependentClicks):
+    """Whole-page model: examination depends on position, how much of the result was on screen and its
+    media type; an examined result is clicked for its relevance or, failing that, for its media type's looks.
+
+    examination = 1/p^κ · (1 - w + w · min(1, shown / readable)) · attention[m]
+    click       = examination · (r + (1 - r) · attractiveness[m])
+    """
+
+    name = "whole_page"
+    PARAMS = {
+        "position_power": Param(1.0, "non_negative", "κ: position examination 1 / p^κ"),
+        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
+        "visibility_weight": Param(0.5, "probability", "w: share of examination that needs the result on screen"),
+        "readable_height": Param(100.0, "positive", "px of a result on screen at which it is fully readable"),
+        "media_attention": Param([0.8, 0.9, 1.0, 0.7], "media_probabilities",
+                                 "examination factor of each media type (plain, image, video, ad)"),
+        "media_attractiveness": Param([0.0, 0.05, 0.15, 0.1], "media_probabilities",
+                                      "chance an examined non-relevant result is clicked for its media type"),
+    }
+
+    def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
+        p = self.p
+        shown = np.minimum(1.0, page.serp_max_show_height / p["readable_height"])
+        exam = (position_examination(page.position, p["position_power"])
+                * (1.0 - p["visibility_weight"] + p["visibility_weight"] * shown)
+                * np.asarray(p["media_attention"])[page.media_type] * page.context_scale)
+        relevance = click_relevance(page.label, p["click_noise"])
+        attractive = np.asarray(p["media_attractiveness"])[page.media_type]
+        return exam, exam * (relevance + (1.0 - relevance) * attractive)
+
+    def click_parents(self) -> tuple[str, ...]:
+        p = self.p
+        parents = []
+        if p["position_power"] > 0:
+            parents.append(POSITION)
+        if len(set(p["media_attention"])) > 1 or len(set(p["media_attractiveness"])) > 1:
+            parents.append(MEDIA_TYPE)
+        if p["visibility_weight"] > 0:
+            parents.append(SERP_MAX_SHOW_HEIGHT)
+        return tuple(parents)
+
+
+class TrustBias(_IndependentClicks):
+    """Trust bias (Agarwal et al. 2019): examined relevant results are clicked with ε+, examined
+    non-relevant ones with ε-_p = epsilon_negative / p, which falls with position."""
+
+    name = "trust"
+    PARAMS = {
+        "position_power": Param(1.0, "non_negative", "κ: position examination 1 / p^κ"),
+        "epsilon_positive": Param(1.0, "probability", "ε+: click chance of an examined relevant result"),
+        "epsilon_negative": Param(0.65, "probability", "ε-_1: click chance of an examined non-relevant result "
+                                                       "at position 1; ε-_p = ε-_1 / p"),
+    }
+
+    def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
+        p = self.p
+        exam = position_examination(page.position, p["position_power"]) * page.context_scale
+        relevant = click_relevance(page.label, 0.0)
+        trust = p["epsilon_positive"] * relevant + p["epsilon_negative"] / page.position * (1.0 - relevant)
+        return exam, exam * trust
+
+    def click_parents(self) -> tuple[str, ...]:
+        return (POSITION,) if self.p["position_power"] > 0 or self.p["epsilon_negative"] > 0 else ()
+
+
+class Cascade(_Model):
+    """Cascade with continuation (DCM-style): the user reads top-down, clicks a read result with its
+    relevance probability, then goes on with `continue_after_click` after a click and
+    `continue_after_skip` otherwise. (0, 1) is the classic cascade model."""
+
+    name = "cascade"
+    PARAMS = {
+        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
+        "continue_after_click": Param(0.5, "probability", "chance to go on to the next result after a click"),
+        "continue_after_skip": Param(0.9, "probability", "chance to go on to the next result without a click"),
+    }
+
+    def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
+        relevance = click_relevance(page.label, self.p["click_noise"])
+        read_click = page.context_scale * relevance
+        go_on = read_click * self.p["continue_after_click"] + (1.0 - read_click) * self.p["continue_after_skip"]
+        reach = np.cumprod(np.concatenate((np.ones((go_on.shape[0], 1)), go_on[:, :-1]), axis=1), axis=1)
+        exam = reach * page.context_scale
+        return exam, exam * relevance
+
+    def sample_clicks(self, page: Page, rng: np.random.Generator) -> np.ndarray:
+        relevance = click_relevance(page.label, self.p["click_noise"])
+        n, k = relevance.shape
+        clicks = np.zeros((n, k), dtype=np.int8)
+        reached = np.ones(n, dtype=bool)
+        for i in range(k):
+            click = reached & (rng.random(n) < page.context_scale[:, i]) & (rng.random(n) < relevance[:, i])
+            clicks[:, i] = click
+            go_on = np.where(click, self.p["continue_after_click"], self.p["continue_after_skip"])
+            reached &= rng.random(n) < go_on
+        return clicks
+
+    def click_parents(self) -> tuple[str, ...]:
+        stops = min(self.p["continue_after_click"], self.p["continue_after_skip"]) < 1.0
+        return (POSITION,) if stops else ()
+
+
+class ContinuousBrowsing(_Model):
+    """Continuous examination without skipping (004 §4, §6.1): the user reads positions 1..d, where the
+    last read position d has P(d >= i) = 1 / i^κ, and clicks each read result with its relevance."""
+
+    name = "continuous"
+    PARAMS = {
+        "position_power": Param(1.0, "non_negative", "κ: P(user reads down to position i) = 1 / i^κ"),
+        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
+    }
+
+    def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
+        exam = position_examination(page.position, self.p["position_power"]) * page.context_scale
+        return exam, exam * click_relevance(page.label, self.p["click_noise"])
+
+    def sample_clicks(self, page: Page, rng: np.random.Generator) -> np.ndarray:
+        n, k = page.shape
+        power = self.p["position_power"]
+        u = 1.0 - rng.random(n)                                   # in (0, 1]
+        with np.errstate(over="ignore"):                          # a huge depth is cut to k anyway
+            last = np.minimum(k, np.floor(u ** (-1.0 / power))) if power > 0 else np.full(n, k)
+        reached = page.position <= last[:, None]                  # P(d >= i) = P(u <= i^-κ) = i^-κ
+        read = reached & (rng.random((n, k)) < page.context_scale)
+        relevance = click_relevance(page.label, self.p["click_noise"])
+        return (read & (rng.random((n, k)) < relevance)).astype(np.int8)
+
+    def click_parents(self) -> tuple[str, ...]:
+        return (POSITION,) if self.p["position_power"] > 0 else ()
+
+
+class RowSkipping(_Model):
+    """Row skipping on a grid (Xie et al. 2019, 004 Eq. (22)): before each row the user skips it with
+    probability γ, else reads its results left to right and stops after each with probability 1 - C."""
+
+    name = "row_skipping"
+    PARAMS = {
+        "columns": Param(2, "count", "results per row of the grid layout"),
+        "skip_row": Param(0.2, "probability", "γ: chance to skip a row"),
+        "continue_prob": Param(0.9, "probability", "C: chance to go on after reading a result"),
+        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
+    }
+
+    @property
+    def layout_columns(self) -> int:
+        return self.p["columns"]
+
+    def reach_probability(self, k: int) -> np.ndarray:
+        """θ(u) for ranks 1..k with C_v = C for every rank (004 Eq. (22))."""
+        cols, gamma, keep = self.p["columns"], self.p["skip_row"], self.p["continue_prob"]
+        rank = np.arange(k)
+        row, col = rank // cols, rank % cols
+        row_sizes = np.bincount(row)
+        passed = (1.0 - gamma) * keep ** row_sizes + gamma          # the user gets past row m
+        before = np.concatenate(([1.0], np.cumprod(passed)[:-1]))
+        return before[row] * (1.0 - gamma) * keep ** col
+
+    def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
+        exam = self.reach_probability(page.shape[1])[None, :] * page.context_scale
+        return exam, exam * click_relevance(page.label, self.p["click_noise"])
+
+    def sample_clicks(self, page: Page, rng: np.random.Generator) -> np.ndarray:
+        n, k = page.shape
+        cols = self.p["columns"]
+        relevance = click_relevance(page.label, self.p["click_noise"])
+        clicks = np.zeros((n, k), dtype=np.int8)
+        browsing = np.ones(n, dtype=bool)
+        for start in range(0, k, cols):
+            in_row = browsing & (rng.random(n) >= self.p["skip_row"])
+            for i in range(start, min(start + cols, k)):
+                read = in_row & (rng.random(n) < page.context_scale[:, i])
+                clicks[:, i] = read & (rng.random(n) < relevance[:, i])
+                stop = in_row & (rng.random(n) >= self.p["continue_prob"])
+                in_row &= ~stop
+                browsing &= ~stop
+        return clicks
+
+    def click_parents(self) -> tuple[str, ...]:
+        return (POSITION,) if self.p["continue_prob"] < 1.0 else ()
+
+
+class IndividualObservation(_IndependentClicks):
+    """Individual-level observation (LBD §6.1): o = v_p ^ max(w·x' + 1, 0), with x' the standardised first
+    n_crux dense features and w uniform in [-η, η]; η is the coupling level of relevance and observation."""
+
+    name = "lbd"
+    PARAMS = {
+        "position_power": Param(1.0, "non_negative", "κ: position examination v_p = 1 / p^κ"),
+        "eta": Param(0.1, "non_negative", "η: coupling level, crux weights are drawn uniform in [-η, η]"),
+        "n_crux": Param(10, "count", "how many dense features (the first ones) observation depends on; "
+                                      "the default is cut to n_dense_features"),
+        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
+    }
+
+    def __init__(self, params: dict[str, Any], context: ModelContext):
+        super().__init__(params, context)
+        n_crux = self.p["n_crux"]
+        self.crux_mean = context.feature_mean[:n_crux]
+        self.crux_std = context.feature_std[:n_crux]
+        self.p["crux_weights"] = context.rng.uniform(-self.p["eta"], self.p["eta"], size=n_crux).tolist()
+
+    def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
+        n_crux = self.p["n_crux"]
+        crux = (page.features[:, :, :n_crux] - self.crux_mean) / self.crux_std                  # f_set(x')
+        exponent = np.maximum(crux @ np.asarray(self.p["crux_weights"]) + 1.0, 0.0)
+        exam = position_examination(page.position, self.p["position_power"]) ** exponent  # LBD §6.1
+        exam = exam * page.context_scale
+        return exam, exam * click_relevance(page.label, self.p["click_noise"])
+
+    def click_parents(self) -> tuple[str, ...]:
+        if self.p["position_power"] == 0:
+            return ()
+        return (POSITION, FEATURES) if self.p["eta"] > 0 else (POSITION,)
+
+
+USER_MODELS: dict[str, type[_Model]] = {cls.name: cls for cls in (
+    WholePage, PositionBased, TrustBias, Cascade, ContinuousBrowsing, RowSkipping, IndividualObservation)}
+
+
+def make_user_model_spec(name: str, params: dict[str, Any], n_media_types: int = len(MEDIA_TYPE_NAMES),
+                         n_features: int | None = None) -> tuple[type[_Model], dict[str, Any]]:
+    """(model class, its parameters with defaults filled in); ConfigError naming the key when one is wrong."""
+    if name not in USER_MODELS:
+        raise _config_error(f"{KEY_PREFIX}.user_model", f"{name!r} is not a user model; allowed values: "
+                                                        f"{', '.join(map(repr, USER_MODELS))}")
+    cls = USER_MODELS[name]
+    unknown = sorted(set(params) - set(cls.PARAMS))
+    if unknown:
+        raise _config_error(f"{PARAMS_KEY}.{unknown[0]}", f"not a parameter of user model {name!r}; "
+                                                           f"allowed keys: {', '.join(cls.PARAMS)}")
+    resolved = {}
+    for key, param in cls.PARAMS.items():
+        default = param.default
+        if param.kind == "media_probabilities" and key not in params and len(default) != n_media_types:
+            raise _config_error(f"{PARAMS_KEY}.{key}", f"the default has {len(default)} media types but "
+                                                       f"media_type_probs has {n_media_types}; set it")
+        resolved[key] = _check_value(f"{PARAMS_KEY}.{key}", params.get(key, default), param, n_media_types)
+    if n_features is not None and "n_crux" in resolved and "n_crux" not in params:
+        resolved["n_crux"] = min(resolved["n_crux"], n_features)      # the default adapts to fewer features
+    if n_features is not None and resolved.get("n_crux", 0) > n_features:
+        raise _config_error(f"{PARAMS_KEY}.n_crux", f"must be <= n_dense_features ({n_features}), "
+                                                    f"got {resolved['n_crux']}")
+    return cls, resolved
+
+
+def make_user_model(name: str, params: dict[str, Any], context: ModelContext, n_features: int) -> UserModel:
+    """The configured user model, ready to score pages."""
+    cls, resolved = make_user_model_spec(name, params, context.n_media_types, n_features)
+    return cls(resolved, context)
