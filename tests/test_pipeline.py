@@ -96,7 +96,7 @@ def test_bert_naive_on_the_baidu_sample_via_cli(tmp_path):
     run = tmp_path / "bert"
     ingest = json.loads((run / S.INGEST_SUMMARY).read_text())
     assert ingest["sessions"] == manifest["sessions_readable"]
-    assert ingest["quarantined_lines"] == manifest["quarantined_lines"]
+    assert ingest["quarantined"] == manifest["quarantined_lines"]
     shown = CliRunner().invoke(app, ["evaluate", str(run)])
     assert shown.exit_code == 0 and "DCG@10" in shown.output
 

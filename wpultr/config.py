@@ -48,6 +48,8 @@ class BertConfig:
     path: str | None = None               # local config or checkpoint directory (never a hub name)
     max_length: int = 64
     freeze_encoder: bool = False
+    cache_embeddings: bool = False        # frozen encoder; each query-document encoded once, head trained on the cache
+    special_tokens: dict[str, int] | None = None   # pad/cls/sep/mask/unk ids of a checkpoint's vocabulary
     # used only when `path` is None: a tiny config built in process, for tests and CPU demos
     hidden_size: int = 32
     num_hidden_layers: int = 2
@@ -65,9 +67,13 @@ class RankerConfig:
 
 @dataclass
 class TrainConfig:
-    method: Literal["naive"] = "naive"
+    method: str = "naive"                 # a name of wpultr.methods.base.METHODS (checked up front)
     loss: Literal["pointwise", "listwise"] = "pointwise"
     epochs: int = 3
+    warmup_epochs: int = 0                # BAL §4.1 warm-up: naive click loss (+ masked LM for BERT)
+    mlm_probability: float = 0.15
+    mlm_weight: float = 1.0
+    select_metric: str = "DCG@10"         # validation metric that picks the epoch kept
     batch_size: int = 256
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
@@ -180,6 +186,23 @@ def _check_ranges(cfg: RunConfig) -> None:
             raise ConfigError(f"{key}: must be > 0, got {value}")
     if not 0.0 <= cfg.data.valid_fraction < 1.0:
         raise ConfigError(f"data.valid_fraction: must be in [0, 1), got {cfg.data.valid_fraction}")
+    from .methods.registry import METHODS
+    if cfg.train.method not in METHODS:
+        raise ConfigError(f"train.method: {cfg.train.method!r} is not allowed; allowed values: "
+                          f"{', '.join(map(repr, sorted(METHODS)))}")
+    if cfg.train.warmup_epochs < 0:
+        raise ConfigError(f"train.warmup_epochs: must be >= 0, got {cfg.train.warmup_epochs}")
+    if not 0.0 < cfg.train.mlm_probability < 1.0:
+        raise ConfigError(f"train.mlm_probability: must be in (0, 1), got {cfg.train.mlm_probability}")
+    allowed_metrics = [f"{m}@{k}" for m in ("DCG", "ERR", "nDCG") for k in cfg.evaluation.ks] + ["MAP"]
+    if cfg.train.select_metric not in allowed_metrics:
+        raise ConfigError(f"train.select_metric: {cfg.train.select_metric!r} is not allowed; allowed values: "
+                          f"{', '.join(allowed_metrics)}")
+    if cfg.ranker.bert.special_tokens is not None:
+        from .rankers.bert import SPECIAL_NAMES
+        missing = [n for n in SPECIAL_NAMES if n not in cfg.ranker.bert.special_tokens]
+        if missing:
+            raise ConfigError(f"ranker.bert.special_tokens: missing {missing}; needs ids for {', '.join(SPECIAL_NAMES)}")
     if cfg.train.learning_rate <= 0:
         raise ConfigError(f"train.learning_rate: must be > 0, got {cfg.train.learning_rate}")
     if any(k <= 0 for k in cfg.evaluation.ks):

@@ -198,7 +198,7 @@ def train(ctx: StageContext) -> dict[str, Any]:
     from .rundir import atomic_path
     with atomic_path(run.path(RANKER_DIR)) as tmp:
         result.ranker.save(tmp)
-    write_json(run.path(HISTORY), result.history)
+    write_json(run.path(HISTORY), {"method": cfg.train.method, "epochs": result.history})
     write_json(run.path(BIAS), result.bias)
     return {"train_rows": int(len(sessions)), "valid_rows": int(len(valid))}
 

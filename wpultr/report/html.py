@@ -31,6 +31,16 @@ def metrics_table(metrics: dict[str, Any]) -> str:
     return _table(rows, ["queries", "n"] + columns)
 
 
+def history_table(epochs: list[dict[str, Any]], valid_metrics: tuple[str, ...] = ("DCG@10", "ERR@10")):
+    """One row per epoch: its phase, seconds, the training statistics and the validation metrics."""
+    train_keys = list(dict.fromkeys(k for e in epochs for k in (e.get("train") or {})))
+    header = ["epoch", "phase", "seconds"] + train_keys + [f"valid {m}" for m in valid_metrics]
+    rows = [[e.get("epoch", ""), e.get("phase", "train"), e.get("seconds", "")]
+            + [(e.get("train") or {}).get(k, "") for k in train_keys]
+            + [(e.get("valid") or {}).get(m, "") for m in valid_metrics] for e in epochs]
+    return header, rows
+
+
 def _section(title: str, body: str) -> str:
     return f"<section><h2>{html.escape(title)}</h2>{body}</section>"
 
@@ -55,9 +65,8 @@ def render_report(run: RunDir) -> str:
         parts.append(_section("Input", body))
     history = _optional_json(run, S.HISTORY)
     if history and history.get("epochs"):
-        epochs = history["epochs"]
-        header = list(epochs[0].keys())
-        parts.append(_section("Training", _table([[e.get(h, "") for h in header] for e in epochs], header)))
+        header, rows = history_table(history["epochs"])
+        parts.append(_section("Training", _table(rows, header)))
     stage_rows = []
     for rec in sorted(run.path("stages").glob("*.json")) if run.path("stages").exists() else []:
         record = read_json(rec)

@@ -1,0 +1,46 @@
+"""Click losses over sessions laid out as lists: tensors (B, K) of scores, clicks and a validity mask.
+
+Pure functions: each takes the list tensors and returns a scalar. Padded slots (mask False) never
+contribute. Shared by every method so that "pointwise" and "listwise" mean one thing everywhere.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def pointwise_click_loss(scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor,
+                         weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean (weighted) binary cross-entropy of sigmoid(score) against the click (BAL Eq. 3, naive)."""
+    per_item = F.binary_cross_entropy_with_logits(scores, clicks, reduction="none")
+    w = mask.float() if weights is None else weights * mask.float()
+    return (per_item * w).sum() / mask.float().sum().clamp_min(1.0)
+
+
+def listwise_softmax_loss(scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor,
+                          weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax cross-entropy of each list against its (weighted) clicks, normalised per list.
+
+    Lists without a click carry no signal and are skipped (Ai et al.'s attention-rank / ULTRA's softmax loss).
+    """
+    target = clicks * mask.float()
+    if weights is not None:
+        target = target * weights
+    totals = target.sum(dim=1, keepdim=True)
+    has_click = totals.squeeze(1) > 0
+    if not bool(has_click.any()):
+        return scores.sum() * 0.0
+    log_p = torch.log_softmax(scores.masked_fill(~mask, float("-inf")), dim=1)
+    log_p = log_p.masked_fill(~mask, 0.0)
+    per_list = -(target / totals.clamp_min(1e-12) * log_p).sum(dim=1)
+    return per_list[has_click].mean()
+
+
+def click_loss(kind: str, scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor,
+               weights: torch.Tensor | None = None) -> torch.Tensor:
+    """`train.loss` by name: pointwise or listwise."""
+    if kind == "pointwise":
+        return pointwise_click_loss(scores, clicks, mask, weights)
+    if kind == "listwise":
+        return listwise_softmax_loss(scores, clicks, mask, weights)
+    raise ValueError(f"train.loss: {kind!r} is not one of 'pointwise', 'listwise'")

@@ -1,0 +1,212 @@
+"""What every method's training shares: sessions as padded lists, the ranker built from config, and a trainer.
+
+`SessionLists` lays the sessions table out as (sessions × slots) arrays ordered by position, so a
+loss sees whole result pages. `Trainer` owns the state of one training run (ranker, optimiser,
+prepared inputs, validation set, best epoch) and runs epochs of a method's loss over shuffled
+session batches; methods differ only in the loss (and in what they fit besides the ranker).
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..metrics import evaluate as evaluate_scores
+from ..rankers.base import Inputs, Ranker, resolve_device, score_inputs, take
+from ..schema import CLICK, POSITION, SESSION_ID, SchemaError
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class SessionLists:
+    """Sessions as lists: entry [s, j] is the j-th shown result (by position) of session s."""
+
+    rows: np.ndarray          # (S, K) row index into the sessions frame, -1 where the page is shorter
+    mask: np.ndarray          # (S, K) True where a result was shown
+    clicks: np.ndarray        # (S, K) float32, 0 in padding
+    positions: np.ndarray     # (S, K) int64 position as logged (1-based), 0 in padding
+    session_ids: np.ndarray   # (S,)
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> "SessionLists":
+        for column in (SESSION_ID, POSITION, CLICK):
+            if column not in frame.columns:
+                raise SchemaError(f"sessions: missing column {column!r}; present: {list(frame.columns)}")
+        sessions = frame[SESSION_ID].to_numpy()
+        positions = frame[POSITION].to_numpy().astype(np.int64)
+        order = np.lexsort((positions, sessions))
+        codes, ids = pd.factorize(sessions[order], sort=False)
+        starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+        sizes = np.diff(np.r_[starts, len(codes)])
+        slot = np.arange(len(codes)) - np.repeat(starts, sizes)
+        n, k = len(ids), int(sizes.max()) if len(sizes) else 0
+        rows = np.full((n, k), -1, dtype=np.int64)
+        rows[codes, slot] = order
+        mask = rows >= 0
+        lists = cls(rows, mask, np.zeros((n, k), np.float32), np.zeros((n, k), np.int64), np.asarray(ids))
+        lists.clicks = lists.gather(frame[CLICK].to_numpy().astype(np.float32))
+        lists.positions = lists.gather(positions)
+        return lists
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def slots(self) -> int:
+        return self.rows.shape[1]
+
+    def gather(self, values: np.ndarray, fill: float = 0) -> np.ndarray:
+        """A per-row array of the frame laid out as (S, K), `fill` in padding."""
+        values = np.asarray(values)
+        out = np.full(self.rows.shape + values.shape[1:], fill, dtype=values.dtype)
+        out[self.mask] = values[self.rows[self.mask]]
+        return out
+
+    def scatter(self, values: np.ndarray) -> np.ndarray:
+        """The inverse of `gather`: (S, K) values back to one per frame row."""
+        out = np.zeros((int(self.rows.max()) + 1 if self.rows.size else 0,) + values.shape[2:], dtype=values.dtype)
+        out[self.rows[self.mask]] = values[self.mask]
+        return out
+
+
+@dataclass
+class ListBatch:
+    """A batch of sessions as tensors (B, K) on the training device; `extras` are method-specific columns."""
+
+    index: np.ndarray                 # which sessions of the SessionLists
+    rows: np.ndarray                  # (B, K) row indices (-1 padding)
+    mask: torch.Tensor
+    clicks: torch.Tensor
+    positions: torch.Tensor
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def batches(lists: SessionLists, batch_size: int, rng: np.random.Generator, device: torch.device,
+            extras: dict[str, np.ndarray] | None = None, shuffle: bool = True) -> Iterator[ListBatch]:
+    """Shuffled batches of `batch_size` sessions; `extras` are (S, K[, ...]) arrays sliced alongside."""
+    order = rng.permutation(len(lists)) if shuffle else np.arange(len(lists))
+    for start in range(0, len(order), batch_size):
+        index = order[start: start + batch_size]
+        yield ListBatch(index, lists.rows[index],
+                        torch.as_tensor(lists.mask[index], device=device),
+                        torch.as_tensor(lists.clicks[index], device=device),
+                        torch.as_tensor(lists.positions[index], device=device),
+                        {k: torch.as_tensor(v[index], device=device) for k, v in (extras or {}).items()})
+
+
+def list_scores(ranker: Ranker, inputs: Inputs, batch: ListBatch) -> torch.Tensor:
+    """The ranker's scores of a batch's shown results as (B, K), 0 in padding."""
+    flat = batch.rows[batch.rows >= 0]
+    scores = ranker(take(inputs, flat, batch.mask.device))
+    out = scores.new_zeros(batch.mask.shape)
+    return out.masked_scatter(batch.mask, scores)
+
+
+# ---------------------------------------------------------------------------------------------
+def build_ranker(cfg: "RunConfig", train: pd.DataFrame) -> Ranker:
+    """The ranker `ranker.backbone` names, sized for (and standardised on) the training table."""
+    torch.manual_seed(cfg.seed)
+    r = cfg.ranker
+    if r.backbone == "mlp":
+        from ..rankers.mlp import MLPRanker
+        return MLPRanker.for_table(train, r.head, r.dropout)
+    from ..rankers.bert import BertRanker
+    b = r.bert
+    tiny = {"hidden_size": b.hidden_size, "num_hidden_layers": b.num_hidden_layers,
+            "num_attention_heads": b.num_attention_heads, "intermediate_size": b.intermediate_size}
+    return BertRanker.build(train, path=b.path, head=r.head, dropout=r.dropout, max_length=b.max_length,
+                            freeze_encoder=b.freeze_encoder, cache_embeddings=b.cache_embeddings,
+                            special_tokens=b.special_tokens, tiny=tiny)
+
+
+LossFn = Callable[[torch.Tensor, ListBatch], "torch.Tensor | tuple[torch.Tensor, dict[str, float]]"]
+
+
+class Trainer:
+    """One ranker's training run: optimiser, prepared inputs, validation and the best epoch so far."""
+
+    def __init__(self, ranker: Ranker, train: pd.DataFrame, valid: pd.DataFrame | None, cfg: "RunConfig",
+                 extra_parameters: Iterable[torch.nn.Parameter] = (), lists: SessionLists | None = None):
+        self.cfg = cfg
+        self.device = resolve_device(cfg.train.device)
+        self.ranker = ranker.to(self.device)
+        self.lists = lists if lists is not None else SessionLists.from_frame(train)
+        self.inputs = ranker.prepare(train)
+        self.valid = valid.reset_index(drop=True) if valid is not None and len(valid) else None
+        self.valid_inputs = ranker.prepare(self.valid) if self.valid is not None else None
+        trainable = [p for p in ranker.parameters() if p.requires_grad] + list(extra_parameters)
+        self.optimizer = torch.optim.Adam(trainable, lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.history: list[dict[str, Any]] = []
+        self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+
+    def scores(self, batch: ListBatch) -> torch.Tensor:
+        return list_scores(self.ranker, self.inputs, batch)
+
+    def batches(self, extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
+        return batches(self.lists, self.cfg.train.batch_size, self.rng, self.device, extras)
+
+    def step(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+
+    def epoch(self, loss_fn: LossFn, extras: dict[str, np.ndarray] | None = None) -> dict[str, float]:
+        """One pass over the shuffled sessions; returns the mean loss and any statistics the loss reports."""
+        self.ranker.train()
+        totals: dict[str, float] = {}
+        n = 0
+        for batch in self.batches(extras):
+            out = loss_fn(self.scores(batch), batch)
+            loss, stats = out if isinstance(out, tuple) else (out, {})
+            self.step(loss)
+            for key, value in {"loss": float(loss.detach()), **stats}.items():
+                totals[key] = totals.get(key, 0.0) + float(value)
+            n += 1
+        return {k: v / max(n, 1) for k, v in totals.items()}
+
+    def validate(self) -> dict[str, Any] | None:
+        """Metrics of the current ranker on the validation queries (None without a validation set)."""
+        if self.valid is None:
+            return None
+        scored = self.valid.assign(score=score_inputs(self.ranker, self.valid_inputs, self.cfg.train.batch_size * 8))
+        return evaluate_scores(scored, "score", ks=tuple(self.cfg.evaluation.ks))["all"]
+
+    def record(self, epoch: int, train_stats: dict[str, Any], seconds: float, **more: Any) -> dict[str, Any]:
+        """Validate, remember the epoch if it is the best so far, and append it to the history."""
+        valid = self.validate()
+        entry = {"epoch": epoch, "seconds": round(seconds, 3), "train": train_stats, "valid": valid, **more}
+        metric = self.cfg.train.select_metric
+        value = valid.get(metric) if valid else None
+        if value is not None and (self.best is None or value > self.best[0]):
+            self.best = (float(value), epoch, copy.deepcopy(self.ranker.state_dict()))
+        self.history.append(entry)
+        return entry
+
+    def finish(self) -> Ranker:
+        """The ranker of the best validation epoch (the last epoch without validation), in eval mode."""
+        if self.best is not None:
+            self.ranker.load_state_dict(self.best[2])
+        return self.ranker.eval()
+
+    @property
+    def best_epoch(self) -> int | None:
+        return self.best[1] if self.best else None
+
+    def fit(self, loss_fn: LossFn, epochs: int | None = None, extras: dict[str, np.ndarray] | None = None,
+            first_epoch: int = 0) -> Ranker:
+        """Run `epochs` (config default) epochs of `loss_fn`, recording each, and return the best ranker."""
+        for epoch in range(first_epoch, first_epoch + (epochs if epochs is not None else self.cfg.train.epochs)):
+            start = time.perf_counter()
+            stats = self.epoch(loss_fn, extras)
+            self.record(epoch, stats, time.perf_counter() - start)
+        return self.finish()

@@ -1,0 +1,37 @@
+"""The warm-up BAL gives its ranker (§4.1): masked-LM on the result texts plus the naive click loss (Eq. 3).
+
+For the BERT backbone each step adds the masked-LM loss of the batch's texts (weight
+`train.mlm_weight`); the dense MLP has no text, so its warm-up is the naive click loss alone.
+Warm-up epochs are recorded in the trainer's history with `"phase": "warmup"`.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..rankers.base import take
+from ..rankers.bert import CLS_VECTORS, BertRanker
+from .losses import click_loss
+from .training import ListBatch, Trainer
+
+
+def warm_up(trainer: Trainer, epochs: int | None = None) -> None:
+    """Run `train.warmup_epochs` (or `epochs`) warm-up epochs on `trainer`."""
+    cfg = trainer.cfg.train
+    n = cfg.warmup_epochs if epochs is None else epochs
+    ranker = trainer.ranker
+    with_mlm = isinstance(ranker, BertRanker) and not ranker.freeze_encoder and CLS_VECTORS not in trainer.inputs
+
+    def loss(scores: torch.Tensor, batch: ListBatch):
+        naive = click_loss(cfg.loss, scores, batch.clicks, batch.mask)
+        if not with_mlm:
+            return naive, {"click": float(naive.detach())}
+        rows = batch.rows[batch.rows >= 0]
+        mlm = ranker.mlm_loss(take(trainer.inputs, rows, trainer.device), cfg.mlm_probability, trainer.generator)
+        return naive + cfg.mlm_weight * mlm, {"click": float(naive.detach()), "mlm": float(mlm.detach())}
+
+    for epoch in range(len(trainer.history), len(trainer.history) + n):
+        start = time.perf_counter()
+        stats = trainer.epoch(loss)
+        trainer.record(epoch, stats, time.perf_counter() - start, phase="warmup")

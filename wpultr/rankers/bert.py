@@ -1,0 +1,204 @@
+"""The BERT ranker (BAL §4.1): a transformers encoder over [CLS] query [SEP] title [SEP] abstract [SEP], MLP head on [CLS].
+
+The encoder is a `BertForMaskedLM` so that one module serves both the ranking score and the
+masked-LM part of the warm-up (`mlm_loss`, BAL §4.1: MLM plus the naive click loss of Eq. 3). It is
+built from a local checkpoint directory (`from_pretrained(path, local_files_only=True)`) or from a
+config in process; nothing is fetched from a hub. Segment ids are 0 for [CLS] query [SEP] and 1 for
+the document part.
+
+Token ids: logs carry ids of the checkpoint's vocabulary (as Baidu-ULTR does), so they pass
+through unchanged and the special ids come from `special_tokens`. For an encoder built in process
+the specials are appended after the largest id seen in training (pad, cls, sep, mask, unk), and ids
+beyond the vocabulary map to unk.
+
+With `cache_embeddings` the encoder is frozen and `prepare` encodes every distinct (query, document)
+text once; training then updates only the head on the cached [CLS] vectors — the practical CPU mode.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import BertConfig as HFBertConfig
+from transformers import BertForMaskedLM
+
+from ..schema import ABSTRACT_TOKENS, QUERY_TOKENS, TITLE_TOKENS, SchemaError
+from .base import Inputs, Ranker
+from .mlp import mlp
+
+INPUT_IDS, TOKEN_TYPES, ATTENTION = "input_ids", "token_type_ids", "attention_mask"
+CLS_VECTORS = "cls_vectors"
+SPECIAL_NAMES = ("pad", "cls", "sep", "mask", "unk")
+IGNORE_INDEX = -100
+
+
+def appended_specials(raw_vocab_size: int) -> dict[str, int]:
+    """Special ids placed after the raw vocabulary, for an encoder built in process."""
+    return {name: raw_vocab_size + i for i, name in enumerate(SPECIAL_NAMES)}
+
+
+def max_token_id(frame: pd.DataFrame) -> int:
+    """The largest token id in the query, title and abstract columns (-1 if there is none)."""
+    largest = -1
+    for column in (QUERY_TOKENS, TITLE_TOKENS, ABSTRACT_TOKENS):
+        if column in frame.columns:
+            for tokens in frame[column].to_numpy():
+                if tokens is not None and len(tokens):
+                    largest = max(largest, int(np.max(tokens)))
+    return largest
+
+
+def _tokens(cell: Any) -> np.ndarray:
+    return np.zeros(0, dtype=np.int64) if cell is None else np.asarray(cell, dtype=np.int64)
+
+
+def build_inputs(frame: pd.DataFrame, max_length: int, special: dict[str, int], vocab_size: int) -> Inputs:
+    """[CLS] q [SEP] t [SEP] a [SEP] per row, padded to `max_length`; the abstract is cut first, then the title."""
+    for column in (QUERY_TOKENS, TITLE_TOKENS):
+        if column not in frame.columns:
+            raise SchemaError(f"the bert ranker needs token-id columns {QUERY_TOKENS}, {TITLE_TOKENS}"
+                              f"[, {ABSTRACT_TOKENS}]; present: {list(frame.columns)}")
+    n = len(frame)
+    ids = np.full((n, max_length), special["pad"], dtype=np.int64)
+    types = np.zeros((n, max_length), dtype=np.int64)
+    mask = np.zeros((n, max_length), dtype=np.int64)
+    queries = frame[QUERY_TOKENS].to_numpy()
+    titles = frame[TITLE_TOKENS].to_numpy()
+    abstracts = frame[ABSTRACT_TOKENS].to_numpy() if ABSTRACT_TOKENS in frame.columns else [None] * n
+    budget = max_length - 4                                # [CLS] and three [SEP]
+    for i in range(n):
+        q, t, a = _tokens(queries[i]), _tokens(titles[i]), _tokens(abstracts[i])
+        q = q[: max(budget // 2, 1)]
+        t = t[: max(budget - len(q), 0)]
+        a = a[: max(budget - len(q) - len(t), 0)]
+        row = np.concatenate([[special["cls"]], q, [special["sep"]], t, [special["sep"]], a, [special["sep"]]])
+        row = row[:max_length]
+        first_segment = min(len(q) + 2, max_length)
+        ids[i, : len(row)] = row
+        types[i, first_segment: len(row)] = 1
+        mask[i, : len(row)] = 1
+    outside = (ids >= vocab_size) | (ids < 0)
+    ids[outside] = special["unk"]
+    return {INPUT_IDS: torch.from_numpy(ids), TOKEN_TYPES: torch.from_numpy(types), ATTENTION: torch.from_numpy(mask)}
+
+
+class BertRanker(Ranker):
+    """score = MLP head ([CLS] vector of the BERT encoder)."""
+
+    kind = "bert"
+
+    def __init__(self, bert_config: dict[str, Any], special_tokens: dict[str, int], head: Sequence[int] = (512, 256, 128),
+                 dropout: float = 0.1, max_length: int = 64, freeze_encoder: bool = False,
+                 cache_embeddings: bool = False, checkpoint: str | None = None):
+        super().__init__()
+        missing = [s for s in SPECIAL_NAMES if s not in special_tokens]
+        if missing:
+            raise ValueError(f"ranker.bert.special_tokens: missing {missing}; needs {list(SPECIAL_NAMES)}")
+        self.bert_config, self.special = dict(bert_config), {k: int(special_tokens[k]) for k in SPECIAL_NAMES}
+        self.head_sizes, self.dropout, self.max_length = [int(h) for h in head], float(dropout), int(max_length)
+        self.freeze_encoder = bool(freeze_encoder or cache_embeddings)
+        self.cache_embeddings, self.checkpoint = bool(cache_embeddings), checkpoint
+        self.encoder = BertForMaskedLM(HFBertConfig(**self.bert_config))
+        self.head = mlp(self.encoder.config.hidden_size, self.head_sizes, 1, self.dropout)
+        self._apply_freeze()
+
+    @classmethod
+    def build(cls, frame: pd.DataFrame, *, path: str | None, head: Sequence[int], dropout: float, max_length: int,
+              freeze_encoder: bool, cache_embeddings: bool, special_tokens: dict[str, int] | None,
+              tiny: dict[str, int]) -> "BertRanker":
+        """From a local checkpoint directory (`path`) or a tiny in-process config sized for `frame`'s tokens."""
+        if path is not None:
+            directory = Path(path)
+            if not directory.is_dir():
+                raise FileNotFoundError(f"ranker.bert.path: {path!r} is not a local checkpoint directory")
+            if special_tokens is None:
+                raise ValueError("ranker.bert.special_tokens: a checkpoint's pad/cls/sep/mask/unk ids are needed "
+                                 "with ranker.bert.path")
+            pretrained = BertForMaskedLM.from_pretrained(str(directory), local_files_only=True)
+            ranker = cls(pretrained.config.to_dict(), special_tokens, head, dropout, max_length, freeze_encoder,
+                         cache_embeddings, checkpoint=str(directory))
+            ranker.encoder.load_state_dict(pretrained.state_dict())
+            ranker._apply_freeze()
+            return ranker
+        raw_vocab = max(max_token_id(frame) + 1, 1)
+        special = special_tokens or appended_specials(raw_vocab)
+        vocab = max(max(special.values()) + 1, raw_vocab)
+        config = {"vocab_size": vocab, "pad_token_id": special["pad"], "max_position_embeddings": max(max_length, 8),
+                  "type_vocab_size": 2, **tiny}
+        return cls(config, special, head, dropout, max_length, freeze_encoder, cache_embeddings)
+
+    def _apply_freeze(self) -> None:
+        for p in self.encoder.parameters():
+            p.requires_grad_(not self.freeze_encoder)
+
+    def init_args(self) -> dict[str, Any]:
+        return {"bert_config": _json_config(self.encoder.config), "special_tokens": self.special,
+                "head": self.head_sizes, "dropout": self.dropout, "max_length": self.max_length,
+                "freeze_encoder": self.freeze_encoder, "cache_embeddings": self.cache_embeddings,
+                "checkpoint": self.checkpoint}
+
+    # ----------------------------------------------------------------------------------------
+    def prepare(self, frame: pd.DataFrame) -> Inputs:
+        tokens = build_inputs(frame, self.max_length, self.special, self.encoder.config.vocab_size)
+        if not self.cache_embeddings:
+            return tokens
+        return {CLS_VECTORS: self.encode_distinct(tokens)}
+
+    @torch.no_grad()
+    def encode_distinct(self, tokens: Inputs, batch_size: int = 256) -> torch.Tensor:
+        """[CLS] vectors of every row, running the frozen encoder once per distinct input."""
+        ids = tokens[INPUT_IDS].numpy()
+        _, first, inverse = np.unique(ids, axis=0, return_index=True, return_inverse=True)
+        was_training = self.training
+        self.eval()
+        device = self.device
+        vectors = []
+        for start in range(0, len(first), batch_size):
+            rows = torch.as_tensor(first[start: start + batch_size])
+            batch = {k: v.index_select(0, rows).to(device) for k, v in tokens.items()}
+            vectors.append(self.cls_vector(batch).float().cpu())
+        self.train(was_training)
+        distinct = torch.cat(vectors) if vectors else torch.zeros(0, self.encoder.config.hidden_size)
+        return distinct.index_select(0, torch.as_tensor(inverse.reshape(-1)))
+
+    def cls_vector(self, inputs: Inputs) -> torch.Tensor:
+        out = self.encoder.bert(input_ids=inputs[INPUT_IDS], token_type_ids=inputs[TOKEN_TYPES],
+                                attention_mask=inputs[ATTENTION])
+        return out.last_hidden_state[:, 0]
+
+    def forward(self, inputs: Inputs) -> torch.Tensor:
+        cls = inputs[CLS_VECTORS] if CLS_VECTORS in inputs else self.cls_vector(inputs)
+        return self.head(cls).squeeze(-1)
+
+    # ----------------------------------------------------------------------------------------
+    def mlm_loss(self, inputs: Inputs, probability: float, generator: torch.Generator) -> torch.Tensor:
+        """Masked-LM loss on a batch (BERT's recipe: of the chosen tokens 80% [MASK], 10% random, 10% kept)."""
+        if CLS_VECTORS in inputs:
+            raise ValueError("masked-LM warm-up needs token inputs; it cannot run in cache_embeddings mode")
+        ids = inputs[INPUT_IDS]
+        special_ids = torch.tensor(sorted(self.special.values()), device=ids.device)
+        can_mask = (inputs[ATTENTION] == 1) & ~torch.isin(ids, special_ids)
+        draw = torch.rand(ids.shape, generator=generator).to(ids.device)
+        chosen = can_mask & (draw < probability)
+        labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE_INDEX))
+        action = torch.rand(ids.shape, generator=generator).to(ids.device)
+        random_ids = torch.randint(0, self.encoder.config.vocab_size, ids.shape, generator=generator).to(ids.device)
+        masked = torch.where(chosen & (action < 0.8), torch.full_like(ids, self.special["mask"]), ids)
+        masked = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, masked)
+        if not bool(chosen.any()):
+            return ids.new_zeros((), dtype=torch.float32)
+        out = self.encoder(input_ids=masked, token_type_ids=inputs[TOKEN_TYPES], attention_mask=inputs[ATTENTION],
+                           labels=labels)
+        return out.loss
+
+
+def _json_config(config: HFBertConfig) -> dict[str, Any]:
+    """The encoder config as plain JSON values, without transformers' bookkeeping keys."""
+    keep = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+            "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id")
+    values = config.to_dict()
+    return {k: values[k] for k in keep if k in values}

@@ -1,0 +1,87 @@
+"""The dense-feature ranker: an MLP over each result's feature vector (feature-vector logs, CPU-scale runs).
+
+Inputs are standardised with the mean and standard deviation of the training rows, kept as buffers
+so a saved ranker scores new tables exactly as it scored during training.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..schema import FEATURES, SchemaError
+from .base import Inputs, Ranker
+
+FEATURE_INPUT = "features"
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int = 1, dropout: float = 0.0) -> torch.nn.Sequential:
+    """Linear-ELU(-dropout) blocks of widths `hidden`, then a linear output (BAL §4.1 head: 512-256-128)."""
+    layers: list[torch.nn.Module] = []
+    width = in_dim
+    for h in hidden:
+        layers += [torch.nn.Linear(width, h), torch.nn.ELU()]
+        if dropout > 0:
+            layers.append(torch.nn.Dropout(dropout))
+        width = h
+    layers.append(torch.nn.Linear(width, out_dim))
+    return torch.nn.Sequential(*layers)
+
+
+def feature_matrix(frame: pd.DataFrame, table: str = "table") -> np.ndarray:
+    """The `features` column as a float32 matrix; every row must have the same length."""
+    if FEATURES not in frame.columns:
+        raise SchemaError(f"{table}: the mlp ranker needs a dense {FEATURES!r} column (or lexical features "
+                          f"from token ids); present: {list(frame.columns)}")
+    values = frame[FEATURES].to_numpy()
+    if len(values) == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    lengths = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+    if (lengths != lengths[0]).any():
+        row = int(np.flatnonzero(lengths != lengths[0])[0])
+        raise SchemaError(f"{table}: column {FEATURES!r} row {row} has {lengths[row]} values, row 0 has {lengths[0]}")
+    matrix = np.stack([np.asarray(v, dtype=np.float32) for v in values])
+    bad = ~np.isfinite(matrix)
+    if bad.any():
+        row, col = (int(i[0]) for i in np.nonzero(bad))
+        raise SchemaError(f"{table}: column {FEATURES!r} row {row} value {col} is {matrix[row, col]}, expected finite")
+    return matrix
+
+
+class MLPRanker(Ranker):
+    """score = MLP(standardise(features))."""
+
+    kind = "mlp"
+
+    def __init__(self, n_features: int, hidden: Sequence[int] = (512, 256, 128), dropout: float = 0.1):
+        super().__init__()
+        self.n_features, self.hidden, self.dropout = int(n_features), [int(h) for h in hidden], float(dropout)
+        self.register_buffer("mean", torch.zeros(self.n_features))
+        self.register_buffer("scale", torch.ones(self.n_features))
+        self.net = mlp(self.n_features, self.hidden, 1, self.dropout)
+
+    @classmethod
+    def for_table(cls, frame: pd.DataFrame, hidden: Sequence[int], dropout: float) -> "MLPRanker":
+        """A ranker sized for `frame`'s feature vectors, standardised with its statistics."""
+        matrix = feature_matrix(frame, "sessions")
+        ranker = cls(matrix.shape[1], hidden, dropout)
+        std = matrix.std(axis=0)
+        ranker.mean.copy_(torch.from_numpy(matrix.mean(axis=0)))
+        ranker.scale.copy_(torch.from_numpy(np.where(std > 1e-8, std, 1.0).astype(np.float32)))
+        return ranker
+
+    def init_args(self) -> dict[str, Any]:
+        return {"n_features": self.n_features, "hidden": self.hidden, "dropout": self.dropout}
+
+    def prepare(self, frame: pd.DataFrame) -> Inputs:
+        matrix = feature_matrix(frame)
+        if matrix.shape[0] and matrix.shape[1] != self.n_features:
+            raise SchemaError(f"column {FEATURES!r} has {matrix.shape[1]} values per row; this ranker was "
+                              f"trained on {self.n_features}")
+        return {FEATURE_INPUT: torch.from_numpy(matrix.reshape(len(frame), self.n_features))}
+
+    def forward(self, inputs: Inputs) -> torch.Tensor:
+        x = (inputs[FEATURE_INPUT] - self.mean) / self.scale
+        return self.net(x).squeeze(-1)
