@@ -40,9 +40,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from wpultr.config import ClusterConfig
 from wpultr.io.baidu import ingest_baidu
-from wpultr.pipeline.cluster import open_client
 from wpultr.schema import (BAIDU_BEHAVIOUR_COLUMNS, BAIDU_N_RESULT_FIELDS, BAIDU_RESULT_FIELDS, BAIDU_TOKEN_SEP,
                            baidu_sessions_arrow_schema)
 
@@ -196,7 +194,15 @@ def _child_plain(spec: dict) -> dict:
 
 
 def _child_ours(spec: dict) -> dict:
-    """Start the cluster, warm its workers, then time `ingest_baidu` alone."""
+    """Start the cluster, warm its workers, then time `ingest_baidu` alone.
+
+    The cluster helpers are imported here, not at the top: spawned Dask workers re-run this
+    script's top level, and wpultr.config pulls in the heavy modeling stack, which the ingest
+    tasks themselves never import.
+    """
+    from wpultr.config import ClusterConfig
+    from wpultr.pipeline.cluster import open_client
+
     started = time.perf_counter()
     cluster = ClusterConfig(n_workers=spec["workers"], threads_per_worker=1, memory_limit="4GiB")
     with open_client(cluster) as client:

@@ -1,13 +1,16 @@
 """Users' own logs: Parquet and CSV round trips, validation errors naming file, column and row,
-and the partitioned ingest on a real LocalCluster."""
+the streaming partition writer, and the partitioned ingest on a real LocalCluster."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from wpultr.io.tables import ingest_tables, read_annotations_table, read_sessions_table
+from wpultr.io.tables import SessionPartitionWriter, ingest_tables, read_annotations_table, read_sessions_table
 from wpultr.schema import (ABSTRACT_TOKENS, CLICK, FEATURES, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS,
                            FeatureKind, PageFeature, SchemaError, TOKEN_TYPE)
 
@@ -78,6 +81,49 @@ def test_ingest_tables_partitions_whole_sessions(tmp_path, dask_client):
     assert schema.field(TITLE_TOKENS).type == TOKEN_TYPE and schema.field("doc_id").type == "string"
     got = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
     assert_same_table(got, pd.concat(frames, ignore_index=True)[got.columns.tolist()])
+
+
+def greedy_partitions(ids: list[int], partition_rows: int) -> list[int]:
+    """Reference sizes: each partition the longest prefix of the rest that ends at a session
+    boundary within partition_rows rows, or exactly partition_rows rows of one long session."""
+    sizes, start = [], 0
+    while start < len(ids):
+        end = min(start + partition_rows, len(ids))
+        boundaries = [i for i in range(start + 1, end + 1) if i == len(ids) or ids[i] != ids[i - 1]]
+        cut = boundaries[-1] if boundaries else end
+        sizes.append(cut - start)
+        start = cut
+    return sizes
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lengths=st.lists(st.integers(1, 12), min_size=1, max_size=25), partition_rows=st.integers(1, 15),
+       cuts=st.lists(st.integers(0, 60), max_size=8))
+def test_partition_writer_streams_whole_sessions(tmp_path_factory, lengths, partition_rows, cuts):
+    ids = np.repeat(np.arange(len(lengths)), lengths)
+    table = pa.table({SESSION_ID: ids, "row": np.arange(len(ids))})
+    directory = tmp_path_factory.mktemp("parts")
+    writer = SessionPartitionWriter(directory, 3, partition_rows)
+    bounds = [0, *sorted(c for c in cuts if c < len(ids)), len(ids)]
+    for low, high in zip(bounds, bounds[1:]):  # the stream arrives in arbitrary pieces, some empty
+        writer.write(table.slice(low, high - low))
+        held = writer._held.num_rows if writer._held is not None else 0
+        assert held <= max(lengths)  # never more than one session waits, whatever partition_rows
+    writer.close()
+    parts = sorted(directory.glob("*.parquet"))
+    assert [p.name for p in parts] == [f"part-00003-{k:05d}.parquet" for k in range(len(parts))]
+    assert [pq.ParquetFile(p).metadata.num_rows for p in parts] == greedy_partitions(list(ids), partition_rows)
+    assert pa.concat_tables(pq.read_table(p) for p in parts).equals(table)
+    assert writer.partitions == len(parts) and writer.rows == len(ids)
+    assert not list(directory.glob(".*"))  # no temporary file left behind
+
+
+def test_partition_writer_abort_drops_the_open_partition(tmp_path):
+    writer = SessionPartitionWriter(tmp_path, 0, 4)
+    writer.write(pa.table({SESSION_ID: [1, 1, 2, 2, 3, 4]}))
+    writer.abort()
+    assert [p.name for p in tmp_path.iterdir()] == ["part-00000-00000.parquet"]
+    assert pq.read_table(tmp_path / "part-00000-00000.parquet")[SESSION_ID].to_pylist() == [1, 1, 2, 2]
 
 
 def test_missing_column_names_file_and_column(tmp_path):

@@ -14,8 +14,10 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
+from .causal.discovery import DiscoveryConfig, validate_discovery_config
+from .methods.bal_config import BalConfig
 from .schema import BAIDU_PAGE_FEATURES
-from .simulate.spec import SimulateConfig
+from .simulate.spec import SimulateConfig, validate_simulate_config
 
 
 class ConfigError(ValueError):
@@ -95,6 +97,8 @@ class RunConfig:
     ranker: RankerConfig = field(default_factory=RankerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    bal: BalConfig = field(default_factory=BalConfig)
 
     @property
     def resolved_run_dir(self) -> Path:
@@ -170,7 +174,17 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
         raise ConfigError(f"unknown config key(s) {', '.join(where + u for u in unknown)}; "
                           f"allowed keys{' under ' + prefix if prefix else ''}: {', '.join(sorted(names))}")
     kwargs = {name: _coerce(v, hints[name], f"{prefix}.{name}" if prefix else name) for name, v in values.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as e:   # a section's own __post_init__ check: name it by its full dotted key
+        if isinstance(e, ConfigError):
+            raise
+        message = str(e)
+        if prefix and not message.startswith(prefix):
+            section = prefix.rsplit(".", 1)[-1]
+            message = f"{prefix}.{message[len(section) + 1:]}" if message.startswith(section + ".") \
+                else f"{prefix}: {message}"
+        raise ConfigError(message) from None
 
 
 def _check_ranges(cfg: RunConfig) -> None:
@@ -213,9 +227,18 @@ def _check_ranges(cfg: RunConfig) -> None:
         raise ConfigError("data.annotations: source 'baidu' needs the annotation file")
     from .schema import page_features_from_config, SchemaError
     try:
-        page_features_from_config(cfg.data.page_features, "data.page_features")
+        declared = page_features_from_config(cfg.data.page_features, "data.page_features")
     except SchemaError as e:
         raise ConfigError(str(e)) from None
+    if cfg.data.source == "simulate":
+        validate_simulate_config(cfg.data.simulate)
+    validate_discovery_config(cfg.discovery)
+    names = [f.name for f in declared]
+    unknown = [f for f in cfg.bal.features or [] if f not in names]
+    if unknown:
+        raise ConfigError(f"bal.features: {unknown} are not declared page features; allowed values: {', '.join(names)}")
+    if cfg.bal.graph == "position" and "position" not in (cfg.bal.features or names):
+        raise ConfigError("bal.graph: 'position' needs the page feature 'position' among bal.features")
 
 
 def config_from_dict(values: Mapping[str, Any] | None) -> RunConfig:

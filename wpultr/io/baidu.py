@@ -469,6 +469,7 @@ def _ingest_file(path: str, file_index: int, sessions_dir: str, quarantine_dir: 
             quarantine.add(records)
         partitions.close()
     except BaseException:
+        partitions.abort()
         quarantine.abort()
         raise
     quarantine.close()

@@ -7,6 +7,7 @@ Every partition is written under a temporary name and renamed into place.
 """
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
@@ -53,10 +54,14 @@ def write_table_atomic(table: pa.Table, path: str | Path) -> None:
 
 
 class SessionPartitionWriter:
-    """Cuts a stream of session tables (rows of a session adjacent) into Parquet partitions.
+    """Streams session tables (the rows of a session adjacent) into Parquet partitions.
 
-    A partition ends at the last session boundary at or before `partition_rows`; a single session
-    longer than `partition_rows` is the only thing ever split.
+    A partition ends at the last session boundary at or before `partition_rows` rows; a single
+    session longer than `partition_rows` is the only thing ever split. Rows go to the open
+    partition's ParquetWriter as soon as their partition is certain (one row group per `write`);
+    only the last, possibly unfinished, session of the stream is held back. So memory stays at
+    about one input table plus one session, whatever `partition_rows` or the input size.
+    A partition is written under a hidden temporary name and renamed into place when complete.
     """
 
     def __init__(self, directory: str | Path, file_index: int, partition_rows: int):
@@ -65,37 +70,74 @@ class SessionPartitionWriter:
         self.directory = Path(directory)
         self.file_index = file_index
         self.partition_rows = partition_rows
-        self.partitions = 0
-        self.rows = 0
-        self._pending: list[pa.Table] = []
-        self._pending_rows = 0
+        self.partitions = 0                         # partitions completed
+        self.rows = 0                               # rows in completed partitions
+        self._held: pa.Table | None = None          # rows not placed yet: the last session seen (or more)
+        self._writer: pq.ParquetWriter | None = None
+        self._tmp: Path | None = None
+        self._open_rows = 0                         # rows in the open partition
 
     def write(self, table: pa.Table) -> None:
+        """Place `table`'s rows: whole partitions are completed, whole sessions written, the last one held."""
         if table.num_rows == 0:
             return
-        self._pending.append(table)
-        self._pending_rows += table.num_rows
-        # Strictly more than a partition: only then is the boundary after the cut known.
-        while self._pending_rows > self.partition_rows:
-            pending = pa.concat_tables(self._pending)
-            cut = self._cut(pending.column(SESSION_ID).to_numpy())
-            self._emit(pending.slice(0, cut))
-            rest = pending.slice(cut)
-            self._pending, self._pending_rows = [rest], rest.num_rows
+        held = table if self._held is None else pa.concat_tables([self._held, table])
+        ids = held.column(SESSION_ID).to_numpy()
+        # More rows than the open partition takes: the row after its last slot is known, so is the cut.
+        while len(ids) > self.partition_rows - self._open_rows:
+            cut = self._cut(ids, self.partition_rows - self._open_rows)
+            self._append(held.slice(0, cut))
+            self._finish()
+            held, ids = held.slice(cut), ids[cut:]
+        starts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+        last_start = int(starts[-1]) if len(starts) else 0
+        self._append(held.slice(0, last_start))
+        self._held = held.slice(last_start)
 
-    def _cut(self, session_ids: np.ndarray) -> int:
-        starts = np.flatnonzero(session_ids[1:self.partition_rows + 1] != session_ids[:self.partition_rows]) + 1
-        return int(starts[-1]) if len(starts) else self.partition_rows
+    def _cut(self, ids: np.ndarray, capacity: int) -> int:
+        """Rows of `ids` that complete the open partition: up to its last session start within capacity.
 
-    def _emit(self, table: pa.Table) -> None:
-        write_table_atomic(table, self.directory / partition_name(self.file_index, self.partitions))
+        The held rows always begin a session unless a session was split, and a split closes the
+        partition, so with rows already in the open partition, 0 is a session boundary too.
+        """
+        starts = np.flatnonzero(ids[1:capacity + 1] != ids[:capacity]) + 1
+        if len(starts):
+            return int(starts[-1])
+        return 0 if self._open_rows else capacity
+
+    def _append(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        if self._writer is None:
+            final = self.directory / partition_name(self.file_index, self.partitions)
+            self._tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+            self._writer = pq.ParquetWriter(self._tmp, table.schema)
+        self._writer.write_table(table)
+        self._open_rows += table.num_rows
+
+    def _finish(self) -> None:
+        """Close the open partition (if any) and rename it into place."""
+        if self._writer is None:
+            return
+        self._writer.close()
+        os.replace(self._tmp, self.directory / partition_name(self.file_index, self.partitions))
         self.partitions += 1
-        self.rows += table.num_rows
+        self.rows += self._open_rows
+        self._writer, self._tmp, self._open_rows = None, None, 0
 
     def close(self) -> None:
-        if self._pending_rows:
-            self._emit(pa.concat_tables(self._pending))
-        self._pending, self._pending_rows = [], 0
+        """Write the held rows and complete the last partition."""
+        if self._held is not None:
+            self._append(self._held)
+            self._held = None
+        self._finish()
+
+    def abort(self) -> None:
+        """Drop the open partition's temporary file (completed partitions stay)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._tmp.unlink(missing_ok=True)
+        self._held, self._writer, self._tmp, self._open_rows = None, None, None, 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,8 +230,12 @@ def _ingest_table_file(path: str, file_index: int, sessions_dir: str, page_featu
     df = read_sessions_table(path, page_features)
     df = df.sort_values(SESSION_ID, kind="stable").reset_index(drop=True)  # whole sessions per partition
     writer = SessionPartitionWriter(sessions_dir, file_index, partition_rows)
-    writer.write(to_arrow(df))
-    writer.close()
+    try:
+        writer.write(to_arrow(df))
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
     return IngestSummary(files=1, lines=len(df), sessions=int(df[SESSION_ID].nunique()), results=len(df),
                          bytes_read=Path(path).stat().st_size, partitions=writer.partitions)
 

@@ -25,6 +25,7 @@ class FitResult:
     ranker: Ranker
     history: list[dict[str, Any]] = field(default_factory=list)
     bias: dict[str, Any] = field(default_factory=dict)
+    graphs: list[Any] = field(default_factory=list)   # per-epoch DiscoveredGraph (methods that learn one)
 
 
 class Method(Protocol):

@@ -6,7 +6,14 @@ from typing import Any
 
 # name -> "module:Class" under wpultr.methods, imported on first use.
 METHODS: dict[str, str] = {
-    "naive": "naive:Naive",
+    "naive": "naive:Naive",                                  # clicks as labels (BAL Eq. 3)
+    "ipw": "ipw:IPW",                                        # inverse propensity weighting, position propensities
+    "regression_em": "regression_em:RegressionEM",           # Wang et al. 2018
+    "dla": "dla:DLA",                                        # dual learning algorithm, Ai et al. 2018
+    "pairwise_debias": "pairwise_debias:PairwiseDebias",     # Unbiased LambdaMART's t+/t- ratios, Hu et al. 2019
+    "lightgbm_lambdarank": "lightgbm_rank:LightGBMLambdaRank",           # plain lambdarank on clicks
+    "lightgbm_position": "lightgbm_rank:LightGBMPositionLambdaRank",     # LightGBM's position-aware lambdarank
+    "bal": "bal:BAL",                                        # whole-page BAL (variants: config `bal.variant`)
 }
 
 

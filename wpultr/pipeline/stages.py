@@ -200,7 +200,18 @@ def train(ctx: StageContext) -> dict[str, Any]:
         result.ranker.save(tmp)
     write_json(run.path(HISTORY), {"method": cfg.train.method, "epochs": result.history})
     write_json(run.path(BIAS), result.bias)
+    _write_graphs(run, result)
     return {"train_rows": int(len(sessions)), "valid_rows": int(len(valid))}
+
+
+def _write_graphs(run: RunDir, result) -> None:
+    """Each epoch's learned graph as epoch_<k>/graph.json and its biases as epoch_<k>/biases.json."""
+    from ..causal.biases import identify_biases
+    from ..causal.graph import GRAPH_FILE, epoch_dir
+    for k, graph in enumerate(result.graphs):
+        out = epoch_dir(run.root, k)
+        write_json(out / "biases.json", identify_biases(graph).to_dict())
+        graph.save(out / GRAPH_FILE)
 
 
 # ---------------------------------------------------------------------------------------------

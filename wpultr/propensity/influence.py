@@ -118,7 +118,8 @@ def gaussian_mle(y: np.ndarray, min_std: float) -> tuple[float, float]:
 def categorical_frequencies(codes: np.ndarray, n_categories: int, pseudo_count: float = 0.5) -> np.ndarray:
     """Log code frequencies with a pseudo count per code (Krichevsky–Trofimov for ½)."""
     counts = np.bincount(codes, minlength=n_categories).astype(np.float64) + pseudo_count
-    return np.log(counts / counts.sum())
+    with np.errstate(divide="ignore"):
+        return np.log(counts / counts.sum())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,8 +132,14 @@ def _numeric_column(df: pd.DataFrame, column: str, what: str) -> np.ndarray:
     bad = ~np.isfinite(values)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{what}: column {column!r} row {row} is {df[column].iloc[row]!r}, expected a finite number")
+        raise ValueError(f"{what}: column {column!r} row {row} is {_plain(df[column].iloc[row])!r}, "
+                         f"expected a finite number")
     return values
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds, for messages."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def _code_column(df: pd.DataFrame, column: str, n_categories: int | None, what: str) -> np.ndarray:
@@ -142,7 +149,7 @@ def _code_column(df: pd.DataFrame, column: str, n_categories: int | None, what: 
     if np.any(bad):
         row = int(np.flatnonzero(bad)[0])
         allowed = "a code >= 0" if n_categories is None else f"a code in 0..{n_categories - 1}"
-        raise ValueError(f"{what}: categorical column {column!r} row {row} is {df[column].iloc[row]!r}, "
+        raise ValueError(f"{what}: categorical column {column!r} row {row} is {_plain(df[column].iloc[row])!r}, "
                          f"expected {allowed}")
     return codes
 

@@ -1,0 +1,239 @@
+"""Importance weights (BAL §3.2, Eq. 8–10): both confounder cases against known answers, clipping, ESS."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import norm
+
+from wpultr.causal.biases import BiasReport, ConfoundedFeature
+from wpultr.propensity.influence import InfluenceConfig, fit_influence_estimators
+from wpultr.propensity.weights import (WeightConfig, clip_and_normalise, clip_cap, effective_sample_size,
+                                       feature_log_weight, importance_weights, log_mean_exp,
+                                       normalised_from_log, self_normalise, total_log_weight)
+from wpultr.schema import RELEVANCE_SCORE
+
+R = RELEVANCE_SCORE
+N = 8000
+MU = np.array([0.0, -1.0, 0.0, 1.5])       # E[x | m] offsets for codes 1..3 (case 2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def weighted_corr(a: np.ndarray, b: np.ndarray, w: np.ndarray) -> float:
+    a = a - np.average(a, weights=w)
+    b = b - np.average(b, weights=w)
+    return float(np.average(a * b, weights=w) / np.sqrt(np.average(a * a, weights=w) * np.average(b * b, weights=w)))
+
+
+def bin_means(x: np.ndarray, r: np.ndarray, w: np.ndarray, n_bins: int = 5) -> np.ndarray:
+    """Weighted means of x within quantile bins of r."""
+    edges = np.quantile(r, np.linspace(0, 1, n_bins + 1)[1:-1])
+    idx = np.digitize(r, edges)
+    return np.array([np.average(x[idx == b], weights=w[idx == b]) for b in range(n_bins)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Case 1: r̂ → x is x's only parent; w = p(x) / p(x | r̂) (Eq. 8–9)
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def case1():
+    rng = np.random.default_rng(11)
+    r = rng.normal(size=N)
+    x = 0.5 * r + 0.9 * rng.normal(size=N)                     # x | r ~ N(0.5 r, 0.9²), x ~ N(0, 1.06)
+    df = pd.DataFrame({R: r, "click": rng.integers(0, 2, N), "x": x})
+    report = BiasReport((ConfoundedFeature("x", (R,), 1),), ("x",), (R, "x"))
+    estimators = fit_influence_estimators(df, report, {"x": "continuous"}, seed=0)
+    result = importance_weights(df, estimators, WeightConfig(), seed=0)
+    true_log_w = norm.logpdf(x, 0.0, np.sqrt(1.06)) - norm.logpdf(x, 0.5 * r, 0.9)
+    return df, result, true_log_w
+
+
+def test_case1_reweighting_makes_x_independent_of_relevance(case1):
+    df, result, _ = case1
+    x, r, w = df["x"].to_numpy(), df[R].to_numpy(), result.weights
+    assert np.corrcoef(x, r)[0, 1] > 0.45                           # confounded before
+    assert abs(weighted_corr(x, r, w)) < 0.12                       # not after
+    raw, weighted = bin_means(x, r, np.ones(N)), bin_means(x, r, w)
+    assert np.ptp(raw) > 1.0
+    np.testing.assert_allclose(weighted, np.average(x, weights=w), atol=0.2)
+    np.testing.assert_allclose(np.average(x, weights=w), 0.0, atol=0.1)        # marginal E[x] = 0 kept
+    # the weight upside down (the paper's printed case-2 form) makes the confounding worse
+    assert weighted_corr(x, r, 1.0 / w) > np.corrcoef(x, r)[0, 1] + 0.15
+
+
+def test_case1_weights_match_the_analytic_ratio(case1):
+    _, result, true_log_w = case1
+    assert result.features["x"] == {"case": 1, "parents": [R], "numerator": "model"}
+    assert np.corrcoef(result.feature_log_weights["x"], true_log_w)[0, 1] > 0.95
+    unclipped = ~result.clipped
+    assert np.corrcoef(result.weights[unclipped], np.exp(true_log_w[unclipped]))[0, 1] > 0.9
+
+
+# ---------------------------------------------------------------------------------------------
+# Case 2: a page feature m is a parent too; w = p(x | m) / p(x | r̂, m), p(x | m) by permuting r̂
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def case2():
+    rng = np.random.default_rng(12)
+    r = rng.normal(size=N)
+    m = rng.integers(1, 4, N)                                      # independent of r̂: Σ p(r̂') p(x|r̂',m) = p(x|m)
+    x = 0.5 * r + MU[m] + 0.9 * rng.normal(size=N)
+    df = pd.DataFrame({R: r, "m": m, "x": x})
+    report = BiasReport((ConfoundedFeature("x", (R, "m"), 2),), ("x",), (R, "x"))
+    estimators = fit_influence_estimators(df, report, {"x": "continuous", "m": "categorical"}, seed=0,
+                                          n_categories={"m": 4})
+    result = importance_weights(df, estimators, WeightConfig(n_permutations=16), seed=0)
+    true_log_w = norm.logpdf(x, MU[m], np.sqrt(1.06)) - norm.logpdf(x, 0.5 * r + MU[m], 0.9)
+    return df, result, true_log_w
+
+
+def test_case2_reweighting_makes_x_independent_of_relevance_given_m(case2):
+    df, result, _ = case2
+    x, r, m, w = df["x"].to_numpy(), df[R].to_numpy(), df["m"].to_numpy(), result.weights
+    for code in (1, 2, 3):
+        s = m == code
+        assert np.corrcoef(x[s], r[s])[0, 1] > 0.45
+        assert abs(weighted_corr(x[s], r[s], w[s])) < 0.15
+        # the paper's printed ratio p(x | r̂, m) / p(x | m) makes the confounding worse
+        assert weighted_corr(x[s], r[s], 1.0 / w[s]) > np.corrcoef(x[s], r[s])[0, 1] + 0.15
+        # E_w[x | r̂ bin, m] ≈ E[x | m]
+        np.testing.assert_allclose(bin_means(x[s], r[s], w[s], 4), MU[code], atol=0.25)
+        assert np.ptp(bin_means(x[s], r[s], np.ones(s.sum()), 4)) > 0.9
+    # pooled over m: the residual x − E[x | m] no longer moves with r̂
+    resid = x - MU[m]
+    assert np.corrcoef(resid, r)[0, 1] > 0.45
+    assert abs(weighted_corr(resid, r, w)) < 0.12
+    np.testing.assert_allclose(bin_means(resid, r, w), 0.0, atol=0.2)
+    # the weights cut r̂ → x only: m's effect on x stays
+    means = [np.average(x[m == c], weights=w[m == c]) for c in (1, 2, 3)]
+    np.testing.assert_allclose(means, MU[1:], atol=0.15)
+
+
+def test_case2_weights_match_the_analytic_ratio(case2):
+    _, result, true_log_w = case2
+    assert result.features["x"]["numerator"] == "permutation" and result.features["x"]["case"] == 2
+    assert np.corrcoef(result.feature_log_weights["x"], true_log_w)[0, 1] > 0.9
+
+
+def test_diagnostics_are_consistent_and_json_ready(case1):
+    _, result, _ = case1
+    w = result.weights
+    assert w.shape == (N,) and np.all(w > 0)
+    assert w.mean() == pytest.approx(1.0, abs=1e-9)
+    assert w.max() <= result.cap + 1e-9 and result.cap == 20.0
+    assert result.ess == pytest.approx(w.sum() ** 2 / (w ** 2).sum())
+    assert 0.0 < result.ess_fraction <= 1.0
+    assert result.ess >= result.ess_unclipped - 1e-6                 # clipping never lowers the ESS
+    d = json.loads(json.dumps(result.to_dict()))
+    assert d["n_rows"] == N and d["share_clipped"] == pytest.approx(result.clipped.mean())
+    assert set(d["features"]["x"]["log_weight"]) == {"mean", "std", "min", "q01", "median", "q99", "max"}
+    assert d["features"]["x"]["case"] == 1
+
+
+def test_a_tighter_cap_clips_more_and_keeps_mean_one(case1):
+    df, result, _ = case1
+    # reuse the fitted log weights through the pure functions: the cap and share follow the config
+    normalised = normalised_from_log(result.log_weights)
+    w, clipped = clip_and_normalise(normalised, clip_cap(normalised, 3.0, None))
+    assert w.max() <= 3.0 + 1e-9 and w.mean() == pytest.approx(1.0)
+    assert clipped.mean() > result.share_clipped
+    assert effective_sample_size(w) > result.ess
+
+
+# ---------------------------------------------------------------------------------------------
+# Several confounded features: w = Π_i w_i (Eq. 10)
+# ---------------------------------------------------------------------------------------------
+def test_total_weight_is_the_product_over_confounded_features():
+    rng = np.random.default_rng(3)
+    n = 1000
+    r = rng.normal(size=n)
+    df = pd.DataFrame({R: r, "a": r + rng.normal(size=n), "b": rng.integers(1, 3, n), "h": rng.normal(size=n)})
+    report = BiasReport((ConfoundedFeature("a", (R,), 1), ConfoundedFeature("b", (R, "h"), 2)), ("a", "b"), (R,))
+    est = fit_influence_estimators(df, report, {"a": "ordinal", "b": "categorical", "h": "continuous"},
+                                   InfluenceConfig(epochs=3), seed=0)
+    result = importance_weights(df, est, WeightConfig(max_weight=None, n_permutations=4), seed=1)
+    lw = result.feature_log_weights
+    np.testing.assert_allclose(result.log_weights, lw["a"] + lw["b"])
+    product = np.exp(lw["a"]) * np.exp(lw["b"])
+    np.testing.assert_allclose(result.weights, product / product.mean(), rtol=1e-9)
+    assert not result.clipped.any() and result.cap is None
+    # seeded: the same permutations give the same weights
+    again = importance_weights(df, est, WeightConfig(max_weight=None, n_permutations=4), seed=1)
+    np.testing.assert_array_equal(again.weights, result.weights)
+
+
+def test_no_confounded_features_gives_unit_weights():
+    df = pd.DataFrame({R: np.arange(5.0)})
+    result = importance_weights(df, {})
+    np.testing.assert_array_equal(result.weights, np.ones(5))
+    assert result.ess == pytest.approx(5.0) and result.share_clipped == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure functions
+# ---------------------------------------------------------------------------------------------
+def test_log_ratio_sum_and_log_mean_exp():
+    np.testing.assert_allclose(feature_log_weight([0.0, -1.0], [-1.0, -1.0]), [1.0, 0.0])
+    np.testing.assert_allclose(total_log_weight({"a": np.array([1.0, 2.0]), "b": np.array([0.5, -2.0])}, 2), [1.5, 0.0])
+    with pytest.raises(ValueError, match="'a'"):
+        total_log_weight({"a": np.zeros(3)}, 2)
+    a = np.array([[1000.0, -5.0], [1000.0 + np.log(3.0), -7.0]])
+    np.testing.assert_allclose(log_mean_exp(a, 0), [1000.0 + np.log(2.0), np.log((np.exp(-5) + np.exp(-7)) / 2)])
+
+
+def test_effective_sample_size():
+    assert effective_sample_size(np.ones(10)) == pytest.approx(10.0)
+    assert effective_sample_size(np.array([0.0, 0.0, 3.0])) == pytest.approx(1.0)
+    assert effective_sample_size(np.array([1.0, 3.0])) == pytest.approx(16.0 / 10.0)
+    assert effective_sample_size(7.0 * np.array([1.0, 3.0])) == pytest.approx(1.6)      # scale-free
+
+
+def test_clip_and_normalise_known_case():
+    w, clipped = clip_and_normalise(np.array([1.0, 1.0, 1.0, 9.0]), cap=2.0)
+    # the largest row is held at 2; the rest share the remaining mass 4 − 2 equally
+    np.testing.assert_allclose(w, [2 / 3, 2 / 3, 2 / 3, 2.0])
+    np.testing.assert_array_equal(clipped, [False, False, False, True])
+    np.testing.assert_allclose(clip_and_normalise(np.array([5.0, 1.0]), cap=1.0)[0], [1.0, 1.0])
+    np.testing.assert_allclose(self_normalise(np.array([2.0, 6.0])), [0.5, 1.5])
+    with pytest.raises(ValueError, match="below 1"):
+        clip_and_normalise(np.array([1.0, 2.0]), cap=0.5)
+    with pytest.raises(ValueError, match="at least 3"):
+        clip_and_normalise(np.array([0.0, 0.0, 1.0]), cap=2.0)
+    np.testing.assert_allclose(clip_and_normalise(np.array([0.0, 1.0, 5.0]), cap=1.5)[0], [0.0, 1.5, 1.5])
+    with pytest.raises(ValueError, match="finite"):
+        clip_and_normalise(np.array([1.0, np.inf]), cap=2.0)
+    assert clip_cap(np.array([0.5, 0.5, 1.0, 2.0]), 10.0, 0.5) == 1.0        # a quantile cap is floored at 1
+    assert clip_cap(np.arange(101.0) / 50.0, 1.5, 0.99) == 1.5
+    assert clip_cap(np.ones(3), None, None) is None
+    with pytest.raises(ValueError, match="weights.max_weight"):
+        WeightConfig(max_weight=0.5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.just(0.0), st.floats(1e-6, 1e6)), min_size=1, max_size=60).filter(lambda v: sum(v) > 0),
+       st.floats(1.0, 50.0))
+def test_clip_and_normalise_properties(values, cap):
+    raw = np.array(values)
+    if np.count_nonzero(raw) * cap < raw.size:                   # mean 1 unreachable under the cap
+        with pytest.raises(ValueError, match="too low"):
+            clip_and_normalise(raw, cap)
+        return
+    w, clipped = clip_and_normalise(raw, cap)
+    assert w.mean() == pytest.approx(1.0, rel=1e-9)
+    assert w.max() <= cap * (1 + 1e-9)
+    assert np.all(np.diff(w[np.argsort(raw, kind="stable")]) >= -1e-9 * cap)       # order kept
+    free = ~clipped & (raw > 0)
+    if free.sum() >= 2:                                                             # ratios kept below the cap
+        ratio = w[free] / raw[free]
+        np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)
+    assert np.all(w[clipped] == pytest.approx(cap))

@@ -1,0 +1,66 @@
+"""`wpultr experiment CONFIG`: the command function; wpultr/cli.py registers it with
+`app.command("experiment")(experiment)`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+import yaml
+
+from ..config import ClusterConfig, ConfigError
+from ..schema import SchemaError
+
+
+def _parse_sets(sets: list[str] | None) -> dict:
+    overrides = {}
+    for item in sets or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. seeds=[0,1] or base.train.epochs=1")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pipelines/reproduce/)"),
+               scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler "
+                                                                  "(default: a LocalCluster as the base config's cluster section says)"),
+               workers: Optional[int] = typer.Option(None, help="LocalCluster workers (default: base cluster.n_workers)"),
+               parallel: Optional[int] = typer.Option(None, help="runs at once (default: the experiment's `parallel`, "
+                                                                 "else the cluster's worker threads)"),
+               set_: Optional[List[str]] = typer.Option(None, "--set", help="override an experiment key: "
+                                                                            "--set seeds=[0,1] --set base.train.epochs=1"),
+               report_only: bool = typer.Option(False, "--report-only", help="run nothing; gather the runs on disk "
+                                                                             "into the tables, figures and report")):
+    """Run methods × seeds (× settings) as Dask tasks, each in its own run directory (finished runs are
+    skipped), then write Tables 1–3 (Markdown + CSV), Figs. 3–5 (PNG) and report.html."""
+    from .harness import load_experiment, read_records, run_experiment, write_records, write_resolved_experiment
+    try:
+        exp = load_experiment(config, _parse_sets(set_))
+        if report_only:
+            from .report import write_experiment_report
+            exp.out_dir.mkdir(parents=True, exist_ok=True)
+            write_resolved_experiment(exp)
+            records = read_records(exp)
+            write_records(exp, records)
+            path = write_experiment_report(exp, records)
+        else:
+            from ..config import config_from_dict
+            from ..pipeline.cluster import open_client
+            base_cluster = config_from_dict({k: v for k, v in exp.base.items() if k == "cluster"}).cluster
+            cluster = ClusterConfig(scheduler=scheduler or base_cluster.scheduler,
+                                    n_workers=workers or base_cluster.n_workers,
+                                    threads_per_worker=base_cluster.threads_per_worker,
+                                    memory_limit=base_cluster.memory_limit)
+            with open_client(cluster) as client:
+                records = run_experiment(exp, client, parallel=parallel,
+                                         progress=lambda line: typer.echo(f"[experiment] {line}"))
+            path = exp.out_dir / "report.html"
+    except (ConfigError, SchemaError, FileNotFoundError, NotADirectoryError) as e:
+        typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+    failed = [r for r in records if not r.succeeded]
+    typer.echo(f"{len(records) - len(failed)} of {len(records)} runs finished"
+               + (f"; {len(failed)} failed or invalid (listed in the report)" if failed else ""))
+    typer.echo(f"experiment directory: {exp.out_dir}")
+    typer.echo(f"report: {path}")

@@ -1,0 +1,197 @@
+"""Gather an experiment: tables (Markdown + CSV), figures (PNG) and one self-contained HTML report.
+
+Layout under the experiment directory:
+```
+experiment.yaml  runs.json  runs.csv  report.html  tables.md  significance.csv
+tables/<setting>/table1.{md,csv}  table2.*  table3.*
+figures/<setting>/fig4.png  fig4.csv  fig5.png  fig3_<label>.png
+runs/<setting>/<label>/seed_<s>/   (one run directory each)
+```
+"""
+from __future__ import annotations
+
+import base64
+import html
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import yaml
+
+from ..pipeline.rundir import write_text
+from . import figures as F
+from .harness import EXPERIMENT_FILE, Experiment, RunRecord, slug
+from .tables import TITLES, SettingResults, Table, build_table, clear_cache, table_columns
+
+REPORT_FILE = "report.html"
+TABLES_MD = "tables.md"
+SIGNIFICANCE_CSV = "significance.csv"
+
+
+@dataclass
+class SettingOutputs:
+    setting: str
+    tables: dict[str, Table] = field(default_factory=dict)
+    figures: dict[str, Path] = field(default_factory=dict)       # fig4, fig5, fig3:<label>
+    notes: dict[str, str] = field(default_factory=dict)          # per figure: what was drawn or why not
+
+
+def _results(exp: Experiment, records: Sequence[RunRecord], setting: str) -> SettingResults:
+    return SettingResults({(r.label, r.seed): Path(r.run_dir) for r in records
+                           if r.setting == setting and r.succeeded})
+
+
+def _ks(exp: Experiment) -> list[int]:
+    for r in exp.runs:
+        if r.config:
+            return list(r.config["evaluation"]["ks"])
+    return [1, 3, 5, 10]
+
+
+def gather_setting(exp: Experiment, records: Sequence[RunRecord], setting: str,
+                   significance_log: list[dict[str, Any]]) -> SettingOutputs:
+    out = SettingOutputs(setting)
+    results = _results(exp, records, setting)
+    spec = exp.spec
+    columns = table_columns(_ks(exp))
+    table_dir = exp.out_dir / "tables" / setting
+    figure_dir = exp.out_dir / "figures" / setting
+    for name in ("table1", "table2", "table3"):
+        labels = exp.labels_for(name)
+        if name == "table3" and not labels:
+            continue
+        table = build_table(name, TITLES[name], results, labels, columns[name], exp.baseline,
+                            spec.significance.alpha, spec.significance.rule, significance_log)
+        table.write(table_dir)
+        out.tables[name] = table
+
+    # Fig. 4
+    fig4_labels = exp.labels_for("fig4")
+    data, what = F.fig4_data(results, fig4_labels, exp.baseline, spec.tables.fig4_original, spec.tables.fig4_positions)
+    if data.empty:
+        out.notes["fig4"] = "no finished run to draw from"
+    else:
+        write_text(figure_dir / "fig4.csv", data.to_csv(index=False))
+        out.figures["fig4"] = F.plot_fig4(data, fig4_labels, figure_dir / "fig4.png",
+                                          f"Fig. 4 ({setting}): re-ranked position of the original top documents")
+        out.notes["fig4"] = what + "; new position = rank among all annotated documents of the query."
+
+    # Fig. 5
+    fig5_labels = exp.labels_for("fig5")
+    if fig5_labels:
+        k_cols = [c for c in columns["table1"]]
+        fig5 = build_table("fig5", "Fig. 5", results, fig5_labels, k_cols, None)
+        if fig5.rows:
+            out.figures["fig5"] = F.plot_fig5(fig5, figure_dir / "fig5.png",
+                                              f"Fig. 5 ({setting}): {', '.join(fig5.rows)}")
+        missing = f" No finished run for: {', '.join(fig5.missing)}." if fig5.missing else ""
+        out.notes["fig5"] = ("bars: mean over seeds, error bars: std over seeds." if fig5.rows else "nothing to draw.") \
+            + missing
+    else:
+        out.notes["fig5"] = "no labels chosen (tables.fig5)."
+
+    # Fig. 3
+    fig3_labels = exp.labels_for("fig3")
+    drawn, absent = [], []
+    for label in fig3_labels:
+        path = None
+        for seed in results.seeds(label):
+            path = F.plot_fig3(results.runs[(label, seed)], figure_dir / f"fig3_{slug(label)}.png",
+                               f"Fig. 3 ({setting}): {label}, seed {seed} — click-model graph per epoch")
+            if path:
+                out.figures[f"fig3:{label}"] = path
+                drawn.append(f"{label} (seed {seed})")
+                break
+        if path is None:
+            absent.append(label)
+    if not fig3_labels:
+        out.notes["fig3"] = "no BAL run in this experiment (no method with train.method: bal), so no graphs to draw."
+    else:
+        out.notes["fig3"] = (f"graphs of {', '.join(drawn)}." if drawn else "") + (
+            f" No finished run with epoch_<k>/graph.json for: {', '.join(absent)}." if absent else "")
+    return out
+
+
+def write_experiment_report(exp: Experiment, records: Sequence[RunRecord]) -> Path:
+    """Write every table, figure and `report.html` of the experiment; returns the report's path."""
+    clear_cache()
+    significance_log: list[dict[str, Any]] = []
+    outputs = [gather_setting(exp, records, s, significance_log) for s in exp.settings]
+    sig = pd.DataFrame(significance_log)
+    write_text(exp.out_dir / SIGNIFICANCE_CSV, sig.to_csv(index=False) if len(sig) else "")
+    md = [f"# Experiment {exp.name}", ""]
+    for out in outputs:
+        if len(outputs) > 1:
+            md += [f"## Setting {out.setting}", ""]
+        md += [t.to_markdown() for t in out.tables.values()]
+    write_text(exp.out_dir / TABLES_MD, "\n".join(md))
+    path = exp.out_dir / REPORT_FILE
+    write_text(path, render_html(exp, records, outputs))
+    return path
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f"<img alt='{html.escape(path.name)}' src='data:image/png;base64,{data}'>"
+
+
+def _runs_table(exp: Experiment, records: Sequence[RunRecord]) -> str:
+    head = "".join(f"<th>{h}</th>" for h in ("setting", "method", "seed", "status", "seconds", "run"))
+    rows = []
+    for r in records:
+        link = Path(os.path.relpath(r.run_dir, exp.out_dir))
+        report = link / "report.html"
+        cell = f"<a href='{html.escape(str(report))}'>{html.escape(str(link))}</a>" if r.succeeded else \
+            html.escape(str(link))
+        seconds = f"{r.seconds:.1f}" if r.seconds is not None else ""
+        rows.append(f"<tr class='{r.status}'><td>{html.escape(r.setting)}</td><td>{html.escape(r.label)}</td>"
+                    f"<td>{r.seed}</td><td>{r.status}</td><td>{seconds}</td><td style='text-align:left'>{cell}</td></tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _failures(records: Sequence[RunRecord]) -> str:
+    failed = [r for r in records if not r.succeeded]
+    if not failed:
+        return "<p>Every run finished.</p>"
+    rows = "".join(f"<tr><td>{html.escape(r.setting)}</td><td>{html.escape(r.label)}</td><td>{r.seed}</td>"
+                   f"<td>{r.status}</td><td style='text-align:left'><code>{html.escape(r.error or '')}</code></td></tr>"
+                   for r in failed)
+    return (f"<p>{len(failed)} of {len(records)} runs did not finish; their methods are left out of the tables "
+            f"(a failed run keeps <code>failure.txt</code> with the traceback in its directory).</p>"
+            f"<table><thead><tr><th>setting</th><th>method</th><th>seed</th><th>status</th><th>error</th></tr>"
+            f"</thead><tbody>{rows}</tbody></table>")
+
+
+def render_html(exp: Experiment, records: Sequence[RunRecord], outputs: Sequence[SettingOutputs]) -> str:
+    ok = sum(r.succeeded for r in records)
+    parts = [f"<h1>wpultr experiment <code>{html.escape(exp.name)}</code></h1>",
+             f"<p>{len(exp.labels)} methods × {len(exp.spec.seeds)} seeds × {len(exp.settings)} setting(s): "
+             f"{ok} of {len(records)} runs finished. Baseline for significance: <b>{html.escape(exp.baseline)}</b> "
+             f"(paired t-test over test queries per seed, p &lt; {exp.spec.significance.alpha:g}, "
+             f"rule: {exp.spec.significance.rule}).</p>"]
+    for out in outputs:
+        if len(outputs) > 1:
+            parts.append(f"<h2>Setting <code>{html.escape(out.setting)}</code></h2>")
+        for table in out.tables.values():
+            parts.append(f"<section><h3>{html.escape(table.title)}</h3>{table.to_html()}</section>")
+        for key, title in (("fig4", "Fig. 4: average position after re-ranking"),
+                           ("fig5", "Fig. 5: Naive, BAL and its variants without the click-model design")):
+            body = _img(out.figures[key]) if key in out.figures else ""
+            note = out.notes.get(key, "")
+            parts.append(f"<section><h3>{title}</h3>{body}<p class='legend'>{html.escape(note)}</p></section>")
+        graphs = [_img(p) for k, p in out.figures.items() if k.startswith("fig3:")]
+        parts.append(f"<section><h3>Fig. 3: the causal graph per epoch</h3>{''.join(graphs)}"
+                     f"<p class='legend'>{html.escape(out.notes.get('fig3', ''))}</p></section>")
+    parts.append(f"<section><h2>Failed runs</h2>{_failures(records)}</section>")
+    parts.append(f"<section><h2>Runs</h2>{_runs_table(exp, records)}</section>")
+    config = exp.out_dir / EXPERIMENT_FILE
+    text = config.read_text() if config.exists() else yaml.safe_dump({"name": exp.name})
+    parts.append(f"<section><h2>Experiment config (as resolved)</h2><pre>{html.escape(text)}</pre></section>")
+    style = ("body{font-family:system-ui,sans-serif;max-width:80em;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;"
+             "text-align:right}th{background:#f3f3f3}pre{background:#f8f8f8;padding:1em;overflow:auto}"
+             "img{max-width:100%}.legend{color:#555;font-size:.9em}tr.failed td,tr.invalid td{background:#fdecea}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>wpultr experiment {html.escape(exp.name)}"
+            f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")

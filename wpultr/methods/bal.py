@@ -1,0 +1,154 @@
+"""BAL: bias-agnostic whole-page unbiased learning to rank (WWW 2024, §3), one epoch at a time.
+
+Each epoch, with the current ranker f_Θ:
+1. score every shown result: r̂ = f_Θ(q, d);
+2. learn the click model's graph over r̂, the page features and c (PC + CI test with the three
+   priors, on sampled sessions, §3.1) — or take the variant's fixed graph (`bal.graph`);
+3. read the biases off it (confounded features with their parents, page-feature → click);
+4. fit one influence estimator p(x | parents) per confounded feature (Eq. 6–7) and the importance
+   weights that cut r̂ → x (Eq. 8–9 and case 2, product over features, Eq. 10);
+5. fit the click model φ_c by the weighted likelihood of Eq. 10 with r̂ fixed;
+6. update Θ by the same weighted likelihood with the page-feature path blocked
+   (`click_model.ranker_loss`), so the ranker learns only relevance → click.
+The ranker first gets BAL's warm-up (naive click loss, plus masked LM for BERT; `train.warmup_epochs`).
+Every epoch's graph, biases, weight diagnostics, losses and validation metrics are recorded.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..causal.biases import BiasReport, identify_biases
+from ..causal.discovery import discover, one_row_per_session, sample_session_ids
+from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
+from ..features.encoders import CategoricalEncoder, PageFeatureEncoder
+from ..propensity.influence import fit_influence_estimators
+from ..propensity.weights import importance_weights
+from ..rankers.base import score_inputs
+from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, \
+    page_features_from_config
+from .base import FitResult
+from .click_model import ClickModel, page_inputs, ranker_loss
+from .training import Trainer, build_ranker
+from .warmup import warm_up
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+
+WEIGHTS, PAGE_LOGITS = "weights", "page_logits"
+
+
+def bal_features(config: "RunConfig") -> tuple[PageFeature, ...]:
+    """The declared page features BAL sees (`bal.features` selects; None keeps them all)."""
+    declared = page_features_from_config(config.data.page_features, "data.page_features")
+    wanted = config.bal.features
+    return declared if wanted is None else tuple(f for f in declared if f.name in set(wanted))
+
+
+def fixed_graph(kind: str, features: Sequence[PageFeature]) -> DiscoveredGraph:
+    """PB-BAL's graph (position → c, r̂ → c) or FB-BAL's (r̂ → every feature → c, r̂ → c)."""
+    names = [f.name for f in features]
+    edges = [GraphEdge(RELEVANCE_SCORE, CLICK, DIRECTED)]
+    if kind == "position":
+        nodes = (RELEVANCE_SCORE, POSITION, CLICK)
+        edges.append(GraphEdge(POSITION, CLICK, DIRECTED))
+        kinds = {POSITION: next(f.kind.value for f in features if f.name == POSITION)}
+    else:
+        nodes = (RELEVANCE_SCORE, *names, CLICK)
+        edges += [GraphEdge(RELEVANCE_SCORE, n, DIRECTED) for n in names] + [GraphEdge(n, CLICK, DIRECTED) for n in names]
+        kinds = {f.name: f.kind.value for f in features}
+    return DiscoveredGraph(nodes, tuple(edges), {RELEVANCE_SCORE: "relevance", CLICK: "click", **kinds},
+                           meta={"fixed": kind})
+
+
+def _current_client() -> Any:
+    """The Dask client the pipeline runs on, if any: discovery spreads its CI tests over it."""
+    try:
+        from distributed import default_client
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
+
+class BAL:
+    name = "bal"
+
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        train = train.reset_index(drop=True)
+        features = bal_features(config)
+        encoder = PageFeatureEncoder(features, config.discovery.preprocess).fit(train)
+        encoded = encoder.transform(train)
+        kinds = {f.name: f.kind.value for f in features}
+        n_categories = {name: len(enc.vocabulary_) + 1 for name, enc in encoder.encoders_.items()
+                        if isinstance(enc, CategoricalEncoder)}
+        clicks = train[CLICK].to_numpy(np.float32)
+        trainer = Trainer(build_ranker(config, train), train, valid, config)
+        warm_up(trainer)
+        client = _current_client() if config.bal.graph == "discovered" else None
+        graphs: list[DiscoveredGraph] = []
+        for k in range(config.train.epochs):
+            start = time.perf_counter()
+            seed = config.seed * 1000 + k
+            r = score_inputs(trainer.ranker, trainer.inputs, config.train.batch_size * 8)        # step 1
+            nodes = encoded.assign(**{RELEVANCE_SCORE: r, CLICK: clicks})
+            graph = self.graph(train, nodes, features, config, seed, client)                   # step 2
+            graph.meta["epoch"] = k
+            biases = identify_biases(graph)                                                     # step 3
+            weights, weight_info = self.weights(nodes, biases, kinds, n_categories, config, seed)  # step 4
+            click_parents = [p for p in biases.click_parents if p != RELEVANCE_SCORE]
+            click_model = ClickModel(page_inputs(click_parents, kinds, n_categories), config.bal.click_model)
+            cm_stats = click_model.fit(r, nodes, clicks, weights, trainer.generator)            # step 5
+            extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32)),
+                      PAGE_LOGITS: trainer.lists.gather(click_model.page_logits(nodes).astype(np.float32))}
+            stats = trainer.epoch(lambda s, b: ranker_loss(click_model, s, b.extras[PAGE_LOGITS], b.clicks,  # step 6
+                                                           b.extras[WEIGHTS], b.mask), extras)
+            graphs.append(graph)
+            trainer.record(len(trainer.history), {**stats, **cm_stats}, time.perf_counter() - start, phase="bal",
+                           bal_epoch=k, biases=biases.to_dict(), weights=weight_info,
+                           graph_edges=[f"{e.source} {e.arrow()} {e.target}" for e in graph.edges])
+        ranker = trainer.finish()
+        bias = {"method": self.name, "graph_mode": config.bal.graph, "features": [f.name for f in features],
+                "best_epoch": trainer.best_epoch, "click_model_form": config.bal.click_model.form,
+                "epochs": [{"epoch": e["bal_epoch"], "biases": e["biases"], "weights": e["weights"]}
+                           for e in trainer.history if e.get("phase") == "bal"]}
+        return FitResult(ranker, trainer.history, bias, graphs)
+
+    # ----------------------------------------------------------------------------------------
+    @staticmethod
+    def graph(train: pd.DataFrame, nodes: pd.DataFrame, features: Sequence[PageFeature], config: "RunConfig",
+              seed: int, client: Any) -> DiscoveredGraph:
+        """This epoch's click-model graph: discovered on sampled sessions, or the variant's fixed one."""
+        if config.bal.graph != "discovered":
+            return fixed_graph(config.bal.graph, features)
+        d = config.discovery
+        ids = sample_session_ids(train[[SESSION_ID, QUERY_ID]], d.n_sessions, stratify=d.stratify,
+                                 n_strata=d.n_strata, seed=seed)
+        chosen = train.loc[train[SESSION_ID].isin(ids), [SESSION_ID, POSITION]].assign(_row=lambda f: f.index)
+        rows = one_row_per_session(chosen, seed)["_row"].to_numpy()
+        sample = nodes.loc[rows].reset_index(drop=True)
+        graph = discover(sample, features, d, client=client, seed=seed).graph
+        graph.meta["sample"] = {**graph.meta.get("sample", {}), "n_sessions_requested": d.n_sessions,
+                                "stratified": d.stratify, "rows_per": "one displayed result per sampled session"}
+        return graph
+
+    @staticmethod
+    def weights(nodes: pd.DataFrame, biases: BiasReport, kinds: dict[str, str], n_categories: dict[str, int],
+                config: "RunConfig", seed: int) -> tuple[np.ndarray, dict[str, Any]]:
+        """Importance weights of every row (1 where nothing is confounded) and their diagnostics."""
+        if not biases.confounded:
+            return np.ones(len(nodes)), {"confounded": [], "ess_fraction": 1.0}
+        rng = np.random.default_rng(seed)
+        n_fit = min(config.bal.estimator_rows, len(nodes))
+        fit_rows = np.sort(rng.choice(len(nodes), size=n_fit, replace=False))
+        estimators = fit_influence_estimators(nodes.iloc[fit_rows].reset_index(drop=True), biases,
+                                              {k: FeatureKind(v) for k, v in kinds.items()}, config.bal.influence,
+                                              seed, n_categories)
+        result = importance_weights(nodes, estimators, config.bal.weights, seed)
+        info = result.to_dict()
+        info["confounded"] = [c.feature for c in biases.confounded]
+        info["estimators"] = {name: est.to_dict() for name, est in estimators.items()}
+        return result.weights, info

@@ -1,0 +1,132 @@
+"""BAL's click model p(c | parents of c) (Eq. 10, parameters φ_c), parametrised so gradient blocking is exact.
+
+The logit splits into a relevance term and a page term:
+
+    u = softplus(a) · r̂ + b                 (monotone in r̂: the ranker's order is kept)
+    v = g_φ(x_parents)                       (MLP over the page features that are parents of c)
+    p(c = 1) = σ(u) · σ(v)    multiplicative (examination hypothesis: relevance × page)
+             = σ(u + v)       additive
+
+Fitting φ_c (`fit`) holds r̂ fixed and maximises the importance-weighted likelihood of Eq. 10.
+The ranker step (`ranker_loss`) uses the same weighted likelihood, but v is computed without a
+graph to φ_c (detached) and a, b enter as constants, so the only path from the loss to a trainable
+parameter is r̂ = f_Θ(q, d): the ranker learns relevance → click and nothing of the page. The
+ranker never reads a page feature, so its scores cannot depend on one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from ..rankers.mlp import mlp
+from .bal_config import ClickModelConfig
+
+
+@dataclass(frozen=True)
+class PageInputs:
+    """The click model's page-feature inputs: numeric columns (BT scores, standardised) and category codes."""
+
+    numeric: tuple[str, ...]
+    categorical: tuple[str, ...]
+    n_categories: tuple[int, ...]
+
+    def tensors(self, nodes: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
+        numeric = torch.as_tensor(nodes[list(self.numeric)].to_numpy(np.float32)) if self.numeric \
+            else torch.zeros((len(nodes), 0))
+        codes = torch.as_tensor(nodes[list(self.categorical)].to_numpy(np.int64)) if self.categorical \
+            else torch.zeros((len(nodes), 0), dtype=torch.long)
+        if self.categorical:
+            codes = torch.minimum(codes.clamp_min(0), torch.as_tensor(self.n_categories) - 1)
+        return numeric, codes
+
+
+def log_click_likelihood(u: torch.Tensor, v: torch.Tensor, clicks: torch.Tensor, form: str) -> torch.Tensor:
+    """log p(c | u, v) per row, computed stably for both forms."""
+    if form == "additive":
+        return -F.binary_cross_entropy_with_logits(u + v, clicks, reduction="none")
+    log_p1 = F.logsigmoid(u) + F.logsigmoid(v)                              # log σ(u)σ(v)
+    # 1 − σ(u)σ(v) = (e^{-u} + e^{-v} + e^{-u-v}) / ((1 + e^{-u})(1 + e^{-v}))
+    log_p0 = torch.logsumexp(torch.stack([-u, -v, -u - v]), dim=0) - F.softplus(-u) - F.softplus(-v)
+    return clicks * log_p1 + (1 - clicks) * log_p0
+
+
+class ClickModel(torch.nn.Module):
+    """p(c | r̂, page parents of c) with a relevance term u(r̂) and a page term v(x)."""
+
+    def __init__(self, page: PageInputs, config: ClickModelConfig):
+        super().__init__()
+        self.page, self.form = page, config.form
+        self.scale = torch.nn.Parameter(torch.tensor(0.5413))    # softplus(0.5413) = 1
+        self.bias = torch.nn.Parameter(torch.tensor(0.0))
+        self.embeddings = torch.nn.ModuleList(torch.nn.Embedding(n, config.embedding_dim) for n in page.n_categories)
+        width = len(page.numeric) + config.embedding_dim * len(page.categorical)
+        self.branch = mlp(width, config.hidden, 1) if width else None
+        self.config = config
+
+    def relevance_term(self, r: torch.Tensor, detached: bool = False) -> torch.Tensor:
+        scale, bias = (self.scale.detach(), self.bias.detach()) if detached else (self.scale, self.bias)
+        return F.softplus(scale) * r + bias
+
+    def page_term(self, numeric: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        if self.branch is None:   # no page feature is a parent of c: the page says nothing
+            return numeric.new_full((numeric.shape[0],), 20.0 if self.form == "multiplicative" else 0.0)
+        parts = [numeric] + [emb(codes[:, i]) for i, emb in enumerate(self.embeddings)]
+        return self.branch(torch.cat(parts, dim=1)).squeeze(-1)
+
+    def fit(self, r: np.ndarray, nodes: pd.DataFrame, clicks: np.ndarray, weights: np.ndarray,
+            generator: torch.Generator) -> dict[str, float]:
+        """Maximise Σ w log p(c | r̂, x) over φ_c with r̂ fixed (Eq. 10); returns the last epoch's mean loss."""
+        numeric, codes = self.page.tensors(nodes)
+        r_t = torch.as_tensor(r, dtype=torch.float32)
+        c_t = torch.as_tensor(clicks, dtype=torch.float32)
+        w_t = torch.as_tensor(weights, dtype=torch.float32)
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.config.learning_rate)
+        n, loss_value = len(r_t), float("nan")
+        self.train()
+        for _ in range(self.config.epochs):
+            order = torch.randperm(n, generator=generator)
+            total = 0.0
+            for start in range(0, n, self.config.batch_size):
+                idx = order[start: start + self.config.batch_size]
+                ll = log_click_likelihood(self.relevance_term(r_t[idx]), self.page_term(numeric[idx], codes[idx]),
+                                          c_t[idx], self.form)
+                loss = -(w_t[idx] * ll).mean()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach()) * len(idx)
+            loss_value = total / max(n, 1)
+        self.eval()
+        return {"click_model_nll": loss_value, "relevance_scale": float(F.softplus(self.scale.detach())),
+                "relevance_bias": float(self.bias.detach())}
+
+    @torch.no_grad()
+    def page_logits(self, nodes: pd.DataFrame) -> np.ndarray:
+        """v(x) for every row: fixed during the ranker step."""
+        numeric, codes = self.page.tensors(nodes)
+        return self.page_term(numeric, codes).numpy()
+
+
+def ranker_loss(click_model: ClickModel, scores: torch.Tensor, page_logits: torch.Tensor, clicks: torch.Tensor,
+                weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The weighted likelihood of Eq. 10 as a function of r̂ alone: the page-feature path is blocked.
+
+    `page_logits` are v(x) computed beforehand (constants) and the relevance term's a, b are detached,
+    so ∂loss/∂φ_c = 0 and ∂loss/∂x = 0; only the ranker's parameters receive a gradient.
+    """
+    u = click_model.relevance_term(scores, detached=True)
+    ll = log_click_likelihood(u, page_logits.detach(), clicks, click_model.form)
+    m = mask.float()
+    return -(weights * ll * m).sum() / m.sum().clamp_min(1.0)
+
+
+def page_inputs(parents: Sequence[str], kinds: dict[str, str], n_categories: dict[str, int]) -> PageInputs:
+    """Split the page-feature parents of c into numeric and categorical inputs."""
+    numeric = tuple(p for p in parents if kinds[p] != "categorical")
+    categorical = tuple(p for p in parents if kinds[p] == "categorical")
+    return PageInputs(numeric, categorical, tuple(int(n_categories[p]) for p in categorical))

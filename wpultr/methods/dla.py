@@ -1,0 +1,95 @@
+"""DLA, the dual learning algorithm (Ai, Bi, Luo, Guo, Croft, SIGIR 2018, "Unbiased learning to rank with
+unbiased propensity estimation"), in the form of ULTRA's DLA.
+
+Two models are learned together from the same clicks:
+* the ranker f (scores s_i), trained with the inverse-propensity-weighted softmax loss
+      l_IRM = Σ_i c_i · (P(o_1)/P(o_i)) · (−log softmax(s)_i)
+* the propensity model g — one logit per position (ULTRA's propensity network on a one-hot position
+  is exactly that) — trained with the inverse-relevance-weighted softmax loss, the dual problem
+      l_IPM = Σ_i c_i · (P(r_1)/P(r_i)) · (−log softmax(g)_i)
+where P(o_1)/P(o_i) = softmax(g)_1/softmax(g)_i = exp(g_1 − g_i) and P(r_1)/P(r_i) = exp(s_1 − s_i) with
+s_1 the score of the result shown at the top of the same list (the paper's ratio to position 1).
+Each weight is a constant for the other model's loss (ULTRA takes each loss's gradient with respect to
+its own model only; the logits have their own learning rate `baselines.dla_propensity_learning_rate`,
+as ULTRA's propensity_learning_rate), both are clipped at `baselines.dla_max_weight`, and both losses are the summed
+(unnormalised per list) weighted softmax losses, whose minimiser over g is softmax(g)_k ∝ θ_k: E[c_k
+r_1/r_k] = θ_k r_1. Loss = l_IPM + `baselines.dla_ranker_loss_weight` · l_IRM, one Adam over both (two parameter groups).
+
+The propensities reported are exp(g_k − g_1), i.e. normalised to position 1. DLA is listwise by
+construction; `train.loss` is not used.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..rankers.base import resolve_device
+from .base import FitResult
+from .propensity import as_table, setting, weighted_softmax_loss
+from .training import ListBatch, SessionLists, Trainer, build_ranker
+from .warmup import warm_up
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+
+
+def dla_losses(scores: torch.Tensor, logits: torch.Tensor, batch: ListBatch,
+               max_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(l_IRM for the ranker, l_IPM for the propensity logits) of a batch (module docstring)."""
+    mask, clicks = batch.mask, batch.clicks
+    g = logits[(batch.positions - 1).clamp_min(0)]                       # (B, K) logit of each shown position
+    propensity_weight = torch.exp(logits[0] - g).detach().clamp(max=max_weight)          # P(o_1)/P(o_i)
+    relevance_weight = torch.exp(scores[:, :1] - scores).detach().clamp(max=max_weight)  # P(r_1)/P(r_i)
+    rank_loss = weighted_softmax_loss(scores, clicks, mask, propensity_weight)
+    exam_loss = weighted_softmax_loss(g, clicks, mask, relevance_weight)
+    return rank_loss, exam_loss
+
+
+def relative_propensities(logits: torch.Tensor) -> np.ndarray:
+    """exp(g_k − g_1): the propensity of each position over position 1's."""
+    values = logits.detach().cpu().double()
+    return torch.exp(values - values[0]).numpy()
+
+
+class DLA:
+    name = "dla"
+
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        lists = SessionLists.from_frame(train)
+        n_positions = int(lists.positions.max())
+        logits = torch.nn.Parameter(torch.zeros(n_positions, device=resolve_device(config.train.device)))
+        trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
+        # the propensity logits get their own learning rate (ULTRA's propensity_learning_rate): a handful
+        # of parameters that must move by ~log(θ_1/θ_K) need larger steps than the ranker's weights
+        propensity_lr = float(setting(config, "dla_propensity_learning_rate"))
+        if propensity_lr <= 0:
+            from ..config import ConfigError
+            raise ConfigError(f"baselines.dla_propensity_learning_rate: must be > 0, got {propensity_lr}")
+        trainer.optimizer.add_param_group({"params": [logits], "lr": propensity_lr, "weight_decay": 0.0})
+        warm_up(trainer)
+        weight = float(setting(config, "dla_ranker_loss_weight"))
+        max_weight = float(setting(config, "dla_max_weight"))
+        if max_weight <= 1.0:
+            from ..config import ConfigError
+            raise ConfigError(f"baselines.dla_max_weight: must be > 1, got {max_weight}")
+
+        def loss(scores: torch.Tensor, batch: ListBatch):
+            rank_loss, exam_loss = dla_losses(scores, logits, batch, max_weight)
+            return exam_loss + weight * rank_loss, {"rank_loss": float(rank_loss.detach()),
+                                                    "exam_loss": float(exam_loss.detach())}
+
+        for epoch in range(len(trainer.history), len(trainer.history) + config.train.epochs):
+            start = time.perf_counter()
+            stats = trainer.epoch(loss)
+            trainer.record(epoch, stats, time.perf_counter() - start,
+                           propensities=as_table(relative_propensities(logits)))
+        ranker = trainer.finish()
+        return FitResult(ranker, trainer.history, {
+            "method": self.name, "loss": "listwise", "best_epoch": trainer.best_epoch,
+            "propensities": as_table(relative_propensities(logits)),
+            "logits": as_table(logits.detach().cpu().numpy()),
+            "ranker_loss_weight": weight, "max_weight": max_weight, "propensity_learning_rate": propensity_lr})

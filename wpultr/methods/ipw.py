@@ -1,0 +1,64 @@
+"""IPW: the click loss with each click weighted by 1 / θ_position (Joachims et al. 2017; Wang et al. 2016).
+
+Propensities θ_k/θ_1 come from `baselines.propensity_source` (see `propensity.resolve_propensities`):
+a RandPair result-randomisation experiment (from logs with the randpair columns, or run on the
+simulator), intervention harvesting from the logs, or a given table; they are clipped below at
+`baselines.propensity_clip` so no weight exceeds 1 / clip.
+
+Losses (`train.loss`):
+* listwise: Σ_i (c_i / θ_i)(−log softmax(s)_i) over all clicks, divided by Σ c_i/θ_i (Ai et al. 2018's
+  propensity-weighted softmax loss, as ULTRA's IPW): unbiased for the relevance-weighted softmax loss.
+* pointwise: binary cross-entropy against the target c_i / θ_i, i.e. −[(c/θ) log σ(s) + (1 − c/θ) log(1 − σ(s))]
+  (the unbiased pointwise estimator of Saito et al. 2020 / Bekker et al. 2019: its expectation over
+  clicks is the cross-entropy against relevance, E[c/θ] = r). Weighting every row's BCE by 1/θ
+  instead would up-weight non-clicks at low positions too and stay biased.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import torch
+
+from .base import FitResult
+from .losses import pointwise_click_loss
+from .propensity import as_table, propensity_array, resolve_propensities, setting, weighted_softmax_loss
+from .training import ListBatch, SessionLists, Trainer, build_ranker
+from .warmup import warm_up
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+
+
+def ipw_loss(kind: str, scores: torch.Tensor, batch: ListBatch, inverse: torch.Tensor) -> torch.Tensor:
+    """The IPW click loss of a batch; `inverse` is 1/θ indexed by position (index 0: padding)."""
+    weights = inverse[batch.positions]
+    if kind == "pointwise":
+        return pointwise_click_loss(scores, batch.clicks * weights, batch.mask)   # target c/θ, E = r
+    if kind == "listwise":
+        return weighted_softmax_loss(scores, batch.clicks, batch.mask, weights)   # Σ c/θ · CE
+    raise ValueError(f"train.loss: {kind!r} is not one of 'pointwise', 'listwise'")
+
+
+class IPW:
+    name = "ipw"
+
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        table, info = resolve_propensities(train, config)
+        clip = float(setting(config, "propensity_clip"))
+        if not 0.0 < clip <= 1.0:
+            from ..config import ConfigError
+            raise ConfigError(f"baselines.propensity_clip: must be in (0, 1], got {clip}")
+        lists = SessionLists.from_frame(train)
+        theta = propensity_array(table, int(lists.positions.max()), clip)
+        trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
+        warm_up(trainer)
+        inverse = torch.as_tensor(1.0 / theta, dtype=torch.float32, device=trainer.device)
+        kind = config.train.loss
+        ranker = trainer.fit(lambda scores, batch: ipw_loss(kind, scores, batch, inverse),
+                             first_epoch=len(trainer.history))
+        return FitResult(ranker, trainer.history, {
+            "method": self.name, "loss": kind, "best_epoch": trainer.best_epoch,
+            "propensities": as_table(theta[1:]),          # as used: relative to position 1, clipped
+            "estimated": table, "clip": clip, **info})
+

@@ -1,0 +1,126 @@
+"""Pairwise debiasing, the position-bias correction of Unbiased LambdaMART (Hu, Wang, Peng, Li, WWW 2019),
+for the neural rankers.
+
+Hu et al. model a click as P(c_i^+) = t_i^+ P(r_i^+) and a non-click as P(c_j^-) = t_j^- P(r_j^-), with
+positional ratios t^+ (click over relevance) and t^- (non-click over irrelevance), and minimise
+
+    L = Σ_q Σ_{(i,j): c_i=1, c_j=0} ℓ(s_i, s_j) / (t^+_{k(i)} t^-_{k(j)})  +  ||t^+||_p^p + ||t^-||_p^p,
+    with t^+_1 = t^-_1 = 1,
+
+alternately over the ranker and over (t^+, t^-). Setting the derivative in t to zero gives their
+closed-form updates, relative to position 1:
+
+    t^+_k = [ Σ_{pairs, k(i)=k} ℓ_ij / t^-_{k(j)}  /  Σ_{pairs, k(i)=1} ℓ_ij / t^-_{k(j)} ]^{1/(p+1)}
+    t^-_k = [ Σ_{pairs, k(j)=k} ℓ_ij / t^+_{k(i)}  /  Σ_{pairs, k(j)=1} ℓ_ij / t^+_{k(i)} ]^{1/(p+1)}
+
+Here ℓ is the pairwise logistic (RankNet) loss log(1 + exp(−(s_i − s_j))) — the loss whose gradient
+LambdaMART re-weights by |ΔNDCG|; the neural rankers take it directly (no lambda weighting). The sums
+in the updates are kept as exponential moving averages over batches (step `baselines.pairwise_step_size`,
+as ULTRA's EM_step_size), and t^± are recomputed from them after every batch with the ranker's loss
+values of that batch — Hu et al.'s alternating optimisation, done per batch instead of per boosting
+round. p is `baselines.pairwise_regularization_p` (ULTRA's default regulation_p = 1).
+
+`train.loss` is not used (the method is pairwise). t^+ relative to position 1 are reported as the
+method's propensities.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from .base import FitResult
+from .propensity import as_table, setting
+from .training import ListBatch, SessionLists, Trainer, build_ranker
+from .warmup import warm_up
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+
+
+class PositionRatios:
+    """t^+ and t^- by position (index 0 unused) and the moving sums their closed-form updates read."""
+
+    def __init__(self, n_positions: int, p: float, step: float, device: torch.device):
+        self.p, self.step = p, step
+        self.t_plus = torch.ones(n_positions + 1, device=device)
+        self.t_minus = torch.ones(n_positions + 1, device=device)
+        self.sum_plus: torch.Tensor | None = None
+        self.sum_minus: torch.Tensor | None = None
+
+    def weights(self, pos_i: torch.Tensor, pos_j: torch.Tensor) -> torch.Tensor:
+        """1 / (t^+_{k(i)} t^-_{k(j)}) of each pair."""
+        return 1.0 / (self.t_plus[pos_i] * self.t_minus[pos_j])
+
+    def update(self, pair_loss: torch.Tensor, pos_i: torch.Tensor, pos_j: torch.Tensor) -> None:
+        """One closed-form update from this batch's pair losses (detached), per the module docstring."""
+        n = self.t_plus.numel()
+        plus = torch.zeros(n, device=pair_loss.device).index_add_(0, pos_i, pair_loss / self.t_minus[pos_j])
+        minus = torch.zeros(n, device=pair_loss.device).index_add_(0, pos_j, pair_loss / self.t_plus[pos_i])
+        if self.sum_plus is None:
+            self.sum_plus, self.sum_minus = plus, minus
+        else:
+            self.sum_plus = (1 - self.step) * self.sum_plus + self.step * plus
+            self.sum_minus = (1 - self.step) * self.sum_minus + self.step * minus
+        exponent = 1.0 / (self.p + 1.0)
+        for t, sums in ((self.t_plus, self.sum_plus), (self.t_minus, self.sum_minus)):
+            if float(sums[1]) > 0:
+                seen = sums > 0
+                seen[0] = False
+                t[seen] = (sums[seen] / sums[1]) ** exponent          # t_1 = 1 by construction
+                t[1] = 1.0
+
+
+def pair_terms(scores: torch.Tensor, batch: ListBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ℓ(s_i, s_j), k(i), k(j)) of every pair of a clicked i and an unclicked j shown in the same list."""
+    shown = batch.mask
+    clicked = (batch.clicks > 0) & shown
+    unclicked = (batch.clicks <= 0) & shown
+    pairs = clicked[:, :, None] & unclicked[:, None, :]                           # (B, K, K)
+    b, i, j = pairs.nonzero(as_tuple=True)
+    loss = F.softplus(-(scores[b, i] - scores[b, j]))                            # log(1 + e^{-(s_i - s_j)})
+    return loss, batch.positions[b, i], batch.positions[b, j]
+
+
+class PairwiseDebias:
+    name = "pairwise_debias"
+
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        lists = SessionLists.from_frame(train)
+        n_positions = int(lists.positions.max())
+        trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
+        warm_up(trainer)
+        p = float(setting(config, "pairwise_regularization_p"))
+        step = float(setting(config, "pairwise_step_size"))
+        from ..config import ConfigError
+        if p <= 0:
+            raise ConfigError(f"baselines.pairwise_regularization_p: must be > 0, got {p}")
+        if not 0.0 < step <= 1.0:
+            raise ConfigError(f"baselines.pairwise_step_size: must be in (0, 1], got {step}")
+        ratios = PositionRatios(n_positions, p, step, trainer.device)
+
+        def loss(scores: torch.Tensor, batch: ListBatch):
+            pair_loss, pos_i, pos_j = pair_terms(scores, batch)
+            if pair_loss.numel() == 0:
+                return scores.sum() * 0.0
+            out = (pair_loss * ratios.weights(pos_i, pos_j)).sum() / len(batch.index)
+            ratios.update(pair_loss.detach(), pos_i, pos_j)
+            return out, {"pairs": float(pair_loss.numel())}
+
+        for epoch in range(len(trainer.history), len(trainer.history) + config.train.epochs):
+            start = time.perf_counter()
+            stats = trainer.epoch(loss)
+            trainer.record(epoch, stats, time.perf_counter() - start,
+                           t_plus=as_table(ratios.t_plus[1:].cpu().numpy()),
+                           t_minus=as_table(ratios.t_minus[1:].cpu().numpy()))
+        ranker = trainer.finish()
+        t_plus = ratios.t_plus[1:].cpu().numpy().astype(np.float64)
+        return FitResult(ranker, trainer.history, {
+            "method": self.name, "loss": "pairwise", "best_epoch": trainer.best_epoch,
+            "propensities": as_table(t_plus), "t_plus": as_table(t_plus),
+            "t_minus": as_table(ratios.t_minus[1:].cpu().numpy()),
+            "regularization_p": p, "step_size": step})

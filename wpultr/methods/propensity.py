@@ -1,0 +1,345 @@
+"""Position propensities shared by the position-based baselines (IPW, Regression-EM, DLA, pairwise debiasing).
+
+What lives here:
+
+* the baselines' settings, read from the run config's `baselines` section when it exists and from
+  `DEFAULTS` otherwise (`setting(config, name)`), so the methods run before the config grows the section;
+* propensity tables (position -> examination propensity, relative to position 1) and their clipping;
+* three ways to obtain a table for IPW, chosen by `baselines.propensity_source`:
+    - ``randomisation``: a result-randomisation experiment. RandPair (Joachims et al. 2017 §5, the swap
+      intervention; restated in paper 004 §3.3, Eqs. (15)–(20)): each experiment session draws a partner
+      position k in 2..K and swaps the results at positions 1 and k with probability 1/2. Under the
+      examination hypothesis the CTR at k is θ_k·r_B without the swap and θ_k·r_A with it, and the CTR at
+      1 is θ_1·r_A and θ_1·r_B, where A and B are the results the logging ranker put at 1 and k; so
+      (CTR_k^noswap + CTR_k^swap) / (CTR_1^noswap + CTR_1^swap) = θ_k / θ_1 whatever r_A and r_B are.
+      The experiment is read from logs that carry the `randpair` / `randpair_swapped` columns, or run on
+      the simulator (`simulate_randpair`: same corpus and users as `simulate(cfg, seed)`, fresh sessions);
+    - ``harvest``: intervention harvesting from ordinary logs — the position-based click model fitted by
+      EM over (query, document) pairs seen at several positions (Wang et al. 2018 §3's PBM EM; the
+      estimator behind Agarwal et al. 2019's intervention harvesting), for logs without randomisation;
+    - ``table``: `baselines.propensity_table`, given;
+* `weighted_softmax_loss`, the IPW softmax loss summed over clicks (not normalised per list), which
+  DLA and listwise IPW need to stay unbiased;
+* `true_position_examination`, the simulator's truth by position, for tests and reports.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, is_dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, SchemaError
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+    from ..simulate.spec import SimulateConfig
+
+# Columns a sessions table carries for sessions of a RandPair experiment.
+RANDPAIR = "randpair"                    # the position swapped with position 1 (2..K); 0 outside the experiment
+RANDPAIR_SWAPPED = "randpair_swapped"    # 1 when the swap was made, 0 in the control arm
+
+SOURCES = ("auto", "randomisation", "harvest", "table")
+
+# The `baselines` config section's keys and defaults (see the module docstring of each method).
+DEFAULTS: dict[str, Any] = {
+    "propensity_source": "auto",          # auto | randomisation | harvest | table
+    "propensity_table": None,             # {position: propensity}, used by source 'table' (and 'auto' when set)
+    "propensity_clip": 0.05,              # propensities are raised to at least this: IPW weights <= 1 / clip
+    "randomisation_sessions": 20_000,     # sessions of the simulated RandPair experiment
+    "harvest_iterations": 200,            # EM iterations of the harvesting estimator
+    "rem_step_size": 0.1,                 # Regression-EM: step of θ towards each batch's M-step estimate
+    "rem_sample_labels": False,           # Regression-EM: sample binary labels (paper) instead of soft posteriors
+    "dla_ranker_loss_weight": 1.0,        # DLA: weight of the ranking loss against the propensity loss
+    "dla_propensity_learning_rate": 0.02, # DLA: Adam step of the per-position logits (ULTRA propensity_learning_rate)
+    "dla_max_weight": 20.0,               # DLA: clip of both inverse-ratio weights (ULTRA max_propensity_weight)
+    "pairwise_regularization_p": 1.0,     # Unbiased LambdaMART's p (L_p regulariser of t+ and t-)
+    "pairwise_step_size": 0.1,            # pairwise debiasing: EMA step of the t+/t- sufficient statistics
+    "lightgbm_rounds": 200,               # boosting rounds
+    "lightgbm_learning_rate": 0.05,
+    "lightgbm_num_leaves": 31,
+    "lightgbm_min_data_in_leaf": 20,
+    "lightgbm_position_bias_regularization": 0.0,   # LightGBM's lambdarank_position_bias_regularization
+    "lightgbm_eval_points": 10,           # how many boosting checkpoints are scored on validation
+}
+
+
+def setting(config: "RunConfig", name: str) -> Any:
+    """`baselines.<name>` from the config when the section exists, else the module default."""
+    if name not in DEFAULTS:
+        raise KeyError(f"baselines.{name}: not a baselines setting; known: {', '.join(sorted(DEFAULTS))}")
+    section = getattr(config, "baselines", None)
+    if section is None:
+        return DEFAULTS[name]
+    if isinstance(section, Mapping):
+        return section.get(name, DEFAULTS[name])
+    return getattr(section, name, DEFAULTS[name])
+
+
+def _config_error(message: str) -> Exception:
+    from ..config import ConfigError
+    return ConfigError(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------
+def as_table(values: np.ndarray | Mapping[Any, float], first: int = 1) -> dict[str, float]:
+    """A JSON-able table {"1": p_1, "2": p_2, ...} from an array indexed from `first` or a mapping."""
+    if isinstance(values, Mapping):
+        return {str(int(k)): float(v) for k, v in sorted(values.items(), key=lambda kv: int(kv[0]))}
+    return {str(i + first): float(v) for i, v in enumerate(np.asarray(values, dtype=np.float64))}
+
+
+def relative_to_first(values: np.ndarray) -> np.ndarray:
+    """Propensities divided by position 1's (index 0), the scale every method reports."""
+    values = np.asarray(values, dtype=np.float64)
+    return values / values[0] if values.size and values[0] > 0 else values
+
+
+def propensity_array(table: Mapping[Any, float], max_position: int, clip: float,
+                     key: str = "baselines.propensity_table") -> np.ndarray:
+    """(max_position + 1,) array indexed by position (index 0 unused), relative to position 1 and clipped.
+
+    A position missing from the table takes the value of the nearest listed position above it (the
+    last listed value beyond the table's end); propensities are clipped to [clip, 1] after dividing
+    by position 1's, so an IPW weight never exceeds 1 / clip.
+    """
+    if not table:
+        raise _config_error(f"{key}: empty; expected {{position: propensity}} for positions 1..{max_position}")
+    parsed: dict[int, float] = {}
+    for k, v in table.items():
+        try:
+            position, value = int(k), float(v)
+        except (TypeError, ValueError):
+            raise _config_error(f"{key}.{k}: expected an integer position and a number, got {k!r}: {v!r}") from None
+        if position < 1 or not np.isfinite(value) or value <= 0:
+            raise _config_error(f"{key}.{k}: expected a position >= 1 and a propensity > 0, got {value!r}")
+        parsed[position] = value
+    known = np.array(sorted(parsed))
+    first = parsed[int(known[0])]
+    out = np.ones(max_position + 1, dtype=np.float64)
+    for position in range(1, max_position + 1):
+        nearest = known[known <= position][-1] if (known <= position).any() else known[0]
+        out[position] = parsed[int(nearest)] / first
+    out[1:] = np.clip(out[1:], clip, 1.0)
+    return out
+
+
+def max_position(frame: pd.DataFrame) -> int:
+    if POSITION not in frame.columns or not len(frame):
+        raise SchemaError(f"sessions: need a non-empty {POSITION!r} column; present: {list(frame.columns)}")
+    return int(frame[POSITION].max())
+
+
+# ---------------------------------------------------------------------------------------------
+# Result randomisation: RandPair
+# ---------------------------------------------------------------------------------------------
+def randpair_estimate(frame: pd.DataFrame) -> dict[str, Any]:
+    """θ_k/θ_1 from the sessions of a RandPair experiment (module docstring; 004 §3.3, Eqs. (16)–(19)).
+
+    `frame` is a sessions table with `randpair` (the partner position k, 0 outside the experiment) and
+    `randpair_swapped`. Returns {"propensities": {k: θ_k/θ_1}, "sessions": {k: n}, "clicks": {...}}.
+    """
+    for column in (SESSION_ID, POSITION, CLICK, RANDPAIR, RANDPAIR_SWAPPED):
+        if column not in frame.columns:
+            raise SchemaError(f"sessions: the RandPair estimate needs column {column!r}; present: {list(frame.columns)}")
+    exp = frame[frame[RANDPAIR] > 0]
+    if exp.empty:
+        raise SchemaError(f"sessions: no row has {RANDPAIR!r} > 0, i.e. no session of a RandPair experiment")
+    partner = exp[RANDPAIR].to_numpy()
+    position = exp[POSITION].to_numpy()
+    at_one, at_partner = position == 1, position == partner
+    table = pd.DataFrame({"k": partner, "swapped": exp[RANDPAIR_SWAPPED].to_numpy().astype(int),
+                          "click": exp[CLICK].to_numpy().astype(float), "at_one": at_one, "at_k": at_partner})
+    out: dict[str, Any] = {"propensities": {"1": 1.0}, "sessions": {}, "clicks_at_1": {}, "clicks_at_k": {}}
+    for k, group in table.groupby("k"):
+        ctr_1 = ctr_k = 0.0
+        for _, arm in group.groupby("swapped"):
+            ones, ks = arm[arm["at_one"]], arm[arm["at_k"]]
+            if len(ones) and len(ks):
+                ctr_1 += ones["click"].mean()            # θ_1 r_A (control) or θ_1 r_B (swapped)
+                ctr_k += ks["click"].mean()              # θ_k r_B (control) or θ_k r_A (swapped)
+        n = int(group.loc[group["at_one"]].shape[0])
+        out["sessions"][str(int(k))] = n
+        out["clicks_at_1"][str(int(k))] = int(group.loc[group["at_one"], "click"].sum())
+        out["clicks_at_k"][str(int(k))] = int(group.loc[group["at_k"], "click"].sum())
+        if ctr_1 > 0:
+            out["propensities"][str(int(k))] = float(ctr_k / ctr_1)   # Eq. (19) with ψ(1, k) = θ_k
+    out["propensities"] = as_table(out["propensities"])
+    return out
+
+
+def simulate_randpair(cfg: "SimulateConfig", seed: int, n_sessions: int) -> pd.DataFrame:
+    """A RandPair experiment on the simulated engine of `simulate(cfg, seed)`: the same corpus, users and
+    logging ranker, `n_sessions` fresh sessions; returns session_id, query_id, position, click,
+    randpair, randpair_swapped (one row per shown result).
+
+    The corpus, user model and context scales are drawn from the same seed streams `simulate` uses, so
+    the experiment runs on the engine whose logs are being debiased; the sessions use their own streams.
+    """
+    from ..simulate.corpus import build_corpus
+    from ..simulate.generate import _STREAMS          # the simulator's stream order (corpus, model, context, ...)
+    from ..simulate.logging_policy import logging_scores, shown_order
+    from ..simulate.page import build_page, draw_context_scales
+    from ..simulate.spec import validate_simulate_config
+    from ..simulate.user_models import ModelContext, make_user_model
+
+    validate_simulate_config(cfg)
+    engine = dict(zip(_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(_STREAMS)))))
+    corpus = build_corpus(cfg, engine["corpus"])
+    std = corpus.features.std(axis=0).astype(np.float64)
+    context = ModelContext(n_media_types=len(cfg.media_type_probs),
+                           feature_mean=corpus.features.mean(axis=0).astype(np.float64),
+                           feature_std=np.where(std > 0, std, 1.0), rng=engine["model"])
+    model = make_user_model(cfg.user_model, cfg.user_model_params, context, cfg.n_dense_features)
+    context_scales = draw_context_scales(cfg.n_context_factors, cfg.context_levels, cfg.context_strength,
+                                         engine["context"])
+    # the experiment's own randomness: a different SeedSequence, so it never replays the logged sessions
+    queries, logging, swap, page_rng, clicks_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence([seed, 0x52414E44]).spawn(5))
+    k = cfg.results_per_page
+    if k < 2:
+        raise _config_error("data.simulate.results_per_page: a RandPair experiment needs at least 2 positions")
+    query_index = queries.choice(corpus.n_queries, size=n_sessions, p=corpus.popularity)
+    candidates = corpus.docs_of(query_index)
+    scores = logging_scores(corpus.label[candidates], corpus.media_type[candidates],
+                            np.asarray(cfg.logging_media_boost, dtype=np.float64), cfg.logging_noise, logging)
+    doc_rows = np.take_along_axis(candidates, shown_order(scores, k, logging), axis=1)
+    partner = swap.integers(2, k + 1, size=n_sessions)                  # RandPair: pivot 1, partner k
+    swapped = swap.random(n_sessions) < 0.5
+    rows = np.arange(n_sessions)[swapped]
+    first, other = doc_rows[rows, 0].copy(), doc_rows[rows, partner[swapped] - 1].copy()
+    doc_rows[rows, 0], doc_rows[rows, partner[swapped] - 1] = other, first
+    page = build_page(doc_rows, corpus, cfg, model.layout_columns, context_scales, page_rng)
+    clicks = model.sample_clicks(page, clicks_rng)
+    return pd.DataFrame({
+        SESSION_ID: np.repeat(np.arange(n_sessions), k),
+        QUERY_ID: corpus.query_ids[np.repeat(query_index, k)],
+        POSITION: np.asarray(page.position).reshape(-1).astype(np.int64),
+        CLICK: clicks.reshape(-1).astype(np.int8),
+        RANDPAIR: np.repeat(partner, k),
+        RANDPAIR_SWAPPED: np.repeat(swapped.astype(np.int8), k),
+    })
+
+
+# ---------------------------------------------------------------------------------------------
+# Intervention harvesting: PBM EM over (query, document)
+# ---------------------------------------------------------------------------------------------
+def harvest_propensities(frame: pd.DataFrame, iterations: int = 200, tol: float = 1e-7) -> dict[str, Any]:
+    """θ_k/θ_1 of the position-based model P(c) = θ_k γ_{q,d} fitted by EM on the logs (Wang et al. 2018 §3).
+
+    E-step for an unclicked result (clicked ones are examined and relevant):
+        P(E=1 | c=0) = θ(1-γ)/(1-θγ),   P(R=1 | c=0) = (1-θ)γ/(1-θγ)
+    M-step: θ_k = mean over results at k of P(E=1 | c), γ_{q,d} = mean over its impressions of P(R=1 | c).
+    Only (query, document) pairs shown at two positions or more carry information on θ (the harvested
+    interventions), so the others are left out.
+    """
+    for column in (QUERY_ID, DOC_ID, POSITION, CLICK):
+        if column not in frame.columns:
+            raise SchemaError(f"sessions: intervention harvesting needs column {column!r} (the same document "
+                              f"shown at several positions); present: {list(frame.columns)}")
+    pair = pd.factorize(pd.MultiIndex.from_arrays([frame[QUERY_ID].to_numpy(), frame[DOC_ID].to_numpy()]))[0]
+    position = frame[POSITION].to_numpy().astype(np.int64)
+    spread = pd.Series(position).groupby(pair).nunique().to_numpy()
+    keep = spread[pair] >= 2
+    if not keep.any():
+        raise SchemaError("sessions: no (query_id, doc_id) is shown at two positions; harvesting has no intervention")
+    pair, position, click = pair[keep], position[keep] - 1, frame[CLICK].to_numpy()[keep].astype(np.float64)
+    pair = pd.factorize(pair)[0]
+    n_pos, n_pair = int(position.max()) + 1, int(pair.max()) + 1
+    per_pos = np.maximum(np.bincount(position, minlength=n_pos), 1)
+    per_pair = np.bincount(pair, minlength=n_pair)
+    ctr = np.bincount(position, click, minlength=n_pos) / per_pos
+    theta = np.clip(ctr / max(ctr[0], 1e-9), 1e-3, 1.0)                 # start: click-through ratios
+    gamma = np.full(n_pair, 0.5)
+    for _ in range(iterations):
+        t, g = theta[position], gamma[pair]
+        denom = np.maximum(1.0 - t * g, 1e-12)
+        exam = click + (1 - click) * t * (1 - g) / denom                   # P(E=1 | c)
+        rel = click + (1 - click) * (1 - t) * g / denom                    # P(R=1 | c)
+        new_theta = np.clip(np.bincount(position, exam, minlength=n_pos) / per_pos, 1e-6, 1.0)
+        gamma = np.clip(np.bincount(pair, rel, minlength=n_pair) / per_pair, 1e-6, 1 - 1e-6)
+        done = np.max(np.abs(new_theta - theta)) < tol
+        theta = new_theta
+        if done:
+            break
+    return {"propensities": as_table(relative_to_first(theta)), "theta": as_table(theta),
+            "pairs": n_pair, "rows": int(keep.sum())}
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing the source for IPW
+# ---------------------------------------------------------------------------------------------
+def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict[str, float], dict[str, Any]]:
+    """(table {position: θ_k/θ_1}, info) from `baselines.propensity_source` (module docstring).
+
+    auto: the given table if any; else the RandPair columns of `train` if present; else a simulated
+    RandPair experiment when `data.source` is simulate; else harvesting from the logs.
+    """
+    source = setting(config, "propensity_source")
+    if source not in SOURCES:
+        raise _config_error(f"baselines.propensity_source: {source!r} is not allowed; allowed values: "
+                            f"{', '.join(map(repr, SOURCES))}")
+    table = setting(config, "propensity_table")
+    if source == "auto":
+        if table:
+            source = "table"
+        elif RANDPAIR in train.columns and (train[RANDPAIR] > 0).any():
+            source = "randomisation"
+        elif getattr(getattr(config, "data", None), "source", None) == "simulate":
+            source = "randomisation"
+        else:
+            source = "harvest"
+    if source == "table":
+        if not table:
+            raise _config_error("baselines.propensity_table: propensity_source 'table' needs {position: propensity}")
+        return as_table(table), {"source": "table"}
+    if source == "harvest":
+        info = harvest_propensities(train, int(setting(config, "harvest_iterations")))
+        return info["propensities"], {"source": "harvest", **{k: v for k, v in info.items() if k != "propensities"}}
+    if RANDPAIR in train.columns and (train[RANDPAIR] > 0).any():
+        info = randpair_estimate(train)
+        origin = "logs"
+    elif getattr(getattr(config, "data", None), "source", None) == "simulate":
+        n = int(setting(config, "randomisation_sessions"))
+        if n <= 0:
+            raise _config_error(f"baselines.randomisation_sessions: must be > 0, got {n}")
+        info = randpair_estimate(simulate_randpair(config.data.simulate, config.seed, n))
+        origin = f"simulated RandPair experiment, {n} sessions"
+    else:
+        raise _config_error(f"baselines.propensity_source: 'randomisation' needs sessions with {RANDPAIR!r} / "
+                            f"{RANDPAIR_SWAPPED!r} columns or data.source 'simulate'; use 'harvest' or 'table'")
+    return info["propensities"], {"source": "randomisation", "experiment": origin,
+                                  **{k: v for k, v in info.items() if k != "propensities"}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss and truth
+# ---------------------------------------------------------------------------------------------
+def weighted_softmax_loss(scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor,
+                          weights: torch.Tensor) -> torch.Tensor:
+    """Σ_lists Σ_i c_i w_i (−log softmax(s)_i) / Σ c_i w_i: the IPW softmax loss (Ai et al. 2018 §4.2, ULTRA's
+    softmax_loss). Each click keeps its own weight across lists — normalising per list, as the naive
+    listwise loss does, would re-weight lists and lose the unbiasedness of Σ c_i/θ_i."""
+    target = clicks * weights * mask.float()
+    total = target.sum()
+    if not bool(total > 0):
+        return scores.sum() * 0.0
+    log_p = torch.log_softmax(scores.masked_fill(~mask, float("-inf")), dim=1).masked_fill(~mask, 0.0)
+    return -(target * log_p).sum() / total
+
+
+def true_position_examination(truth_sessions: pd.DataFrame, column: str = "examination_prob") -> dict[str, float]:
+    """The simulator's mean examination probability by position, relative to position 1."""
+    means = truth_sessions.groupby(POSITION)[column].mean().sort_index()
+    return as_table(dict(zip(means.index.astype(int), relative_to_first(means.to_numpy()))))
+
+
+def config_dict(section: Any) -> dict[str, Any]:
+    """The resolved baselines settings (for a FitResult's bias record)."""
+    if section is None:
+        return dict(DEFAULTS)
+    return asdict(section) if is_dataclass(section) else dict(section)

@@ -1,0 +1,96 @@
+"""Regression-EM (Wang, Golbandi, Bendersky, Metzler, Najork, WSDM 2018, "Position bias estimation for
+unbiased learning to rank in personal search").
+
+Click model (position-based, the examination hypothesis): P(c = 1 | q, d, k) = θ_k · γ_{q,d}, with θ_k the
+examination probability of position k and γ_{q,d} = σ(f(x_{q,d})) the relevance the ranker f regresses.
+
+EM, run online over the trainer's session batches (one EM iteration per batch):
+* E-step (the paper's posteriors of the hidden E, R given the click, with the current θ and γ):
+      c = 1:  P(E=1 | c) = P(R=1 | c) = 1
+      c = 0:  P(E=1, R=0 | c=0) = θ(1−γ)/(1−θγ),  P(E=0, R=1 | c=0) = (1−θ)γ/(1−θγ)
+* M-step for θ (closed form): θ_k = mean over results shown at k of P(E=1 | c). Here each batch's
+  estimate moves θ by `baselines.rem_step_size` (a stochastic-EM step, as ULTRA's EM_step_size),
+  because a pass over the data holds many batches and one full M-step per epoch converges slowly.
+* M-step for γ (the paper's regression step): the ranker is fitted to relevance labels drawn from the
+  posterior P(R=1 | c) — sampled binary labels as in the paper with `baselines.rem_sample_labels`,
+  or by default the posterior itself as a soft label, which gives the same expected cross-entropy
+  gradient with less variance. One gradient step per batch stands in for the paper's full GBDT fit.
+
+The method is pointwise by construction (γ is a probability), so `train.loss` is not used for the
+M-step. The learned θ, relative to position 1, are the method's propensities.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .base import FitResult
+from .losses import pointwise_click_loss
+from .propensity import as_table, relative_to_first, setting
+from .training import ListBatch, SessionLists, Trainer, build_ranker
+from .warmup import warm_up
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+
+INITIAL_THETA = 0.5
+
+
+def e_step(theta: torch.Tensor, gamma: torch.Tensor, clicks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P(E=1 | c), P(R=1 | c)) of each result under P(c) = θγ (Wang et al. 2018, E-step)."""
+    denom = (1.0 - theta * gamma).clamp_min(1e-6)
+    exam = clicks + (1.0 - clicks) * theta * (1.0 - gamma) / denom      # P(E=1,R=0|c=0) added to c=1
+    rel = clicks + (1.0 - clicks) * (1.0 - theta) * gamma / denom       # P(E=0,R=1|c=0) added to c=1
+    return exam, rel
+
+
+class RegressionEM:
+    name = "regression_em"
+
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        lists = SessionLists.from_frame(train)
+        n_positions = int(lists.positions.max())
+        trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
+        warm_up(trainer)
+        step = float(setting(config, "rem_step_size"))
+        if not 0.0 < step <= 1.0:
+            from ..config import ConfigError
+            raise ConfigError(f"baselines.rem_step_size: must be in (0, 1], got {step}")
+        sample = bool(setting(config, "rem_sample_labels"))
+        # θ starts flat: no position is favoured until the E-steps say so (θ = 1 would be a fixed point
+        # of the θ update, and starting from click-through ratios would start from the naive answer)
+        theta = torch.full((n_positions + 1,), INITIAL_THETA, dtype=torch.float32, device=trainer.device)
+        generator = torch.Generator(device=trainer.device).manual_seed(config.seed)
+
+        def loss(scores: torch.Tensor, batch: ListBatch):
+            mask, clicks, positions = batch.mask, batch.clicks, batch.positions
+            gamma = torch.sigmoid(scores.detach())
+            exam, rel = e_step(theta[positions], gamma, clicks)
+            # M-step for θ on this batch (θ_k = mean P(E=1|c) at k), taken as a step of size `step`
+            flat_pos, flat_exam = positions[mask], exam[mask]
+            count = torch.bincount(flat_pos, minlength=n_positions + 1).to(theta.dtype)
+            total = torch.zeros_like(theta).index_add_(0, flat_pos, flat_exam)
+            seen = count > 0
+            seen[0] = False
+            theta[seen] = ((1 - step) * theta[seen] + step * (total[seen] / count[seen])).clamp(1e-4, 1.0)
+            # M-step for γ: regress the ranker on the posterior relevance (sampled or soft labels)
+            target = torch.bernoulli(rel, generator=generator) if sample else rel
+            out = pointwise_click_loss(scores, target, mask)
+            return out, {"theta_last_over_first": float(theta[n_positions] / theta[1])}
+
+        for epoch in range(len(trainer.history), len(trainer.history) + config.train.epochs):
+            start = time.perf_counter()
+            stats = trainer.epoch(loss)
+            trainer.record(epoch, stats, time.perf_counter() - start,
+                           propensities=as_table(relative_to_first(theta[1:].cpu().numpy())))
+        ranker = trainer.finish()
+        values = theta[1:].cpu().numpy().astype(np.float64)
+        return FitResult(ranker, trainer.history, {
+            "method": self.name, "loss": "pointwise", "best_epoch": trainer.best_epoch,
+            "propensities": as_table(relative_to_first(values)),     # θ_k / θ_1
+            "theta": as_table(values),                               # θ_k as fitted (scale shared with γ)
+            "step_size": step, "sampled_labels": sample})

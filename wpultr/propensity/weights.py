@@ -1,0 +1,260 @@
+"""Importance weights that cut the backdoor path x ← r̂ → c (BAL §3.2, Eq. 8–10).
+
+For a confounded page feature x the observed data follow Ĝ, p(r̂) p(x | r̂, m) p(c | x, r̂, …)
+(Eq. 8); the target graph G drops the edge r̂ → x, p(r̂) q(x | m) p(c | x, r̂, …) (Eq. 9). Their
+ratio is the weight w_x = q(x | m) / p(x | r̂, m):
+
+* case 1, r̂ the only parent: w_x = p(x) / p(x | r̂) (Eq. 8–9);
+* case 2, page features m are parents too: w_x = p(x | m) / p(x | r̂, m). The paper prints this
+  ratio upside down (see /work/shared/papers/README.md); the form here is the one that turns the
+  observed distribution into the unconfounded one, the same form as case 1.
+
+The numerator is either a fitted model (influence.FeatureInfluence.numerator) or, as BAL does for
+case 2, the average of the influence score over relevance scores drawn from the batch,
+p(x | m) ≈ (1/K) Σ_k p(x | r̂_{π_k}, m), with π_k random permutations of the rows. That average is
+Σ_{r̂'} p(r̂') p(x | r̂', m): x's mechanism with the edge r̂ → x cut; it equals p(x | m) when r̂ and
+m are independent. Whatever the numerator, the weighted sample has x ⊥ r̂ | m as long as the
+denominator is right; the numerator only sets which marginal of x the weighted sample keeps.
+
+The total weight is the product over confounded features (Eq. 10), computed as a sum of logs. It is
+then self-normalised to mean 1 and capped (a fixed maximum and/or a quantile of the weights), the
+cap and the normalisation solved together so the result has mean 1 and no weight above the cap.
+Diagnostics: Kish's effective sample size (Σw)²/Σw², before and after clipping, the share of
+rows clipped and per-feature log-weight summaries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..schema import RELEVANCE_SCORE
+from .influence import FeatureInfluence
+
+
+@dataclass
+class WeightConfig:
+    """Importance-weight settings (run config key `bal.weights`)."""
+
+    n_permutations: int = 16              # K permutations of r̂ for a permutation-averaged numerator
+    max_weight: float | None = 20.0       # cap on a self-normalised weight (mean 1); None: no fixed cap
+    clip_quantile: float | None = None    # cap at this quantile of the self-normalised weights; None: none
+
+    def __post_init__(self) -> None:
+        if self.n_permutations < 1:
+            raise ValueError(f"weights.n_permutations: expected >= 1, got {self.n_permutations!r}")
+        if self.max_weight is not None and not self.max_weight >= 1.0:
+            raise ValueError(f"weights.max_weight: expected >= 1 (weights have mean 1) or null, got {self.max_weight!r}")
+        if self.clip_quantile is not None and not 0.0 < self.clip_quantile <= 1.0:
+            raise ValueError(f"weights.clip_quantile: expected in (0, 1] or null, got {self.clip_quantile!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure maths
+# ---------------------------------------------------------------------------------------------
+def log_mean_exp(a: np.ndarray, axis: int = 0) -> np.ndarray:
+    """log of the mean of exp(a) along `axis`, computed stably."""
+    a = np.asarray(a, dtype=np.float64)
+    top = np.max(a, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    return np.squeeze(top, axis=axis) + np.log(np.mean(np.exp(a - top), axis=axis))
+
+
+def feature_log_weight(log_numerator: np.ndarray, log_denominator: np.ndarray) -> np.ndarray:
+    """log w_x = log q(x | m) − log p(x | r̂, m): Eq. 8–9 (case 1, m empty) and case 2 of §3.2."""
+    return np.asarray(log_numerator, np.float64) - np.asarray(log_denominator, np.float64)
+
+
+def total_log_weight(feature_log_weights: Mapping[str, np.ndarray], n_rows: int) -> np.ndarray:
+    """log w = Σ_i log w_i, the product over confounded features (Eq. 10)."""
+    total = np.zeros(n_rows, dtype=np.float64)
+    for name, lw in feature_log_weights.items():
+        lw = np.asarray(lw, np.float64)
+        if lw.shape != (n_rows,):
+            raise ValueError(f"log weights of {name!r} have shape {lw.shape}, expected ({n_rows},)")
+        total += lw
+    return total
+
+
+def self_normalise(weights: np.ndarray) -> np.ndarray:
+    """weights / mean(weights): mean 1."""
+    weights = np.asarray(weights, np.float64)
+    mean = weights.mean()
+    if not (np.isfinite(mean) and mean > 0):
+        raise ValueError(f"cannot self-normalise weights with mean {mean!r}")
+    return weights / mean
+
+
+def normalised_from_log(log_weights: np.ndarray) -> np.ndarray:
+    """exp(log_weights) scaled to mean 1, without overflow."""
+    log_weights = np.asarray(log_weights, np.float64)
+    return self_normalise(np.exp(log_weights - log_weights.max()))
+
+
+def effective_sample_size(weights: np.ndarray) -> float:
+    """Kish's effective sample size (Σw)² / Σw²."""
+    weights = np.asarray(weights, np.float64)
+    if weights.size == 0:
+        return 0.0
+    return float(weights.sum() ** 2 / np.sum(weights * weights))
+
+
+def clip_cap(weights: np.ndarray, max_weight: float | None, quantile: float | None) -> float | None:
+    """The cap for mean-1 weights: the smaller of max_weight and their `quantile`, never below 1."""
+    caps = []
+    if max_weight is not None:
+        caps.append(float(max_weight))
+    if quantile is not None:
+        caps.append(float(np.quantile(weights, quantile)))
+    return max(min(caps), 1.0) if caps else None
+
+
+def clip_and_normalise(weights: np.ndarray, cap: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """Mean-1 weights with none above `cap`: min(s·w, cap) with s solved so the mean is exactly 1.
+
+    Returns (weights, clipped mask). Rows below the cap keep their ratios to each other. A cap of
+    1 makes every weight 1; a cap below n / (number of positive weights) is impossible with mean 1
+    and raises.
+    """
+    w = np.asarray(weights, np.float64)
+    n = w.size
+    if n == 0:
+        return w.copy(), np.zeros(0, dtype=bool)
+    if np.any(~np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+        raise ValueError("weights must be finite, non-negative and not all zero")
+    if cap is None:
+        return self_normalise(w), np.zeros(n, dtype=bool)
+    if cap < 1.0:
+        raise ValueError(f"cap {cap!r} is below 1: mean-1 weights cannot all lie under it")
+    n_positive = int(np.count_nonzero(w))
+    if n_positive * cap < n * (1.0 - 1e-12):
+        raise ValueError(f"cap {cap!r} is too low: only {n_positive} of {n} weights are positive, so mean-1 "
+                         f"weights need a cap of at least {n / n_positive!r}")
+    w = w / w.max()                                                   # scale-free; keeps the sums below overflow
+    order = np.argsort(-w, kind="stable")
+    desc = w[order]
+    # tail[k] = sum of desc[k:], the mass left unclipped when the k largest are clipped
+    tail = np.concatenate([np.cumsum(desc[::-1])[::-1], [0.0]])
+    k = np.arange(n + 1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        scale = (n - k * cap) / tail[k]                                  # mean(min(s·w, cap)) = 1
+        above = np.concatenate([[np.inf], desc])                      # desc[k-1], the smallest clipped
+        below = np.concatenate([desc, [0.0]])                         # desc[k], the largest unclipped
+        tol = 1e-12 * cap
+        ok = ((tail[k] > 0) & np.isfinite(scale) & (scale > 0)
+              & (scale * above >= cap - tol) & (scale * below <= cap + tol))
+    if not ok.any():                                                  # cap · n_positive = n: every positive row at the cap
+        positive = w > 0
+        return np.where(positive, cap, 0.0), positive
+    k0 = int(np.argmax(ok))
+    out = np.empty(n)
+    out[order] = np.minimum(scale[k0] * desc, cap)
+    out[order[:k0]] = cap
+    clipped = np.zeros(n, dtype=bool)
+    clipped[order[:k0]] = True
+    return out, clipped
+
+
+def log_weight_summary(log_weights: np.ndarray) -> dict[str, float]:
+    """Mean, std, min, 1/50/99 % quantiles and max of a log-weight column."""
+    lw = np.asarray(log_weights, np.float64)
+    if lw.size == 0:
+        return {}
+    q01, q50, q99 = np.quantile(lw, [0.01, 0.5, 0.99])
+    return {"mean": float(lw.mean()), "std": float(lw.std()), "min": float(lw.min()), "q01": float(q01),
+            "median": float(q50), "q99": float(q99), "max": float(lw.max())}
+
+
+# ---------------------------------------------------------------------------------------------
+# Applying the fitted estimators
+# ---------------------------------------------------------------------------------------------
+def permutation_log_numerator(estimator: FeatureInfluence, nodes_df: pd.DataFrame, n_permutations: int,
+                              rng: np.random.Generator) -> np.ndarray:
+    """log (1/K) Σ_k p(x | r̂_{π_k}, m): r̂ marginalised over the batch's own relevance scores (§3.2)."""
+    if RELEVANCE_SCORE not in nodes_df.columns:
+        raise KeyError(f"column {RELEVANCE_SCORE!r} is missing; present: {list(nodes_df.columns)}")
+    relevance = nodes_df[RELEVANCE_SCORE].to_numpy()
+    shuffled = nodes_df.copy()
+    stack = []
+    for _ in range(n_permutations):
+        shuffled[RELEVANCE_SCORE] = relevance[rng.permutation(len(relevance))]
+        stack.append(estimator.denominator.log_prob(shuffled))
+    return log_mean_exp(np.stack(stack), axis=0)
+
+
+@dataclass
+class ImportanceWeights:
+    """Per-row weights (mean 1, clipped) for the click model's reweighted likelihood (Eq. 10), with diagnostics."""
+
+    weights: np.ndarray                                   # final weights, aligned with the input rows
+    log_weights: np.ndarray                               # Σ_i log w_i before normalisation and clipping
+    feature_log_weights: dict[str, np.ndarray]            # log w_i per confounded feature
+    clipped: np.ndarray                                   # rows held at the cap
+    cap: float | None
+    features: dict[str, dict[str, Any]] = field(default_factory=dict)   # case and numerator per feature
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.weights.size)
+
+    @property
+    def ess(self) -> float:
+        return effective_sample_size(self.weights)
+
+    @property
+    def ess_fraction(self) -> float:
+        return self.ess / self.n_rows if self.n_rows else 0.0
+
+    @property
+    def ess_unclipped(self) -> float:
+        return effective_sample_size(normalised_from_log(self.log_weights)) if self.n_rows else 0.0
+
+    @property
+    def share_clipped(self) -> float:
+        return float(self.clipped.mean()) if self.n_rows else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able diagnostics (no per-row arrays)."""
+        w = self.weights
+        return {"n_rows": self.n_rows, "ess": self.ess, "ess_fraction": self.ess_fraction,
+                "ess_unclipped": self.ess_unclipped,
+                "ess_fraction_unclipped": self.ess_unclipped / self.n_rows if self.n_rows else 0.0,
+                "share_clipped": self.share_clipped, "cap": self.cap,
+                "weight_min": float(w.min()) if w.size else None, "weight_max": float(w.max()) if w.size else None,
+                "total_log_weight": log_weight_summary(self.log_weights),
+                "features": {name: {**self.features.get(name, {}), "log_weight": log_weight_summary(lw)}
+                             for name, lw in self.feature_log_weights.items()}}
+
+
+def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureInfluence],
+                       config: WeightConfig | None = None, seed: int = 0) -> ImportanceWeights:
+    """w = Π_i w_i over the confounded features (Eq. 10), self-normalised and clipped, per row of nodes_df."""
+    config = config or WeightConfig()
+    rng = np.random.default_rng(seed)
+    n = len(nodes_df)
+    per_feature: dict[str, np.ndarray] = {}
+    info: dict[str, dict[str, Any]] = {}
+    for name, est in estimators.items():
+        log_den = est.denominator.log_prob(nodes_df)                       # influence score p(x | r̂, m), Eq. 6–7
+        if est.numerator is not None:
+            log_num = est.numerator.log_prob(nodes_df)                     # p(x) (case 1) or p(x | m)
+        else:
+            log_num = permutation_log_numerator(est, nodes_df, config.n_permutations, rng)
+        lw = feature_log_weight(log_num, log_den)                          # Eq. 8–9 / case 2
+        bad = ~np.isfinite(lw)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"importance weight of {name!r} is not finite at row {row} "
+                             f"(log numerator {log_num[row]!r}, log denominator {log_den[row]!r})")
+        per_feature[name] = lw
+        info[name] = {"case": est.case, "parents": list(est.parents),
+                      "numerator": "model" if est.numerator is not None else "permutation"}
+    log_w = total_log_weight(per_feature, n)                                # Eq. 10: w = Π_i w_i
+    if n == 0:
+        return ImportanceWeights(np.zeros(0), log_w, per_feature, np.zeros(0, dtype=bool), None, info)
+    normalised = normalised_from_log(log_w)
+    cap = clip_cap(normalised, config.max_weight, config.clip_quantile)
+    weights, clipped = clip_and_normalise(normalised, cap)
+    return ImportanceWeights(weights, log_w, per_feature, clipped, cap, info)
