@@ -149,6 +149,30 @@ def evaluate(run_dir: Path = typer.Argument(..., help="a finished run directory"
     typer.echo(json.dumps(metrics, indent=2))
 
 
+@app.command()
+@_user_errors
+def export(run_dir: Path = typer.Argument(..., help="a finished run directory"),
+           out: Path = typer.Option(..., help="directory to write the exported ranker to")):
+    """Write the run's ranker as safetensors weights plus config (and feature state) to ship it."""
+    from .export import export_run
+    typer.echo(f"exported ranker: {export_run(run_dir, out)}")
+
+
+@app.command()
+@_user_errors
+def score(model: Path = typer.Argument(..., help="an exported ranker (wpultr export) or a run's ranker/ directory"),
+          input_: Path = typer.Argument(..., metavar="INPUT", help="annotation file (Baidu layout) or Parquet "
+                                                                   "table (sessions or annotations)"),
+          out: Path = typer.Option(..., help="Parquet file to write: key columns plus `score`"),
+          batch_size: int = typer.Option(1024, help="rows scored at once")):
+    """Score a table with a saved ranker (loading never unpickles)."""
+    from .export import read_input_table, score_table
+    from .pipeline.rundir import write_parquet
+    scored = score_table(model, read_input_table(input_), batch_size)
+    write_parquet(out, scored)
+    typer.echo(f"scored {len(scored)} rows -> {out}")
+
+
 def _mount_optional_apps() -> None:
     """Sub-commands that live beside their stage (e.g. `wpultr graph` in wpultr.causal.cli)."""
     try:

@@ -36,9 +36,9 @@ class PageInputs:
     n_categories: tuple[int, ...]
 
     def tensors(self, nodes: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor]:
-        numeric = torch.as_tensor(nodes[list(self.numeric)].to_numpy(np.float32)) if self.numeric \
+        numeric = torch.as_tensor(nodes[list(self.numeric)].to_numpy(np.float32, copy=True)) if self.numeric \
             else torch.zeros((len(nodes), 0))
-        codes = torch.as_tensor(nodes[list(self.categorical)].to_numpy(np.int64)) if self.categorical \
+        codes = torch.as_tensor(nodes[list(self.categorical)].to_numpy(np.int64, copy=True)) if self.categorical \
             else torch.zeros((len(nodes), 0), dtype=torch.long)
         if self.categorical:
             codes = torch.minimum(codes.clamp_min(0), torch.as_tensor(self.n_categories) - 1)
