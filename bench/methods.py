@@ -9,7 +9,9 @@ Printed per method: seconds per training epoch (the mean over epochs of the trai
 timing, which excludes validation), that figure over Naive's, the set-up time outside the epochs
 (e.g. IPW's RandPair experiment and propensity estimate, building the ranker and inputs) and the whole
 fit's wall time. The LightGBM anchors have no epochs: their row gives the boosting time of the whole
-fit (--rounds rounds) and its ratio to one Naive epoch.
+fit (--rounds rounds) and its ratio to one Naive epoch. Naive runs first and again last (after an untimed
+warm-up fit), and the ratios use the mean of its two timings, so drift in the machine's load shows.
+Threads: --threads for torch and LightGBM alike (default 1, which is stable on a shared machine).
 
     .venv/bin/python bench/methods.py [--sessions 4000] [--epochs 2] [--rounds 200] [--json out.json]
 """
@@ -21,6 +23,7 @@ import os
 import platform
 import time
 
+import numpy as np
 import torch
 
 from wpultr.config import RunConfig
@@ -38,9 +41,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--head", type=int, nargs="+", default=[512, 256, 128])
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch and LightGBM threads, the same for every method (default 1: stable on a shared box)")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args()
 
+    torch.set_num_threads(args.threads)
     sim = SimulateConfig(n_sessions=args.sessions, results_per_page=10, n_dense_features=16, user_model="whole_page")
     start = time.perf_counter()
     logs = simulate(sim, seed=0)
@@ -50,8 +56,7 @@ def main() -> None:
           f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, "
           f"{platform.processor() or platform.machine()}")
 
-    rows = []
-    for name in args.methods:
+    def config(name: str) -> RunConfig:
         cfg = RunConfig()
         cfg.data.simulate = sim
         cfg.ranker.head = list(args.head)
@@ -59,7 +64,19 @@ def main() -> None:
         cfg.train.epochs = args.epochs
         cfg.train.batch_size = args.batch_size
         cfg.train.device = "cpu"
-        cfg.baselines = {"lightgbm_rounds": args.rounds}
+        cfg.baselines = {"lightgbm_rounds": args.rounds, "lightgbm_num_threads": args.threads}
+        return cfg
+
+    # warm-up (lazy imports, allocator, first-call costs), not timed
+    small = sessions[sessions["session_id"] < sessions["session_id"].min() + 50]
+    warm = config("naive")
+    warm.train.epochs = 1
+    get_method("naive").fit(small, annotations.head(50), warm)
+
+    rows = []
+    order = list(args.methods) + (["naive"] if "naive" in args.methods and len(args.methods) > 1 else [])
+    for name in order:           # Naive first and last: its two timings bracket the run's drift
+        cfg = config(name)
         start = time.perf_counter()
         result = get_method(name).fit(sessions, annotations, cfg)
         wall = time.perf_counter() - start
@@ -71,7 +88,10 @@ def main() -> None:
         rows.append({"method": name, "seconds_per_epoch": per_epoch, "setup_seconds": wall - train_seconds,
                      "fit_seconds": wall, "epochs": 1 if lightgbm else len(epochs),
                      "last_DCG@10": best.get("DCG@10"), "kind": "whole fit" if lightgbm else "per epoch"})
-    naive = next((r["seconds_per_epoch"] for r in rows if r["method"] == "naive"), None)
+    naive_runs = [r["seconds_per_epoch"] for r in rows if r["method"] == "naive"]
+    naive = float(np.mean(naive_runs)) if naive_runs else None
+    if len(naive_runs) > 1:
+        print(f"naive s/epoch, first and last run: {naive_runs[0]:.3f}, {naive_runs[1]:.3f}; ratios use their mean")
     print(f"{'method':<22}{'s/epoch':>10}{'x naive':>9}{'setup s':>9}{'fit s':>8}{'DCG@10':>8}  note")
     for r in rows:
         r["relative_to_naive"] = r["seconds_per_epoch"] / naive if naive else None
@@ -83,7 +103,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"sessions": args.sessions, "epochs": args.epochs, "rounds": args.rounds,
-                       "head": args.head, "rows": rows}, f, indent=2)
+                       "head": args.head, "threads": args.threads, "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

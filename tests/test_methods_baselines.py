@@ -43,6 +43,7 @@ def run_config(method: str, **baselines) -> RunConfig:
     cfg.train.batch_size = 64
     cfg.train.device = "cpu"
     cfg.baselines = {"randomisation_sessions": 20_000, "lightgbm_rounds": 60, "lightgbm_eval_points": 3,
+                     "lightgbm_num_threads": 1,
                      **baselines}
     return cfg
 

@@ -173,6 +173,14 @@ def _positive_int(config: "RunConfig", name: str) -> int:
     return int(value)
 
 
+def _threads(config: "RunConfig") -> int:
+    value = setting(config, "lightgbm_num_threads")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        from ..config import ConfigError
+        raise ConfigError(f"baselines.lightgbm_num_threads: expected an integer >= 0 (0 = all cores), got {value!r}")
+    return int(value)
+
+
 class LightGBMLambdaRank:
     """Lambdarank on clicks (one group per session), a LightGBM anchor on the dense features."""
 
@@ -186,6 +194,7 @@ class LightGBMLambdaRank:
             "learning_rate": float(setting(config, "lightgbm_learning_rate")),
             "num_leaves": _positive_int(config, "lightgbm_num_leaves"),
             "min_data_in_leaf": _positive_int(config, "lightgbm_min_data_in_leaf"),
+            "num_threads": _threads(config),
         }
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:

@@ -62,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "lightgbm_num_leaves": 31,
     "lightgbm_min_data_in_leaf": 20,
     "lightgbm_position_bias_regularization": 0.0,   # LightGBM's lambdarank_position_bias_regularization
+    "lightgbm_num_threads": 0,            # LightGBM threads; 0 = LightGBM's default (OpenMP: all cores)
     "lightgbm_eval_points": 10,           # how many boosting checkpoints are scored on validation
 }
 

@@ -152,8 +152,11 @@ def build_corpus(cfg: SimulateConfig, rng: np.random.Generator) -> Corpus:
     media_type = rng.choice(len(cfg.media_type_probs), size=n_docs, p=np.asarray(cfg.media_type_probs)
                             / np.sum(cfg.media_type_probs)).astype(np.int64)
     title, abstract = _document_text(label, doc_query, query_tokens, vocab_p, rng)
+    features = _dense_features(label, cfg.n_dense_features, rng)
+    if cfg.media_type_features:   # the ranker sees what kind of result a document is, as a real ranker does
+        features = np.hstack([features, np.eye(len(cfg.media_type_probs), dtype=np.float32)[media_type]])
     return Corpus(
         query_ids=np.arange(cfg.n_queries, dtype=np.int64), query_tokens=query_tokens, popularity=popularity,
         bucket=frequency_buckets(rank), doc_ids=_md5_ids(title, abstract), doc_query=doc_query,
-        title_tokens=title, abstract_tokens=abstract, features=_dense_features(label, cfg.n_dense_features, rng),
+        title_tokens=title, abstract_tokens=abstract, features=features,
         label=label, media_type=media_type, docs_per_query=cfg.docs_per_query)

@@ -28,6 +28,7 @@ class SimulateConfig:
     results_per_page: int = 10
     vocab_size: int = 2000
     n_dense_features: int = 16
+    media_type_features: bool = False      # append a one-hot of the media type to the dense features
     zipf_exponent: float = 1.1            # query popularity ∝ 1 / rank^zipf_exponent
     logging_noise: float = 1.0            # std of the noise the logging ranker adds to relevance
     user_model: str = "whole_page"        # pbm, whole_page, trust, cascade, continuous, row_skipping, lbd
