@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--head", type=int, nargs="+", default=[512, 256, 128])
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch and LightGBM threads, the same for every method (default 1: stable on a shared box)")
+                        help="torch and LightGBM threads, the same for every method (1: stable on a shared box)")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args()
 

@@ -51,20 +51,83 @@ def same_pc_result(a, b) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-def test_parallel_pc_returns_exactly_the_serial_graph_kci(dask_client):
-    data = whole_page_rows(250, seed=1).to_numpy()
+def causallearn_kci_spec(categorical, seed) -> CITestSpec:
+    """The reference: causal-learn's own KCI on every test (categorical nodes as the same one-hot groups)."""
+    reference = DiscoveryConfig(ci_test="kci")
+    reference.kci.engine = "causal-learn"
+    return ci_test_spec(reference, categorical=categorical, seed=seed)
+
+
+@pytest.mark.parametrize("n", [250, 600])
+def test_parallel_pc_returns_exactly_the_serial_graph_kci(dask_client, n):
+    """Our PC (level-parallel on Dask, cached KCI) against causal-learn's serial pc with its own KCI."""
+    data = whole_page_rows(n, seed=1).to_numpy()
     spec = ci_test_spec(DiscoveryConfig(ci_test="kci"), categorical=[2], seed=7)
+    reference = causallearn_kci_spec([2], seed=7)
     knowledge = prior_knowledge(FEATURE_NAMES)
     ours = parallel_pc([data], NAMES, 0.05, spec, client=dask_client, background_knowledge=knowledge)[0]
-    serial = pc(data, 0.05, spec.name, background_knowledge=knowledge, show_progress=False, node_names=NAMES,
-                **spec.options)
+    serial = pc(data, 0.05, reference.name, background_knowledge=knowledge, show_progress=False, node_names=NAMES,
+                **reference.options)
     assert same_pc_result(ours.graph, serial)
     assert ours.final_pass_tests == 0 and len(ours.levels) >= 2
     serial_p = {k: v for k, v in serial.test.pvalue_cache.items()
                 if k not in ("data_hash", "method_name", "parameters_hash")}
     assert ours.p_values.keys() == serial_p.keys()             # the same tests, no more, no fewer
-    for key, p in serial_p.items():                            # equal up to BLAS rounding across processes
-        assert ours.p_values[key] == pytest.approx(p, rel=1e-9, abs=1e-15)
+    for key, p in serial_p.items():                            # causal-learn's KCI p-value, to rounding
+        assert abs(ours.p_values[key] - p) <= 1e-9, key
+
+
+def kernel_test_data(n: int, seed: int) -> np.ndarray:
+    """Columns: continuous a, b, c (c depends on a, b), one-hot levels 3..5, binary click 6, ordinal 7."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    c = np.tanh(a) + 0.5 * b ** 2 + 0.5 * rng.normal(size=n)
+    m = rng.choice(3, size=n)
+    click = (rng.random(n) < expit(a + (m == 1) - 0.5)).astype(float)
+    ordinal = np.clip(np.round(3 + a + rng.normal(size=n)), 1, 6)
+    return np.column_stack([a, b, c, m == 0, m == 1, m == 2, click, ordinal]).astype(float)
+
+
+KERNEL_TESTS = [([0], [2], []), ([3, 4, 5], [6], []), ([0], [6], [2]), ([1], [6], [0]), ([0], [1], [2]),
+                ([3, 4, 5], [6], [0]), ([7], [6], [3, 4, 5]), ([0], [7], [6]), ([1], [2], [0, 7]),
+                ([7], [6], [0, 3, 4, 5]), ([2], [3, 4, 5], [1])]
+
+
+@pytest.mark.parametrize("n", [150, 400, 1250])               # causal-learn's three kernel-width regimes
+def test_cached_kci_equals_causallearn_kci(n):
+    from causallearn.utils.cit import CIT
+    from wpultr.causal.kci import CachedKCI, clear_store, store_stats
+    data = kernel_test_data(n, seed=n)
+    clear_store()
+    ours, reference = CachedKCI(data), CIT(data, "kci")
+    tests = KERNEL_TESTS if n < 1000 else KERNEL_TESTS[2:5]
+    for X, Y, S in tests:
+        assert abs(ours(X, Y, S) - reference(X, Y, S)) <= 1e-9, (X, Y, S)
+    assert store_stats()["hits"] > 0                           # kernels were shared between tests
+
+
+def test_cached_kci_is_a_causallearn_ci_test_and_falls_back_for_other_options():
+    from causallearn.utils.cit import CIT
+    from wpultr.causal.kci import CachedKCI, supports
+    data = linear_dag_data(200, 4, seed=3) ** 3
+    names = [f"x{i}" for i in range(4)]
+    spec = CITestSpec(CachedKCI)
+    assert same_pc_result(pc(data, 0.05, spec.name, show_progress=False, node_names=names),
+                          pc(data, 0.05, "kci", show_progress=False, node_names=names))
+    assert not supports({"kernelX": "Polynomial", "kernelY": "Polynomial", "kernelZ": "Polynomial"})
+    poly = {"kernelX": "Polynomial", "kernelY": "Polynomial", "kernelZ": "Polynomial", "polyd": 2}
+    assert CachedKCI(data, **poly)(0, 3, [1]) == CIT(data, "kci", **poly)(0, 3, [1])
+
+
+def test_tasks_keep_a_conditioning_set_together_and_cover_every_test_once():
+    from wpultr.causal.parallel_pc import _task_parts
+    tests = [(x, y, S) for S in [(0,), (1,), (2,), (3, 4)] for x in range(5) for y in range(5)
+             if x != y and x not in S and y not in S]
+    parts = _task_parts(tests, 4)
+    assert sorted(t for part in parts for t in part) == sorted(tests) and len(parts) == 4
+    owners = {S: {i for i, part in enumerate(parts) if any(t[2] == S for t in part)} for _, _, S in tests}
+    assert all(len(tasks) == 1 for tasks in owners.values())
+    assert len(_task_parts(tests[:12], 8)) > 1                 # one big group is still spread out
 
 
 def test_parallel_pc_equals_causallearn_builtin_tests_on_several_datasets(dask_client):

@@ -160,10 +160,8 @@ def test_lightgbm_anchors_train_and_score(fits, logs):
 
 
 @pytest.mark.parametrize("method", ALL)
-def test_fit_result_ranker_saves_and_loads_identically(method, fits, logs, tmp_path, monkeypatch):
-    classes = rankers_base.ranker_classes()
-    if LightGBMRanker.kind not in classes:                       # until rankers/base.py registers it
-        monkeypatch.setattr(rankers_base, "ranker_classes", lambda: {**classes, LightGBMRanker.kind: LightGBMRanker})
+def test_fit_result_ranker_saves_and_loads_identically(method, fits, logs, tmp_path):
+    assert rankers_base.ranker_classes()[LightGBMRanker.kind] is LightGBMRanker
     result = fits[method]
     assert isinstance(result, FitResult) and result.history and result.bias["method"] == method
     result.ranker.save(tmp_path / "ranker")

@@ -83,6 +83,31 @@ class TrainConfig:
 
 
 @dataclass
+class BaselinesConfig:
+    """Settings of the position-based baselines (IPW, Regression-EM, DLA, pairwise debiasing, LightGBM)."""
+
+    propensity_source: Literal["auto", "randomisation", "harvest", "table"] = "auto"
+    propensity_table: dict[str, float] | None = None   # position -> propensity (relative to position 1)
+    propensity_clip: float = 0.05
+    randomisation_sessions: int = 20000                # RandPair sessions simulated for IPW's propensities
+    harvest_iterations: int = 200
+    rem_step_size: float = 0.1
+    rem_sample_labels: bool = False
+    dla_ranker_loss_weight: float = 1.0
+    dla_propensity_learning_rate: float = 0.02
+    dla_max_weight: float = 20.0
+    pairwise_regularization_p: float = 1.0
+    pairwise_step_size: float = 0.1
+    lightgbm_rounds: int = 200
+    lightgbm_learning_rate: float = 0.05
+    lightgbm_num_leaves: int = 31
+    lightgbm_min_data_in_leaf: int = 20
+    lightgbm_position_bias_regularization: float = 0.0
+    lightgbm_num_threads: int = 0                      # 0 = LightGBM's default (all cores)
+    lightgbm_eval_points: int = 10
+
+
+@dataclass
 class EvalConfig:
     ks: list[int] = field(default_factory=lambda: [1, 3, 5, 10])
 
@@ -98,6 +123,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    baselines: BaselinesConfig = field(default_factory=BaselinesConfig)
     bal: BalConfig = field(default_factory=BalConfig)
 
     @property

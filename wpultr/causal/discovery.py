@@ -2,7 +2,9 @@
 
 The variables are the ranker's relevance score r̂, the click c and every declared page feature. PC
 (causal-learn, stable, run level-parallel on Dask by `parallel_pc`) uses one of causal-learn's CI
-tests: KCI (the paper's choice), its fast approximations RCIT and FastKCI, or Fisher-z. The priors
+tests: KCI (the paper's choice; by default computed by `kci.CachedKCI`, which returns causal-learn's
+p-values while computing each kernel once per run), its fast approximations RCIT and FastKCI, or
+Fisher-z. The priors
 of BAL §3.1 enter as causal-learn background knowledge:
 
 1. r̂ → c is required (users click only what is relevant);
@@ -38,6 +40,7 @@ from threadpoolctl import threadpool_limits
 
 from ..features.encoders import PreprocessConfig, one_hot
 from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, SchemaError
+from .kci import DEFAULT_CACHE_MIB, CachedKCI
 from .graph import (BIDIRECTED, DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, PairStability,
                     edges_from_matrix, sepsets_from_causallearn)
 from .parallel_pc import PCRun, CITestSpec, parallel_pc
@@ -48,13 +51,17 @@ from .parallel_pc import PCRun, CITestSpec, parallel_pc
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class KCIOptions:
-    """causal-learn KCI settings (same kernel for X, Y and Z)."""
+    """causal-learn KCI settings (same kernel for X, Y and Z) and which implementation computes it."""
 
     kernel: Literal["Gaussian", "Polynomial", "Linear"] = "Gaussian"
     est_width: Literal["empirical", "median"] = "empirical"
     approx: bool = True            # gamma approximation of the null (False: spectral null samples)
     use_gp: bool = False           # fit the conditioning kernel's width by a Gaussian process
     polyd: int = 2                 # degree of the polynomial kernel
+    # "cached": causal-learn's p-values with kernels shared across tests (wpultr.causal.kci; Gaussian,
+    # empirical width, gamma null; other settings run causal-learn's KCI); "causal-learn": its KCI per test
+    engine: Literal["cached", "causal-learn"] = "cached"
+    cache_mib: int = 1024          # kernel store per process (each Dask worker) for the cached engine
 
 
 @dataclass
@@ -103,6 +110,9 @@ def validate_discovery_config(cfg: DiscoveryConfig, key: str = "discovery") -> N
         (cfg.max_depth is None or cfg.max_depth >= 0, "max_depth", "must be >= 0 or null", cfg.max_depth),
         (cfg.n_bootstrap >= 0, "n_bootstrap", "must be >= 0", cfg.n_bootstrap),
         (cfg.kci.polyd > 0, "kci.polyd", "must be > 0", cfg.kci.polyd),
+        (cfg.kci.engine in ("cached", "causal-learn"), "kci.engine", "must be 'cached' or 'causal-learn'",
+         cfg.kci.engine),
+        (cfg.kci.cache_mib > 0, "kci.cache_mib", "must be > 0", cfg.kci.cache_mib),
         (cfg.rcit.num_f > 0, "rcit.num_f", "must be > 0", cfg.rcit.num_f),
         (cfg.rcit.num_f2 > 0, "rcit.num_f2", "must be > 0", cfg.rcit.num_f2),
         (cfg.fastkci.n_clusters > 0, "fastkci.n_clusters", "must be > 0", cfg.fastkci.n_clusters),
@@ -117,7 +127,7 @@ def validate_discovery_config(cfg: DiscoveryConfig, key: str = "discovery") -> N
 
 
 def base_test_options(cfg: DiscoveryConfig) -> dict[str, Any]:
-    """The keyword options causal-learn's CIT factory takes for the configured test."""
+    """The keyword options causal-learn's CIT factory takes for the configured test (they fix the p-values)."""
     if cfg.ci_test == "kci":
         k = cfg.kci
         return {"kernelX": k.kernel, "kernelY": k.kernel, "kernelZ": k.kernel, "est_width": k.est_width,
@@ -159,16 +169,19 @@ class PageFeatureCIT(CIT_Base):
     The p-value of (x, y | S) depends only on the data, the options and `seed` (randomised tests
     are seeded from the test's cache key), so a test computed on a Dask worker equals the serial one
     (deterministic KCI up to BLAS rounding, ~1e-12 relative, between processes with different thread counts).
+    KCI runs through `CachedKCI` (engine "cached": causal-learn's p-values to rounding, kernels shared
+    across tests) or causal-learn's own KCI (engine "causal-learn").
     """
 
     registry_name = "wpultr"
 
     def __init__(self, data: np.ndarray, base: str = "kci", categorical: Sequence[int] = (), seed: int = 0,
-                 base_options: dict[str, Any] | None = None, **kwargs: Any):
+                 base_options: dict[str, Any] | None = None, engine: str = "cached",
+                 cache_mib: int = DEFAULT_CACHE_MIB, **kwargs: Any):
         super().__init__(data, **kwargs)
         options = dict(base_options or {})
         fingerprint = json.dumps({"base": base, "options": options, "categorical": sorted(categorical),
-                                  "seed": seed}, sort_keys=True)
+                                  "seed": seed, "engine": engine if base == "kci" else None}, sort_keys=True)
         self.check_cache_method_consistent(f"wpultr-{base}", hashlib.md5(fingerprint.encode()).hexdigest())
         self.assert_input_data_is_valid()
         self.base, self.seed = base, seed
@@ -180,7 +193,10 @@ class PageFeatureCIT(CIT_Base):
             blocks.append(block)
             self.columns.append(list(range(width, width + block.shape[1])))
             width += block.shape[1]
-        self.inner = CIT(np.hstack(blocks), base, **options)
+        if base == "kci" and engine == "cached":          # the same p-values, kernels shared across tests
+            self.inner = CachedKCI(np.hstack(blocks), cache_mib=cache_mib, **options)
+        else:
+            self.inner = CIT(np.hstack(blocks), base, **options)
         self.randomised = base in ("rcit", "fastkci") or (
             base == "kci" and (not options.get("approx", True) or options.get("est_width") == "median"))
 
@@ -211,7 +227,8 @@ class PageFeatureCIT(CIT_Base):
 def ci_test_spec(cfg: DiscoveryConfig, categorical: Sequence[int], seed: int) -> CITestSpec:
     """The CI test `cfg` asks for, over node columns whose `categorical` indices are categories."""
     return CITestSpec(PageFeatureCIT, {"base": cfg.ci_test, "categorical": list(categorical), "seed": seed,
-                                     "base_options": base_test_options(cfg)})
+                                     "base_options": base_test_options(cfg), "engine": cfg.kci.engine,
+                                     "cache_mib": cfg.kci.cache_mib})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,6 +442,7 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
     graph.pair_stability = pair_stability
     graph.meta = {
         "test": {"name": cfg.ci_test, "alpha": cfg.alpha, "options": base_test_options(cfg),
+                 **({"engine": cfg.kci.engine} if cfg.ci_test == "kci" else {}),
                  "categorical_as": "one-hot groups" if cfg.ci_test != "fisherz" else "codes"},
         "sample": {"n_rows": int(len(data))},
         "n_bootstrap": cfg.n_bootstrap,

@@ -9,7 +9,8 @@ by level:
    (every call is a cache hit), which gives the level's starting skeleton;
 2. list that level's tests with causal-learn's own rule, drop those already cached (the key is
    causal-learn's: (min(x, y), max(x, y) | sorted S)), and evaluate the rest in parallel on the Dask
-   workers, which hold each data set once (scattered);
+   workers, which hold each data set once (scattered); tests sharing a conditioning set go to one
+   task, so a kernel test that keeps its kernels per process (`kci.CachedKCI`) builds them once;
 3. stop where causal-learn's loop stops (max degree - 1 <= d, or the depth limit).
 
 Then causal-learn's `pc` runs as published, handed the filled p-value cache through its own
@@ -116,10 +117,39 @@ class _Progress:
         return cg
 
 
-def _chunks(tests: list[CITest], n: int) -> list[list[CITest]]:
+def _test_cost(group: list[CITest]) -> float:
+    """Rough cost of one conditioning set's tests: its Rz once, each side's kernel once (kernel CI tests)."""
+    if not group[0][2]:
+        return 0.1 * len(group)
+    sides = {(min(x, y), "x") for x, y, _ in group} | {(max(x, y), "y") for x, y, _ in group}
+    return 1.0 + len(sides) + 0.1 * len(group)
+
+
+def _task_parts(tests: list[CITest], n: int) -> list[list[CITest]]:
+    """At most ~n tasks, tests of one conditioning set kept together (a worker then builds its kernels once).
+
+    Groups are packed largest first into the least-loaded task; a group costing more than a fair
+    share is split by x first, so the level still spreads over every worker.
+    """
     n = max(1, min(n, len(tests)))
-    bounds = np.linspace(0, len(tests), n + 1).astype(int)
-    return [tests[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    groups: dict[tuple[int, ...], list[CITest]] = {}
+    for t in tests:
+        groups.setdefault(tuple(sorted(t[2])), []).append(t)
+    fair = sum(_test_cost(g) for g in groups.values()) / n
+    pieces: list[list[CITest]] = []
+    for group in groups.values():
+        group = sorted(group)
+        k = max(1, min(len(group), int(np.ceil(_test_cost(group) / fair - 1e-9))))
+        bounds = np.linspace(0, len(group), k + 1).astype(int)
+        pieces.extend(group[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
+    pieces.sort(key=_test_cost, reverse=True)
+    tasks: list[list[CITest]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for piece in pieces:
+        i = int(np.argmin(load))
+        tasks[i].extend(piece)
+        load[i] += _test_cost(piece)
+    return [t for t in tasks if t]
 
 
 def parallel_pc(datasets: Sequence[np.ndarray], node_names: Sequence[str], alpha: float, spec: CITestSpec, *,
@@ -161,15 +191,17 @@ def _evaluate(batch: list[tuple[_Progress, list[tuple[str, CITest]]]], spec: CIT
         if not keyed:
             continue
         keys = [k for k, _ in keyed]
-        parts = _chunks([t for _, t in keyed], max(1, n_tasks // len(batch)))
+        key_of = {t: k for k, t in keyed}
+        parts = _task_parts([t for _, t in keyed], max(1, n_tasks // len(batch)))
         if client is not None:
             futures = [client.submit(p_values, run.handle, spec, part, pure=False) for part in parts]
         else:
             futures = [p_values(run.data, spec, part) for part in parts]
-        jobs.append((run, keys, futures))
+        jobs.append((run, [[key_of[t] for t in part] for part in parts], futures))
     for run, keys, futures in jobs:
         results = client.gather(futures) if client is not None else futures
-        run.test.pvalue_cache.update(zip(keys, (p for part in results for p in part)))
+        for part_keys, part in zip(keys, results):
+            run.test.pvalue_cache.update(zip(part_keys, part))
     seconds = time.perf_counter() - start
     for run, keyed in batch:
         run.levels.append({"depth": run.depth, "tests": len(keyed), "seconds": round(seconds, 3)})

@@ -10,10 +10,12 @@ Two models are learned together from the same clicks:
 where P(o_1)/P(o_i) = softmax(g)_1/softmax(g)_i = exp(g_1 − g_i) and P(r_1)/P(r_i) = exp(s_1 − s_i) with
 s_1 the score of the result shown at the top of the same list (the paper's ratio to position 1).
 Each weight is a constant for the other model's loss (ULTRA takes each loss's gradient with respect to
-its own model only; the logits have their own learning rate `baselines.dla_propensity_learning_rate`,
-as ULTRA's propensity_learning_rate), both are clipped at `baselines.dla_max_weight`, and both losses are the summed
-(unnormalised per list) weighted softmax losses, whose minimiser over g is softmax(g)_k ∝ θ_k: E[c_k
-r_1/r_k] = θ_k r_1. Loss = l_IPM + `baselines.dla_ranker_loss_weight` · l_IRM, one Adam over both (two parameter groups).
+its own model only), and both are clipped at `baselines.dla_max_weight`. Both losses are summed over
+clicks, not normalised per list (`propensity.weighted_softmax_loss`); the minimiser over g of the summed
+l_IPM is softmax(g)_k ∝ Σ c_k r_1/r_k, whose expectation is θ_k r_1, i.e. softmax(g)_k ∝ θ_k.
+Loss = l_IPM + `baselines.dla_ranker_loss_weight` · l_IRM, one Adam with two parameter groups: the
+ranker at `train.learning_rate`, the logits at `baselines.dla_propensity_learning_rate` (ULTRA's
+propensity_learning_rate).
 
 The propensities reported are exp(g_k − g_1), i.e. normalised to position 1. DLA is listwise by
 construction; `train.loss` is not used.

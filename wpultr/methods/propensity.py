@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 RANDPAIR = "randpair"                    # the position swapped with position 1 (2..K); 0 outside the experiment
 RANDPAIR_SWAPPED = "randpair_swapped"    # 1 when the swap was made, 0 in the control arm
 
+RANDPAIR_CHUNK = 50_000                  # sessions simulated at once by simulate_randpair
+
 SOURCES = ("auto", "randomisation", "harvest", "table")
 
 # The `baselines` config section's keys and defaults (see the module docstring of each method).
@@ -146,7 +148,8 @@ def randpair_estimate(frame: pd.DataFrame) -> dict[str, Any]:
     """
     for column in (SESSION_ID, POSITION, CLICK, RANDPAIR, RANDPAIR_SWAPPED):
         if column not in frame.columns:
-            raise SchemaError(f"sessions: the RandPair estimate needs column {column!r}; present: {list(frame.columns)}")
+            raise SchemaError(f"sessions: the RandPair estimate needs column {column!r}; "
+                              f"present: {list(frame.columns)}")
     exp = frame[frame[RANDPAIR] > 0]
     if exp.empty:
         raise SchemaError(f"sessions: no row has {RANDPAIR!r} > 0, i.e. no session of a RandPair experiment")
@@ -204,26 +207,30 @@ def simulate_randpair(cfg: "SimulateConfig", seed: int, n_sessions: int) -> pd.D
     k = cfg.results_per_page
     if k < 2:
         raise _config_error("data.simulate.results_per_page: a RandPair experiment needs at least 2 positions")
-    query_index = queries.choice(corpus.n_queries, size=n_sessions, p=corpus.popularity)
-    candidates = corpus.docs_of(query_index)
-    scores = logging_scores(corpus.label[candidates], corpus.media_type[candidates],
-                            np.asarray(cfg.logging_media_boost, dtype=np.float64), cfg.logging_noise, logging)
-    doc_rows = np.take_along_axis(candidates, shown_order(scores, k, logging), axis=1)
-    partner = swap.integers(2, k + 1, size=n_sessions)                  # RandPair: pivot 1, partner k
-    swapped = swap.random(n_sessions) < 0.5
-    rows = np.arange(n_sessions)[swapped]
-    first, other = doc_rows[rows, 0].copy(), doc_rows[rows, partner[swapped] - 1].copy()
-    doc_rows[rows, 0], doc_rows[rows, partner[swapped] - 1] = other, first
-    page = build_page(doc_rows, corpus, cfg, model.layout_columns, context_scales, page_rng)
-    clicks = model.sample_clicks(page, clicks_rng)
-    return pd.DataFrame({
-        SESSION_ID: np.repeat(np.arange(n_sessions), k),
-        QUERY_ID: corpus.query_ids[np.repeat(query_index, k)],
-        POSITION: np.asarray(page.position).reshape(-1).astype(np.int64),
-        CLICK: clicks.reshape(-1).astype(np.int8),
-        RANDPAIR: np.repeat(partner, k),
-        RANDPAIR_SWAPPED: np.repeat(swapped.astype(np.int8), k),
-    })
+    parts = []
+    for first in range(0, n_sessions, RANDPAIR_CHUNK):         # bounded memory, as the simulator's chunks
+        n = min(RANDPAIR_CHUNK, n_sessions - first)
+        query_index = queries.choice(corpus.n_queries, size=n, p=corpus.popularity)
+        candidates = corpus.docs_of(query_index)
+        scores = logging_scores(corpus.label[candidates], corpus.media_type[candidates],
+                                np.asarray(cfg.logging_media_boost, dtype=np.float64), cfg.logging_noise, logging)
+        doc_rows = np.take_along_axis(candidates, shown_order(scores, k, logging), axis=1)
+        partner = swap.integers(2, k + 1, size=n)                       # RandPair: pivot 1, partner k
+        swapped = swap.random(n) < 0.5
+        rows = np.flatnonzero(swapped)
+        top, other = doc_rows[rows, 0].copy(), doc_rows[rows, partner[rows] - 1].copy()
+        doc_rows[rows, 0], doc_rows[rows, partner[rows] - 1] = other, top
+        page = build_page(doc_rows, corpus, cfg, model.layout_columns, context_scales, page_rng)
+        clicks = model.sample_clicks(page, clicks_rng)
+        parts.append(pd.DataFrame({
+            SESSION_ID: np.repeat(np.arange(first, first + n), k),
+            QUERY_ID: corpus.query_ids[np.repeat(query_index, k)],
+            POSITION: np.asarray(page.position).reshape(-1).astype(np.int64),
+            CLICK: clicks.reshape(-1).astype(np.int8),
+            RANDPAIR: np.repeat(partner, k),
+            RANDPAIR_SWAPPED: np.repeat(swapped.astype(np.int8), k),
+        }))
+    return pd.concat(parts, ignore_index=True)
 
 
 # ---------------------------------------------------------------------------------------------

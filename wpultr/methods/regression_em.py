@@ -43,8 +43,8 @@ INITIAL_THETA = 0.5
 def e_step(theta: torch.Tensor, gamma: torch.Tensor, clicks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(P(E=1 | c), P(R=1 | c)) of each result under P(c) = θγ (Wang et al. 2018, E-step)."""
     denom = (1.0 - theta * gamma).clamp_min(1e-6)
-    exam = clicks + (1.0 - clicks) * theta * (1.0 - gamma) / denom      # P(E=1,R=0|c=0) added to c=1
-    rel = clicks + (1.0 - clicks) * (1.0 - theta) * gamma / denom       # P(E=0,R=1|c=0) added to c=1
+    exam = clicks + (1.0 - clicks) * theta * (1.0 - gamma) / denom      # c + (1-c) P(E=1,R=0 | c=0)
+    rel = clicks + (1.0 - clicks) * (1.0 - theta) * gamma / denom       # c + (1-c) P(E=0,R=1 | c=0)
     return exam, rel
 
 
