@@ -37,6 +37,8 @@ def base_config(seed: int, sessions: int, epochs: int) -> dict:
         "seed": seed,
         "data": {"simulate": {"n_queries": 300, "n_sessions": sessions, "n_annotated_queries": 150,
                               "user_model": "whole_page", "media_type_features": True,
+                              "user_model_params": {"media_attention": [0.6, 0.9, 1.0, 0.5],
+                                                    "media_attractiveness": [0.0, 0.1, 0.35, 0.25]},
                               "logging_noise": 1.0, "logging_media_boost": [0.0, 0.0, 0.5, 0.0]}},
         "ranker": {"backbone": "mlp", "head": [64, 32]},
         "train": {"epochs": epochs, "warmup_epochs": 1, "batch_size": 64, "learning_rate": 1e-3, "device": "cpu"},

@@ -1,4 +1,4 @@
-"""Causal discovery on the simulator's whole-page user model: graph quality, parallel speed-up, size limits.
+"""Causal discovery on the simulator's whole-page user model: graph quality, speed against causal-learn, size limits.
 
 Data: `simulate` (default SimulateConfig, user model whole_page) per seed; page features position
 (ordinal, Bradley–Terry), media_type (categorical), serp_height and serp_max_show_height
@@ -6,17 +6,24 @@ Data: `simulate` (default SimulateConfig, user model whole_page) per seed; page 
 the discover stage draws it (stratified sessions, one displayed result each). r̂ is the true grade
 plus N(0, 0.1²) noise (a near-perfect ranker), so the truth's `relevance` node stands for r̂.
 
-Parts (each prints its own lines; --json adds a machine-readable copy):
-  quality  for KCI and RCIT over --seeds seeds at --n rows: structural Hamming distance to the true
-           graph over {r̂, click, page features} (CPDAG marks vs the true DAG: an undirected edge
-           counts 1), precision and recall of click's parents, wall time.
-  speed    one seed at --n rows: our discovery (level-parallel PC on a LocalCluster of --workers
-           single-threaded workers) against causal-learn's serial `pc` on the same sample with the
-           same CI test (causal-learn's KCI; the categorical node as one-hot columns), in this
-           process with BLAS on all cores; the ratio, and whether graph, marks and sepsets are identical.
-  scale    for KCI and RCIT the largest n of a ladder that our discovery finishes within --budget s.
+Parts (each prints its own lines; --json adds a machine-readable copy), run in this order:
+  speed    seed --first-seed at --n rows, KCI: our discovery (level-parallel PC on a LocalCluster of
+           --workers single-threaded workers, kernels shared across tests by wpultr.causal.kci) against
+           causal-learn's serial `pc` on the same sample with causal-learn's own KCI (the categorical
+           node as the same one-hot columns), in this process with BLAS on every core. Prints both wall
+           times, the ratio, whether graph and sepsets are identical and the largest |Δp| over all tests.
+  quality  KCI and RCIT over --seeds seeds at --n rows: structural Hamming distance to the true graph
+           over {r̂, click, page features} (our CPDAG with the priors' orientations vs the true DAG; an
+           undirected edge where the truth has a directed one counts 1), precision and recall of
+           click's parents, wall time. The speed part's KCI run is reused for its seed.
+  scale    KCI and RCIT: the largest n of a ladder that our discovery finishes within --budget s
+           (a run past the budget is stopped there and the workers restarted).
 
-    .venv/bin/python bench/discovery.py --part quality --part speed --part scale [--seeds 5] [--n 2000]
+Wall times share the CPU with whatever else runs on the machine: the ratio is taken within one run,
+and the load average is printed beside every part.
+
+    .venv/bin/python bench/discovery.py                 # all three parts, ~15 min on 2 idle cores
+    .venv/bin/python bench/discovery.py --part speed --n 1000 --json out.json
 """
 from __future__ import annotations
 
@@ -29,11 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from causallearn.search.ConstraintBased.PC import pc
+from threadpoolctl import threadpool_info
 
 from wpultr.causal.biases import identify_biases
-from wpultr.causal.discovery import (DiscoveryConfig, ci_test_spec, discover, node_order, one_row_per_session,
-                                     prior_knowledge, sample_session_ids)
+from wpultr.causal.discovery import (DiscoveryConfig, DiscoveryResult, ci_test_spec, discover, node_order,
+                                     one_row_per_session, prior_knowledge, sample_session_ids)
 from wpultr.causal.graph import GraphEdge, structural_hamming_distance
+from wpultr.causal.kci import clear_store
 from wpultr.config import ClusterConfig
 from wpultr.features.encoders import PageFeatureEncoder
 from wpultr.pipeline.cluster import open_client
@@ -43,8 +52,9 @@ from wpultr.simulate.generate import TRUE_LABEL
 
 FEATURES = BAIDU_PAGE_FEATURES
 SCORE_NOISE = 0.1
-KCI_LADDER = (1000, 2000, 3000, 4000, 6000)
-RCIT_LADDER = (10_000, 25_000, 50_000, 100_000, 200_000)
+KCI_LADDER = (2000, 3000, 4000, 6000)
+RCIT_LADDER = (10_000, 25_000, 50_000, 100_000)
+_META_KEYS = ("data_hash", "method_name", "parameters_hash")
 
 
 @dataclass
@@ -55,12 +65,15 @@ class Sample:
 
 
 USER_MODEL_PARAMS: dict = {}   # --user-model-params: whole_page parameters other than the simulator's defaults
+_SAMPLES: dict[tuple[int, int], Sample] = {}
 
 
 def make_sample(seed: int, n_rows: int) -> Sample:
     """Simulate, fit the encoder on every session, draw n_rows results as the discover stage does."""
-    logs = simulate(SimulateConfig(n_sessions=max(2 * n_rows, 20_000), user_model_params=dict(USER_MODEL_PARAMS)),
-                    seed=seed)
+    if (seed, n_rows) in _SAMPLES:
+        return _SAMPLES[seed, n_rows]
+    logs = simulate(SimulateConfig(n_sessions=max(int(1.5 * n_rows), 20_000),
+                                   user_model_params=dict(USER_MODEL_PARAMS)), seed=seed)
     columns = [SESSION_ID, "query_id", POSITION, CLICK] + [f.name for f in FEATURES if f.name != POSITION]
     sessions = logs.sessions[columns].merge(logs.truth_sessions[[SESSION_ID, POSITION, TRUE_LABEL]],
                                             on=[SESSION_ID, POSITION])
@@ -75,51 +88,46 @@ def make_sample(seed: int, n_rows: int) -> Sample:
     edges = tuple(GraphEdge(rename.get(e["from"], e["from"]), rename.get(e["to"], e["to"]), e["type"])
                   for e in graph["edges"])
     parents = {rename.get(p, p) for p in graph["parents"][CLICK]}
+    if len(nodes) != n_rows:
+        raise RuntimeError(f"sample of {len(nodes)} rows, wanted {n_rows}")
+    if n_rows <= 10_000:                       # the quality and speed samples are reused; ladder ones are not
+        _SAMPLES[seed, n_rows] = Sample(nodes, edges, parents)
     return Sample(nodes, edges, parents)
 
 
-def part_quality(client, seeds: range, n: int, out: dict) -> None:
-    names = node_order(FEATURES)
-    print(f"\n== quality: whole_page user model {USER_MODEL_PARAMS or '(default parameters)'}, n = {n} rows "
-          f"(one per sampled session), alpha 0.05 ==")
-    print(f"{'test':<6}{'seed':>5}{'SHD':>5}{'prec':>7}{'recall':>8}{'exact':>7}{'seconds':>9}  click parents found")
-    rows = []
-    for seed in seeds:
-        sample = make_sample(seed, n)
-        for test in ("kci", "rcit"):
-            start = time.perf_counter()
-            result = discover(sample.nodes, FEATURES, DiscoveryConfig(ci_test=test, n_bootstrap=0), client=client,
-                              seed=seed)
-            seconds = time.perf_counter() - start
-            found = set(identify_biases(result.graph).click_parents)
-            truth = sample.truth_click_parents
-            shd = structural_hamming_distance(result.graph.edges, sample.truth_edges, names)
-            precision = len(found & truth) / len(found) if found else 0.0
-            recall = len(found & truth) / len(truth)
-            rows.append({"test": test, "seed": seed, "shd": shd, "precision": precision, "recall": recall,
-                         "exact": found == truth, "seconds": seconds, "found": sorted(found)})
-            print(f"{test:<6}{seed:>5}{shd:>5}{precision:>7.2f}{recall:>8.2f}{str(found == truth):>7}{seconds:>9.1f}"
-                  f"  {', '.join(sorted(found))}", flush=True)
-    print(f"true click parents: {', '.join(sorted(truth))}")
-    for test in ("kci", "rcit"):
-        mine = [r for r in rows if r["test"] == test]
-        print(f"{test}: click's parents exactly right in {sum(r['exact'] for r in mine)}/{len(mine)} seeds; "
-              f"mean SHD {np.mean([r['shd'] for r in mine]):.1f}, mean precision "
-              f"{np.mean([r['precision'] for r in mine]):.2f}, mean recall {np.mean([r['recall'] for r in mine]):.2f}")
-    out["quality"] = rows
+def _load() -> str:
+    return "load average (1 min) {:.1f} on {} cores".format(os.getloadavg()[0], os.cpu_count())
 
 
-def part_speed(client, n: int, workers: int, out: dict) -> None:
-    print(f"\n== speed: KCI, n = {n}, seed 0: ours ({workers} workers x 1 thread) vs causal-learn serial pc ==")
-    sample = make_sample(0, n)
+def _cold(client) -> None:
+    """Empty the kernel stores (workers and this process) so a timed run starts from nothing."""
+    client.run(clear_store)
+    clear_store()
+
+
+def _p_values(cg) -> dict[str, float]:
+    return {k: float(v) for k, v in cg.test.pvalue_cache.items() if k not in _META_KEYS}
+
+
+def part_speed(client, seed: int, n: int, workers: int, out: dict) -> DiscoveryResult:
+    print(f"\n== speed: KCI, n = {n}, seed {seed}: ours ({workers} Dask workers x 1 thread, cached KCI) vs "
+          f"causal-learn's serial pc with its KCI (this process, BLAS threads "
+          f"{sorted({i['num_threads'] for i in threadpool_info()})}) == [{_load()}]", flush=True)
+    sample = make_sample(seed, n)
     cfg = DiscoveryConfig(ci_test="kci", n_bootstrap=0)
+    _cold(client)
     start = time.perf_counter()
-    ours = discover(sample.nodes, FEATURES, cfg, client=client, seed=0)
+    ours = discover(sample.nodes, FEATURES, cfg, client=client, seed=seed)
     ours_s = time.perf_counter() - start
+    print(f"ours: {ours_s:.1f} s, {ours.runs[0].n_tests} tests, per depth "
+          f"{[(l['tests'], l['seconds']) for l in ours.runs[0].levels]} [{_load()}]", flush=True)
+
     names = node_order(FEATURES)
     data = sample.nodes[names].to_numpy(dtype=np.float64)
     categorical = [names.index(f.name) for f in FEATURES if f.kind is FeatureKind.CATEGORICAL]
-    spec = ci_test_spec(cfg, categorical, seed=0)
+    reference = DiscoveryConfig(ci_test="kci")
+    reference.kci.engine = "causal-learn"
+    spec = ci_test_spec(reference, categorical, seed=seed)
     start = time.perf_counter()
     serial = pc(data, cfg.alpha, spec.name, background_knowledge=prior_knowledge([f.name for f in FEATURES]),
                 show_progress=False, node_names=names, **spec.options)
@@ -127,25 +135,82 @@ def part_speed(client, n: int, workers: int, out: dict) -> None:
     mine = ours.runs[0].graph
     same_graph = bool(np.array_equal(mine.G.graph, serial.G.graph))
     same_sepsets = all(mine.sepset[i, j] == serial.sepset[i, j] for i in range(len(names)) for j in range(len(names)))
-    print(f"ours {ours_s:.1f} s ({ours.runs[0].n_tests} tests, levels {[l['tests'] for l in ours.runs[0].levels]}), "
-          f"serial {serial_s:.1f} s, ratio {serial_s / ours_s:.2f}x; identical graph {same_graph}, "
-          f"identical sepsets {same_sepsets}")
-    out["speed"] = {"n": n, "workers": workers, "ours_s": ours_s, "serial_s": serial_s, "ratio": serial_s / ours_s,
-                    "tests": ours.runs[0].n_tests, "identical_graph": same_graph, "identical_sepsets": same_sepsets}
+    ref_p, our_p = _p_values(serial), ours.runs[0].p_values
+    same_tests = ref_p.keys() == our_p.keys()
+    max_dp = max(abs(our_p[k] - ref_p[k]) for k in ref_p.keys() & our_p.keys())
+    print(f"causal-learn serial: {serial_s:.1f} s, {len(ref_p)} tests [{_load()}]")
+    print(f"ratio serial / ours: {serial_s / ours_s:.2f}x; identical graph {same_graph}, identical sepsets "
+          f"{same_sepsets}, same tests {same_tests}, max |p_ours - p_causal-learn| {max_dp:.1e}", flush=True)
+    out["speed"] = {"n": n, "seed": seed, "workers": workers, "ours_s": ours_s, "serial_s": serial_s,
+                    "ratio": serial_s / ours_s, "tests": ours.runs[0].n_tests, "identical_graph": same_graph,
+                    "identical_sepsets": same_sepsets, "same_tests": same_tests, "max_abs_dp": max_dp,
+                    "levels": ours.runs[0].levels}
+    ours.graph.meta["bench_seconds"] = ours_s
+    return ours
 
 
-def part_scale(client, budget: float, ladders: dict[str, tuple[int, ...]], out: dict) -> None:
-    print(f"\n== scale: largest n our discovery finishes within {budget:.0f} s (seed 0, no bootstrap) ==")
+def part_quality(client, seeds: range, n: int, out: dict, reuse: dict[int, DiscoveryResult]) -> None:
+    names = node_order(FEATURES)
+    print(f"\n== quality: whole_page user model {USER_MODEL_PARAMS or '(default parameters)'}, n = {n} rows "
+          f"(one per sampled session), alpha 0.05 == [{_load()}]")
+    print(f"{'test':<6}{'seed':>5}{'SHD':>5}{'prec':>7}{'recall':>8}{'exact':>7}{'seconds':>9}  click parents found")
+    rows = []
+    truth: set[str] = set()
+    for seed in seeds:
+        sample = make_sample(seed, n)
+        truth = sample.truth_click_parents
+        for test in ("kci", "rcit"):
+            if test == "kci" and seed in reuse:
+                result, seconds = reuse[seed], reuse[seed].graph.meta["bench_seconds"]
+            else:
+                start = time.perf_counter()
+                result = discover(sample.nodes, FEATURES, DiscoveryConfig(ci_test=test, n_bootstrap=0),
+                                  client=client, seed=seed)
+                seconds = time.perf_counter() - start
+            found = set(identify_biases(result.graph).click_parents)
+            shd = structural_hamming_distance(result.graph.edges, sample.truth_edges, names)
+            precision = len(found & truth) / len(found) if found else 0.0
+            recall = len(found & truth) / len(truth)
+            rows.append({"test": test, "seed": seed, "shd": shd, "precision": precision, "recall": recall,
+                         "exact": found == truth, "seconds": seconds, "found": sorted(found),
+                         "edges": [f"{e.source} {e.arrow()} {e.target}" for e in result.graph.edges]})
+            print(f"{test:<6}{seed:>5}{shd:>5}{precision:>7.2f}{recall:>8.2f}{str(found == truth):>7}{seconds:>9.1f}"
+                  f"  {', '.join(sorted(found))}", flush=True)
+    print(f"true click parents: {', '.join(sorted(truth))}")
+    for test in ("kci", "rcit"):
+        mine = [r for r in rows if r["test"] == test]
+        print(f"{test}: click's parents exactly right in {sum(r['exact'] for r in mine)}/{len(mine)} seeds; "
+              f"mean SHD {np.mean([r['shd'] for r in mine]):.1f}, mean precision "
+              f"{np.mean([r['precision'] for r in mine]):.2f}, mean recall {np.mean([r['recall'] for r in mine]):.2f}, "
+              f"mean seconds {np.mean([r['seconds'] for r in mine]):.1f}")
+    out["quality"] = rows
+
+
+def part_scale(client, seed: int, budget: float, ladders: dict[str, tuple[int, ...]], out: dict,
+               known: dict[tuple[str, int], float]) -> None:
+    print(f"\n== scale: largest n our discovery finishes within {budget:.0f} s (seed {seed}, no bootstrap) "
+          f"== [{_load()}]")
     out["scale"] = {}
     for test, ladder in ladders.items():
         best, times = None, {}
         for n in ladder:
-            sample = make_sample(0, n)
-            start = time.perf_counter()
-            discover(sample.nodes, FEATURES, DiscoveryConfig(ci_test=test, n_bootstrap=0), client=client, seed=0)
-            times[n] = time.perf_counter() - start
-            print(f"{test} n={n}: {times[n]:.1f} s", flush=True)
-            if times[n] > budget:
+            if (test, n) in known:
+                times[n] = known[test, n]
+                print(f"{test} n={n}: {times[n]:.1f} s (timed in the speed part)", flush=True)
+            else:
+                sample = make_sample(seed, n)
+                _cold(client)
+                start = time.perf_counter()
+                try:
+                    discover(sample.nodes, FEATURES, DiscoveryConfig(ci_test=test, n_bootstrap=0), client=client,
+                             seed=seed, timeout=budget)
+                    times[n] = time.perf_counter() - start
+                except TimeoutError:
+                    times[n] = None
+                    client.restart()                       # stop the tests still running on the workers
+                print(f"{test} n={n}: " + (f"{times[n]:.1f} s" if times[n] is not None else
+                                           f"stopped at {budget:.0f} s") + f" [{_load()}]", flush=True)
+            if times[n] is None or times[n] > budget:
                 break
             best = n
         print(f"{test}: largest n within {budget:.0f} s: {best}")
@@ -154,7 +219,8 @@ def part_scale(client, budget: float, ladders: dict[str, tuple[int, ...]], out: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", action="append", choices=["quality", "speed", "scale"], required=True)
+    parser.add_argument("--part", action="append", choices=["quality", "speed", "scale"],
+                        help="default: all three")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--user-model-params", default="{}", help="JSON of whole_page parameters to override")
@@ -165,19 +231,26 @@ def main() -> None:
     parser.add_argument("--rcit-ladder", default=",".join(map(str, RCIT_LADDER)), help="sample sizes tried for RCIT")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
+    parts = args.part or ["speed", "quality", "scale"]
     USER_MODEL_PARAMS.update(json.loads(args.user_model_params))
     out: dict = {"cpu_count": os.cpu_count(), "workers": args.workers, "score": f"true grade + N(0, {SCORE_NOISE}^2)",
                  "user_model_params": USER_MODEL_PARAMS}
     cluster = ClusterConfig(n_workers=args.workers, threads_per_worker=1, memory_limit="6GiB")
+    started = time.perf_counter()
     with open_client(cluster) as client:
-        if "quality" in args.part:
-            part_quality(client, range(args.first_seed, args.first_seed + args.seeds), args.n, out)
-        if "speed" in args.part:
-            part_speed(client, args.n, args.workers, out)
-        if "scale" in args.part:
+        reuse: dict[int, DiscoveryResult] = {}
+        known: dict[tuple[str, int], float] = {}
+        if "speed" in parts:
+            reuse[args.first_seed] = part_speed(client, args.first_seed, args.n, args.workers, out)
+            known["kci", args.n] = out["speed"]["ours_s"]
+        if "quality" in parts:
+            part_quality(client, range(args.first_seed, args.first_seed + args.seeds), args.n, out, reuse)
+        if "scale" in parts:
             ladders = {"kci": tuple(int(v) for v in args.kci_ladder.split(",") if v),
                        "rcit": tuple(int(v) for v in args.rcit_ladder.split(",") if v)}
-            part_scale(client, args.budget, {k: v for k, v in ladders.items() if v}, out)
+            part_scale(client, args.first_seed, args.budget, {k: v for k, v in ladders.items() if v}, out, known)
+    out["total_seconds"] = time.perf_counter() - started
+    print(f"\ntotal {out['total_seconds']:.0f} s [{_load()}]")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2, default=str)

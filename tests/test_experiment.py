@@ -171,6 +171,10 @@ def test_bad_experiment_keys_name_the_key(tmp_path):
         experiment_from_dict({**good, "base": {"train": {"method": "nope"}}})
     with pytest.raises(ConfigError, match="seeds"):
         experiment_from_dict({**good, "seeds": []})
+    with pytest.raises(ConfigError, match=r"settings\.pbm: .*data\.simulate\.user_modle"):
+        experiment_from_dict({**good, "settings": {"pbm": {"data.simulate.user_modle": "pbm"}}})
+    with pytest.raises(ConfigError, match=r"settings\.pbm\.seed"):
+        experiment_from_dict({**good, "settings": {"pbm": {"seed": 3}}})
     # on_invalid_run: record keeps an invalid run as a failed run instead of stopping the experiment
     exp = experiment_from_dict({**good, "on_invalid_run": "record", "tables": {}, "methods": [
         {"label": "A"}, {"label": "Future", "overrides": {"train.not_yet": 1}}]})

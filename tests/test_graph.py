@@ -111,14 +111,28 @@ def test_graph_show_renders(tmp_path):
     assert "confounded (case 2): position <- relevance_score, media_type" in first.output
     dot = runner.invoke(graph_app, ["show", str(run), "--epoch", "0", "--format", "dot"])
     assert dot.exit_code == 0 and dot.output.startswith("digraph click_model")
-    if shutil.which("dot") is None:
-        pytest.skip("Graphviz's dot program is not installed: svg/png rendering not checked")
+
+
+@pytest.mark.skipif(shutil.which("dot") is None,
+                    reason="Graphviz's dot program is not installed (apt-get install graphviz): svg/png not checked")
+def test_graph_show_renders_svg_and_png_with_graphviz(tmp_path):
+    run = make_run(tmp_path)
+    runner = CliRunner()
     svg = runner.invoke(graph_app, ["show", str(run), "--epoch", "0", "--format", "svg"])
     assert svg.exit_code == 0, svg.output
     image = epoch_dir(run, 0) / "graph.svg"
     assert svg.output.strip() == str(image) and "<svg" in image.read_text()
+    assert all(f"<title>{node}</title>" in image.read_text() for node in NODES)    # every node drawn
     png = runner.invoke(graph_app, ["show", str(run), "-f", "png", "-o", str(tmp_path / "g.png")])
     assert png.exit_code == 0 and (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_graph_show_without_graphviz_names_the_missing_program(tmp_path, monkeypatch):
+    run = make_run(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    out = CliRunner().invoke(graph_app, ["show", str(run), "--format", "svg"])
+    assert out.exit_code == 2 and "needs Graphviz's 'dot' program on PATH" in out.output
+    assert not (epoch_dir(run, 2) / "graph.svg").exists()
 
 
 def test_graph_diff_and_errors(tmp_path):

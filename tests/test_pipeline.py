@@ -26,6 +26,7 @@ def simulated_config(tmp_path, **train):
                  "simulate": {"n_queries": 40, "n_sessions": 400, "n_annotated_queries": 20}},
         "ranker": {"backbone": "mlp", "head": [32, 16]},
         "train": {"epochs": 2, "batch_size": 64, **train},
+        "discovery": {"n_sessions": 150, "n_bootstrap": 1},
     })
 
 
@@ -47,6 +48,12 @@ def test_end_to_end_on_simulated_logs(tmp_path, dask_client):
     assert metrics["all"]["n_queries"] == len(json.loads((run / S.SPLIT).read_text())["test_queries"])
     assert "DCG@10" in (run / "report.html").read_text()
     assert (run / S.TRUTH_DIR / "truth.json").exists()
+    # the Bradley–Terry position scores and the graph under the trained ranker's scores are in the run
+    assert (run / S.PAGE_ENCODER / "page_features.json").exists()
+    scores = json.loads((run / "stages" / "preprocess.json").read_text())["info"]["position_scores"]
+    assert scores["1"] > scores["10"]
+    graph = json.loads((run / "epoch_0" / "graph.json").read_text())
+    assert any(e["from"] == "relevance_score" and e["to"] == "click" for e in graph["edges"])
 
 
 def test_resume_after_a_stage_dies(tmp_path, dask_client):
@@ -63,8 +70,8 @@ def test_resume_after_a_stage_dies(tmp_path, dask_client):
     ingest_record = (run / "stages" / "ingest.json").read_text()
 
     result = run_pipeline(cfg, client=dask_client)
-    assert result.skipped == ["ingest", "featurize", "split"]
-    assert result.ran == ["train", "evaluate", "report"]
+    assert result.skipped == ["ingest", "featurize", "preprocess", "split"]
+    assert result.ran == ["train", "discover", "evaluate", "report"]
     assert (run / "stages" / "ingest.json").read_text() == ingest_record  # not redone
     assert result.metrics["all"]["DCG@10"] >= 0
 
@@ -88,6 +95,7 @@ def test_bert_naive_on_the_baidu_sample_via_cli(tmp_path):
                  "annotations": str(SAMPLE / "annotations.tsv.gz"), "max_sessions": 300, "valid_fraction": 0.3},
         "ranker": {"backbone": "bert", "head": [32, 16], "bert": {"max_length": 32}},
         "train": {"epochs": 1, "batch_size": 32},
+        "discovery": {"n_sessions": 100, "n_bootstrap": 0},
         "cluster": {"n_workers": 2},
     }))
     result = CliRunner().invoke(app, ["run", str(config)])

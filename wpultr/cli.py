@@ -174,11 +174,12 @@ def score(model: Path = typer.Argument(..., help="an exported ranker (wpultr exp
 
 
 def _mount_optional_apps() -> None:
-    """Sub-commands that live beside their stage (e.g. `wpultr graph` in wpultr.causal.cli)."""
+    """Commands that live beside their stage: `wpultr discover` and `wpultr graph` (wpultr.causal.cli)."""
     try:
-        from .causal.cli import graph_app
+        from .causal.cli import discover_command, graph_app
     except ImportError:
         return
+    app.command("discover")(discover_command)
     app.add_typer(graph_app, name="graph", help="inspect the causal graphs a run discovered")
 
 

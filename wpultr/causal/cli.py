@@ -1,10 +1,17 @@
-"""`wpultr graph …`: look at the click-model graphs a run discovered (mounted by the top-level CLI)."""
+"""`wpultr discover …` and `wpultr graph …` (mounted by the top-level CLI, wpultr/cli.py).
+
+* `discover`: one epoch of BAL §3.1's causal discovery from a sessions table on disk — fit the
+  page-feature encoder (`stage.fit_page_encoder`), sample, run PC and write epoch_<k>/graph.json +
+  biases.json (`stage.discover_epoch`).
+* `graph show / diff`: look at the graphs a run discovered.
+"""
 from __future__ import annotations
 
 import functools
+import json
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 import typer
 
@@ -14,6 +21,7 @@ from .graph import GraphFileError, diff_graphs, epoch_dir, load_epoch_graph, ren
 
 graph_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Inspect the click-model graphs a run discovered (one per epoch).")
+ENCODER_SUBDIR = "page_features"
 
 
 class GraphFormat(str, Enum):
@@ -24,12 +32,15 @@ class GraphFormat(str, Enum):
 
 
 def _user_errors(fn: Callable) -> Callable:
-    """A missing run, epoch or renderer is one clear line and exit code 2, not a traceback."""
+    """A missing run, epoch, file or renderer, or a bad config or table, is one clear line and exit code 2."""
+    from ..config import ConfigError
+    from ..schema import SchemaError
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (GraphFileError, RuntimeError) as e:
+        except (GraphFileError, RuntimeError, ConfigError, SchemaError, FileNotFoundError, NotADirectoryError) as e:
             typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
             raise typer.Exit(2) from None
     return wrapper
@@ -88,3 +99,63 @@ def diff(run: Path = typer.Argument(..., help="run directory"),
         typer.echo(f"vanished    {e.source} {e.arrow()} {e.target}")
     for old, new in changes.reoriented:
         typer.echo(f"re-oriented {old.source} {old.arrow()} {old.target}  =>  {new.source} {new.arrow()} {new.target}")
+
+
+# ---------------------------------------------------------------------------------------------
+# wpultr discover
+# ---------------------------------------------------------------------------------------------
+def _discover_config(config: Optional[Path], sets: Optional[List[str]]):
+    """The run config (file and --set overrides, or defaults): page features, `discovery`, seed, cluster."""
+    from ..cli import _nest, _parse_sets
+    from ..config import config_from_dict, load_config
+    overrides = _parse_sets(sets)
+    return load_config(config, overrides) if config else config_from_dict(_nest(overrides))
+
+
+@_user_errors
+def discover_command(
+        sessions: Path = typer.Argument(..., help="sessions table: a directory of Parquet partitions"),
+        scores: str = typer.Option(..., "--scores", "-s",
+                                   help="r̂: a column of the sessions table, or a Parquet file of "
+                                        "session_id, position, relevance_score"),
+        out: Path = typer.Option(..., "--out", "-o", help="run/output directory (epoch_<k>/ is written under it)"),
+        config: Optional[Path] = typer.Option(None, help="run config: data.page_features, discovery, seed, cluster"),
+        set_: Optional[List[str]] = typer.Option(None, "--set", help="override: --set discovery.ci_test=rcit"),
+        epoch: int = typer.Option(0, "--epoch", "-e", help="epoch k: writes epoch_<k>/ and seeds the sample"),
+        encoder: Optional[Path] = typer.Option(None, help="fitted page-feature encoder to reuse (default: fit "
+                                                           f"one into OUT/{ENCODER_SUBDIR}/ unless it is there)"),
+        scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler")):
+    """Discover the click model's causal graph (BAL §3.1) and its biases from a sessions table."""
+    from ..config import ConfigError
+    from ..features.encoders import ENCODER_JSON, PageFeatureEncoder
+    from ..pipeline.cluster import open_client
+    from ..schema import page_features_from_config
+    from .stage import BIASES_FILE, discover_epoch, fit_page_encoder
+    cfg = _discover_config(config, set_)
+    if scheduler:
+        cfg.cluster.scheduler = scheduler
+    if epoch < 0:
+        raise ConfigError(f"--epoch: must be >= 0, got {epoch}")
+    if not sessions.is_dir():
+        raise FileNotFoundError(f"{sessions}: sessions table directory not found")
+    features = page_features_from_config(cfg.data.page_features, "data.page_features")
+    encoder_dir = encoder or out / ENCODER_SUBDIR
+    if encoder is not None and not (encoder / ENCODER_JSON).is_file():
+        raise FileNotFoundError(f"--encoder {encoder}: no {ENCODER_JSON} (a directory written by preprocess)")
+    if (encoder_dir / ENCODER_JSON).is_file():
+        fitted = sorted(f.name for f in PageFeatureEncoder.load(encoder_dir).page_features)
+        if fitted != sorted(f.name for f in features):
+            raise ConfigError(f"data.page_features: {sorted(f.name for f in features)} declared, but the encoder "
+                              f"in {encoder_dir} was fitted for {fitted}; pass --encoder or another --out")
+    with open_client(cfg.cluster) as client:
+        if not (encoder_dir / ENCODER_JSON).is_file():
+            fit_page_encoder(sessions, features, cfg.discovery.preprocess, encoder_dir, client)
+            typer.echo(f"fitted page-feature encoder: {encoder_dir}")
+        result = discover_epoch(sessions, scores, features, cfg.discovery, out, epoch, encoder_dir=encoder_dir,
+                                client=client, seed=cfg.seed)
+    target = epoch_dir(out, epoch)
+    typer.echo(f"epoch {epoch}\n{to_text(result.graph)}")
+    typer.echo("\n".join(_bias_lines(result.graph)))
+    typer.echo(json.dumps({"graph": str(target / "graph.json"), "biases": str(target / BIASES_FILE),
+                           "tests": result.graph.meta["pc"]["tests"],
+                           "seconds": result.graph.meta["pc"]["seconds"]}))

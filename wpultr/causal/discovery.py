@@ -413,11 +413,12 @@ def _to_graph(run: PCRun, names: tuple[str, ...], kinds: dict[str, str], feature
 
 
 def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: DiscoveryConfig, *,
-             client: Any = None, seed: int = 0) -> DiscoveryResult:
+             client: Any = None, seed: int = 0, timeout: float | None = None) -> DiscoveryResult:
     """PC over r̂, the page features and c (one row per sampled result), plus bootstrap stabilities.
 
     `nodes` holds the encoded columns: relevance_score, each page feature (categorical ones as
     integer codes) and click. A page feature constant in the sample is left out (recorded in meta).
+    `timeout` (seconds) makes PC raise TimeoutError when passed (see `parallel_pc`).
     """
     validate_discovery_config(cfg)
     wanted = node_order(page_features)
@@ -435,7 +436,8 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
 
     start = time.perf_counter()
     runs = parallel_pc([data] + resamples, names, cfg.alpha, spec, client=client,
-                       background_knowledge=prior_knowledge(feature_names), max_depth=cfg.max_depth)
+                       background_knowledge=prior_knowledge(feature_names), max_depth=cfg.max_depth,
+                       timeout=timeout)
     seconds = time.perf_counter() - start
     graphs = [_to_graph(run, names, kinds, feature_names) for run in runs]
     graph, pair_stability = _stabilities(graphs[0], graphs[1:])

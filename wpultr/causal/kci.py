@@ -1,27 +1,32 @@
-"""causal-learn's KCI p-values with every kernel computed once per data set, not once per test.
+"""causal-learn's KCI p-values with every kernel computed once per data set, in factored form.
 
 KCI (Zhang et al. 2011, the test BAL §3.1 uses) as causal-learn computes it, for x ⫫ y | S on n rows:
 
 * S empty (HSIC): centred Gaussian kernels Kxc, Kyc of the z-scored columns; V = Σ Kxc∘Kyc and a
   gamma null with mean tr Kxc · tr Kyc / n and variance 2 Σ Kxc² Σ Kyc² / n².
-* S given: Rz = ε (Kz + εI)⁺ (Kz the centred kernel of S, ε = 1e-3); KxR = Rz Kx Rz with Kx the kernel
-  of [x, S/2], KyR = Rz Ky Rz; V = Σ KxR∘KyR; the null's moments come from the eigenpairs of KxR and
-  KyR above 1e-5 × the largest (uu = their row-wise products): mean tr(uu uu'), variance 2 tr((uu uu')²).
+* S given: Rz = ε (Kz + εI)⁺ (Kz the centred kernel of S, ε = 1e-3); KxR = Rz Kx Rz with Kx the centred
+  kernel of [x, S/2], KyR = Rz Ky Rz; V = Σ KxR∘KyR; the null's moments come from the eigenpairs of
+  KxR and KyR above 1e-5 × the largest (uu = their row-wise products): mean tr(uu uu'), variance
+  2 tr((uu uu')²).
 
-causal-learn redoes all of it per test: two n×n kernels, a pseudo-inverse (an n×n SVD), four n×n
-products and two full eigendecompositions. PC asks many tests that share S, x or y, so here
+causal-learn redoes all of it per test: three n×n kernels, a pseudo-inverse (an n×n SVD), four n×n
+products and two full n×n eigendecompositions. PC asks many tests that share S, x or y, and Gaussian
+kernels of a few columns have low numerical rank, so here
 
-1. each kernel, Rz (per S), KxR / KyR and their kept eigenpairs (per role, columns and S) are computed
-   once and kept in a per-process store bounded in bytes (`cache_mib`), keyed by a digest of the data;
-2. only the kept eigenpairs are computed (LAPACK syevr over the value range above 1e-5 × λmax, with
-   λmax bounded from below by Lanczos), instead of all n;
-3. tr(uu uu') and tr((uu uu')²) use uu uu' = Ax∘Ay with Ax = Vx Vx' (O(n²) per test) instead of
-   forming uu (n × kx·ky columns, up to n³ per test); when kx·ky ≤ n, uu'uu is formed as causal-learn does.
+1. each side's kernel is factored once, K = L L' + E, by pivoted Cholesky stopped when tr E ≤ 1e-13·n
+   (below LAPACK's own backward error on these matrices, ~n·ε_mach·‖K‖; a side needing rank > n/2
+   is kept dense). Centring is H L; Rz is applied through the Cholesky factor of Kz + εI, computed once
+   per S (Kz + εI is SPD, so ⁺ = ⁻¹); G = Rz H L gives KR = G G', its eigenpairs from the thin SVD of G
+   (λ = σ²) and V = Σ KxR∘KyR = ‖Gx' Gy‖²_F;
+2. tr(uu uu') = Σ_t |Vx_t|² |Vy_t|² and tr((uu uu')²) = Σ (Ax∘Ay)² with Ax = Vx Vx' (row blocks), or
+   causal-learn's uu'uu when that is cheaper — never the n × kx·ky matrix uu with an n×n product;
+3. factors, kept eigenvectors and Cholesky factors live in a per-process store bounded in bytes
+   (`cache_mib`), keyed by a digest of the data, so a Dask worker reuses them across its tasks.
 
-Every formula, width rule and constant is causal-learn's own (its GaussianKernel and Kernel classes
-are called), so the p-values equal causal-learn's KCI up to floating-point rounding (the test suite
-checks 1e-9 on every test of a PC run). Options the shortcut does not cover (a non-Gaussian kernel,
-median or manual widths, the spectral null, GP-fitted widths) fall back to causal-learn's KCI itself.
+Every formula, width rule and constant is causal-learn's (its GaussianKernel and Kernel classes are
+called), so the p-values equal causal-learn's KCI up to rounding; the test suite checks |Δp| ≤ 1e-9
+on every test of PC runs. Options the shortcut does not cover (a non-Gaussian kernel, median or
+manual widths, the spectral null, GP-fitted widths) fall back to causal-learn's KCI itself.
 """
 from __future__ import annotations
 
@@ -42,8 +47,9 @@ from scipy.sparse.linalg import eigsh
 
 EPSILON = 1e-3          # causal-learn KCI_CInd.epsilon_x / epsilon_y (Kernel.center_kernel_matrix_regression)
 EIG_THRESHOLD = 1e-5    # causal-learn KCI_CInd.thresh: eigenpairs kept above thresh × the largest eigenvalue
+RESIDUAL_PER_ROW = 1e-13  # pivoted Cholesky stops when the residual kernel's trace is below this × n
 DEFAULT_CACHE_MIB = 1024
-FEW_LEVELS_FACTOR = 8   # a side whose input has at most n / 8 distinct rows is factored through them
+_BLOCK_ROWS = 512
 
 
 def supports(options: dict[str, Any]) -> bool:
@@ -54,7 +60,7 @@ def supports(options: dict[str, Any]) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# A per-process store of matrices, bounded in bytes (a Dask worker keeps its kernels between tasks)
+# A per-process store bounded in bytes (a Dask worker keeps its factors between tasks)
 # ---------------------------------------------------------------------------------------------
 class _Store:
     """Least-recently-used values with a byte budget; values report their size through `nbytes`."""
@@ -78,9 +84,8 @@ class _Store:
         return value
 
     def put(self, key: tuple, value: Any) -> None:
-        size = int(getattr(value, "nbytes", 0))
         with self.lock:
-            self.sizes[key] = size
+            self.sizes[key] = int(getattr(value, "nbytes", 0))
             self.items[key] = value
             self.items.move_to_end(key)
             while len(self.items) > 1 and sum(self.sizes.values()) > self.budget:
@@ -97,7 +102,7 @@ _STORE = _Store(DEFAULT_CACHE_MIB << 20)
 
 
 def clear_store() -> None:
-    """Drop every kernel this process holds (tests and benchmarks that want a cold start)."""
+    """Drop every factor this process holds (tests and benchmarks that want a cold start)."""
     _STORE.clear()
     _STORE.hits = _STORE.misses = 0
 
@@ -107,29 +112,36 @@ def store_stats() -> dict[str, int]:
             "misses": _STORE.misses}
 
 
+# ---------------------------------------------------------------------------------------------
+# Linear algebra
+# ---------------------------------------------------------------------------------------------
 @dataclass
-class _Centred:
-    """An unconditional test's side: centred kernel with the two sums the gamma null needs."""
+class _Side:
+    """One side of a test: a PSD matrix M = F F' (F: n × r, factored) or M itself (dense, F None).
 
-    K: np.ndarray
-    trace: float
-    sumsq: float
+    Unconditional tests: M = Kc with `trace` and `sumsq` (Σ M²). Conditional: M = RKR with V, its
+    eigenvectors above the threshold scaled by √λ (causal-learn's vx.dot(diag(sqrt(wx)))).
+    """
+
+    F: np.ndarray | None = None
+    M: np.ndarray | None = None
+    V: np.ndarray | None = None
+    trace: float = 0.0
+    sumsq: float = 0.0
 
     @property
     def nbytes(self) -> int:
-        return self.K.nbytes
+        return sum(a.nbytes for a in (self.F, self.M, self.V) if a is not None)
 
 
-@dataclass
-class _Regressed:
-    """A conditional test's side: RKR = Rz K Rz and its eigenpairs above the threshold, scaled by √λ."""
-
-    KR: np.ndarray
-    V: np.ndarray
-
-    @property
-    def nbytes(self) -> int:
-        return self.KR.nbytes + self.V.nbytes
+def _inner(a: _Side, b: _Side) -> float:
+    """Σ Ma ∘ Mb (the KCI / HSIC statistic) from whichever forms the two sides have."""
+    if a.F is not None and b.F is not None:
+        return float(np.sum(a.F.T.dot(b.F) ** 2))                     # ‖Fa' Fb‖²_F
+    if a.F is not None or b.F is not None:
+        f, dense = (a.F, b.M) if a.F is not None else (b.F, a.M)
+        return float(np.sum(dense.dot(f) * f))                        # tr(F' M F)
+    return float(np.sum(a.M * b.M))
 
 
 def _zscore(x: np.ndarray) -> np.ndarray:
@@ -139,62 +151,79 @@ def _zscore(x: np.ndarray) -> np.ndarray:
     return z
 
 
+def pivoted_cholesky(x: np.ndarray, kernel: GaussianKernel, tol: float, max_rank: int) -> np.ndarray | None:
+    """L (n × r) with K = L L' + E, E ⪰ 0, tr E ≤ tol, for K = kernel(x); None if that needs rank > max_rank.
+
+    Greedy on the largest residual diagonal; K's columns come from causal-learn's kernel, one at a time.
+    """
+    n = x.shape[0]
+    d = np.ones(n)                          # a Gaussian kernel's diagonal is exp(0) = 1
+    L = np.zeros((n, min(max(max_rank, 1), 64)))
+    for k in range(max_rank + 1):
+        if d.sum() <= tol:
+            return L[:, :k].copy()
+        if k == max_rank:
+            return None
+        if k == L.shape[1]:
+            L = np.hstack([L, np.zeros((n, min(L.shape[1], max_rank - k)))])
+        i = int(np.argmax(d))
+        column = kernel.kernel(x, x[i:i + 1])[:, 0]
+        l = (column - L[:, :k].dot(L[i, :k])) / np.sqrt(d[i])
+        L[:, k] = l
+        d -= l * l
+        d[i] = 0.0
+        np.maximum(d, 0.0, out=d)
+    return None
+
+
+def _thin_eigenpairs(G: np.ndarray) -> np.ndarray:
+    """Eigenpairs of G G' above the threshold, from G's thin SVD: U σ for σ² > thresh × σ²max."""
+    if G.shape[1] == 0:
+        return np.zeros((G.shape[0], 0))
+    U, sigma, _ = np.linalg.svd(G, full_matrices=False)
+    lam = sigma ** 2
+    keep = lam > np.max(lam) * EIG_THRESHOLD
+    return U[:, keep] * sigma[keep][None, :]
+
+
 def kept_eigenpairs(K: np.ndarray, thresh: float = EIG_THRESHOLD) -> np.ndarray:
-    """Eigenvectors of (K + K')/2 scaled by √λ for λ > thresh × λmax, largest first (causal-learn's get_uuprod).
+    """Eigenvectors of (K + K')/2 scaled by √λ for λ > thresh × λmax (causal-learn's get_uuprod), dense.
 
     Lanczos gives a lower bound on λmax, so the syevr value range (bound × thresh, ∞) holds every pair
     causal-learn keeps; the exact cut is then applied with the largest eigenvalue syevr returns.
     """
     sym = 0.5 * (K + K.T)
     n = sym.shape[0]
-    if n <= 64:
-        w, v = np.linalg.eigh(sym)
-    else:
+    bound = 0.0
+    if n > 64:
         bound = float(eigsh(sym, k=1, which="LA", v0=np.ones(n), tol=1e-6, return_eigenvectors=False)[0])
-        if bound > 0:
-            low = bound * thresh * (1.0 - 1e-6)
-            w, v = scipy.linalg.eigh(sym, subset_by_value=(low, np.inf), driver="evr", check_finite=False)
-        else:
-            w, v = np.linalg.eigh(sym)
-    order = np.argsort(-w)
-    w, v = w[order], v[:, order]
+    if bound > 0:
+        w, v = scipy.linalg.eigh(sym, subset_by_value=(bound * thresh * (1.0 - 1e-6), np.inf), driver="evr",
+                                 check_finite=False)
+    else:
+        w, v = np.linalg.eigh(sym)
     keep = w > np.max(w) * thresh
-    return v[:, keep] * np.sqrt(w[keep])[None, :]        # = vx.dot(np.diag(np.sqrt(wx))) in causal-learn
+    return v[:, keep] * np.sqrt(w[keep])[None, :]
 
 
-def _spd_inverse(A: np.ndarray) -> np.ndarray:
-    """A⁻¹ of a symmetric positive definite matrix by Cholesky (causal-learn: pinv by SVD, ~7x slower).
-
-    Kz + εI has eigenvalues in [ε, n + ε], so the pseudo-inverse is the inverse; the two agree to
-    rounding (~1e-10 relative at n = 2000, the conditioning ~n/ε times machine precision).
-    """
-    try:
-        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True, check_finite=False),
-                                      np.eye(A.shape[0]), check_finite=False)
-    except np.linalg.LinAlgError:
-        return np.linalg.pinv(A)
-
-
-def _regressed_low_rank(Ku: np.ndarray, index: np.ndarray, Rz: np.ndarray) -> _Regressed:
-    """Rz (H K H) Rz and its kept eigenpairs when K = P Ku P' (P: n × u indicator of each row's level).
-
-    With G = Rz H P (n × u) and Ku = Q Λ Q', RKR = G Ku G' = B B' for B = G Q Λ^½; the eigenpairs of
-    RKR are B's singular pairs (λ = σ²). Exact algebra; O(n²u) instead of O(n³).
-    """
-    n, u = len(index), Ku.shape[0]
-    P = np.zeros((n, u))
-    P[np.arange(n), index] = 1.0
-    counts = P.sum(axis=0)
-    G = Rz.dot(P) - np.outer(Rz.sum(axis=1), counts / n)          # Rz (P - 1 counts'/n) = Rz H P
-    KR = (G.dot(Ku)).dot(G.T)
-    w, Q = np.linalg.eigh(0.5 * (Ku + Ku.T))
-    B = G.dot(Q * np.sqrt(np.clip(w, 0.0, None))[None, :])
-    U, sigma, _ = np.linalg.svd(B, full_matrices=False)
-    lam = sigma ** 2
-    keep = lam > np.max(lam) * EIG_THRESHOLD
-    return _Regressed(KR, U[:, keep] * sigma[keep][None, :])
+def _null_moments(a: _Side, b: _Side) -> tuple[float, float]:
+    """tr(uu uu') and 2 tr((uu uu')²) for uu's columns Vx_i ∘ Vy_j (causal-learn's get_uuprod + get_kappa)."""
+    n, kx, ky = a.V.shape[0], a.V.shape[1], b.V.shape[1]
+    if n * (kx * ky) ** 2 <= n * n * (kx + ky):               # causal-learn's way: uu'uu, small here
+        uu = (a.V[:, :, None] * b.V[:, None, :]).reshape(n, kx * ky)
+        prod = uu.T.dot(uu)
+        return float(np.trace(prod)), float(2 * np.trace(prod.dot(prod)))
+    mean = float(np.sum(np.sum(a.V ** 2, axis=1) * np.sum(b.V ** 2, axis=1)))
+    square = 0.0                                              # Σ (Ax ∘ Ay)², by row blocks
+    for start in range(0, n, _BLOCK_ROWS):
+        rows = slice(start, start + _BLOCK_ROWS)
+        square += float(np.sum((a.V[rows].dot(a.V.T) * b.V[rows].dot(b.V.T)) ** 2))
+    return mean, 2 * square
 
 
+# ---------------------------------------------------------------------------------------------
+# The CI test
+# ---------------------------------------------------------------------------------------------
 class CachedKCI(CIT_Base):
     """causal-learn's KCI (Gaussian kernels, empirical widths, gamma null) sharing its kernels across tests.
 
@@ -223,7 +252,6 @@ class CachedKCI(CIT_Base):
             self.pvalue_cache[key] = self.pvalue(Xs, Ys, S)
         return self.pvalue_cache[key]
 
-    # -- the test ---------------------------------------------------------------------------------
     def pvalue(self, xs: Sequence[int], ys: Sequence[int], zs: Sequence[int] = ()) -> float:
         """p-value of data[:, xs] ⫫ data[:, ys] | data[:, zs], as causal-learn's KCI computes it."""
         xs, ys, zs = tuple(xs), tuple(ys), tuple(zs)
@@ -232,20 +260,13 @@ class CachedKCI(CIT_Base):
         n = self.n
         if not zs:                                            # KCI_UInd.compute_pvalue, approx=True
             a, b = self._centred(xs), self._centred(ys)
-            stat = np.sum(a.K * b.K)
+            stat = _inner(a, b)
             mean = a.trace * b.trace / n
             var = 2 * a.sumsq * b.sumsq / n / n
         else:                                                 # KCI_CInd.compute_pvalue, approx=True
             a, b = self._regressed("x", xs, zs), self._regressed("y", ys, zs)
-            stat = np.sum(a.KR * b.KR)
-            kx, ky = a.V.shape[1], b.V.shape[1]
-            if kx * ky <= n:                                   # causal-learn's uu'uu, small
-                uu = (a.V[:, :, None] * b.V[:, None, :]).reshape(n, kx * ky)
-                prod = uu.T.dot(uu)
-                mean, var = np.trace(prod), 2 * np.trace(prod.dot(prod))
-            else:                                             # uu uu' = Ax ∘ Ay, symmetric
-                prod = self._outer("x", xs, zs, a) * self._outer("y", ys, zs, b)
-                mean, var = np.trace(prod), 2 * np.sum(prod * prod)
+            stat = _inner(a, b)
+            mean, var = _null_moments(a, b)
         k_appr, theta_appr = mean ** 2 / var, var / mean
         return float(1 - stats.gamma.cdf(stat, k_appr, 0, theta_appr))
 
@@ -253,13 +274,23 @@ class CachedKCI(CIT_Base):
     def _key(self, *parts: Any) -> tuple:
         return (self.digest, *parts)
 
-    def _centred(self, cols: tuple[int, ...]) -> _Centred:
-        def make() -> _Centred:
+    def _factor(self, x: np.ndarray, kernel: GaussianKernel) -> np.ndarray | None:
+        """Centred factor H L of kernel(x) (K = L L' + E, tr E ≤ 1e-13 n), None when it is not low-rank."""
+        L = pivoted_cholesky(x, kernel, RESIDUAL_PER_ROW * self.n, self.n // 2)
+        return None if L is None else L - L.mean(axis=0, keepdims=True)
+
+    def _centred(self, cols: tuple[int, ...]) -> _Side:
+        def make() -> _Side:
             x = self.data[:, list(cols)]
             kernel = GaussianKernel()
             kernel.set_width_empirical_hsic(x)
-            K = Kernel.center_kernel_matrix(kernel.kernel(_zscore(x)))
-            return _Centred(K, np.trace(K), np.sum(K ** 2))
+            z = _zscore(x)
+            F = self._factor(z, kernel)
+            if F is not None:
+                gram = F.T.dot(F)
+                return _Side(F=F, trace=float(np.trace(gram)), sumsq=float(np.sum(gram ** 2)))
+            K = Kernel.center_kernel_matrix(kernel.kernel(z))
+            return _Side(M=K, trace=float(np.trace(K)), sumsq=float(np.sum(K ** 2)))
         return _STORE.get(self._key("hsic", cols), make)
 
     def _width_kernel(self, zs: tuple[int, ...]) -> GaussianKernel:
@@ -267,27 +298,29 @@ class CachedKCI(CIT_Base):
         kernel.set_width_empirical_kci(self.data[:, list(zs)])      # depends on n and |S| only
         return kernel
 
-    def _rz(self, zs: tuple[int, ...]) -> np.ndarray:
+    def _kz_cholesky(self, zs: tuple[int, ...]) -> np.ndarray:
+        """Cholesky factor of Kz + εI (lower), so that Rz B = ε (Kz + εI)⁻¹ B is two triangular solves."""
         def make() -> np.ndarray:
             z = _zscore(self.data[:, list(zs)])
             Kz = Kernel.center_kernel_matrix(self._width_kernel(zs).kernel(z))
-            return EPSILON * _spd_inverse(Kz + EPSILON * np.eye(self.n))   # ε (Kz + εI)⁺, SPD: ⁺ = ⁻¹
-        return _STORE.get(self._key("rz", zs), make)
+            Kz[np.diag_indices_from(Kz)] += EPSILON
+            return scipy.linalg.cholesky(Kz, lower=True, overwrite_a=True, check_finite=False)
+        return _STORE.get(self._key("kz", zs), make)
 
-    def _outer(self, role: str, cols: tuple[int, ...], zs: tuple[int, ...], side: _Regressed) -> np.ndarray:
-        """V V': the part of RKR above the eigenvalue threshold (uu uu' = Ax ∘ Ay)."""
-        return _STORE.get(self._key("outer", role, cols, zs), lambda: side.V.dot(side.V.T))
+    def _apply_rz(self, zs: tuple[int, ...], B: np.ndarray) -> np.ndarray:
+        return EPSILON * scipy.linalg.cho_solve((self._kz_cholesky(zs), True), B, check_finite=False)
 
-    def _regressed(self, role: str, cols: tuple[int, ...], zs: tuple[int, ...]) -> _Regressed:
-        def make() -> _Regressed:
+    def _regressed(self, role: str, cols: tuple[int, ...], zs: tuple[int, ...]) -> _Side:
+        def make() -> _Side:
             x = _zscore(self.data[:, list(cols)])
             if role == "x":                                   # KCI_CInd.kernel_matrix: x joined by S / 2
                 x = np.concatenate((x, 0.5 * _zscore(self.data[:, list(zs)])), axis=1)
-            kernel, Rz = self._width_kernel(zs), self._rz(zs)
-            levels, index = np.unique(x, axis=0, return_inverse=True)
-            if len(levels) * FEW_LEVELS_FACTOR <= self.n:     # few distinct rows: K = P Ku P' exactly
-                return _regressed_low_rank(kernel.kernel(levels), index.ravel(), Rz)
+            kernel = self._width_kernel(zs)
+            F = self._factor(x, kernel)
+            if F is not None:
+                G = self._apply_rz(zs, F)                      # RKR = G G'
+                return _Side(F=G, V=_thin_eigenpairs(G))
             K = Kernel.center_kernel_matrix(kernel.kernel(x))
-            KR = Rz.dot(K.dot(Rz))
-            return _Regressed(KR, kept_eigenpairs(KR))
+            KR = self._apply_rz(zs, self._apply_rz(zs, K).T)   # Rz K Rz (Rz, K symmetric)
+            return _Side(M=KR, V=kept_eigenpairs(KR))
         return _STORE.get(self._key(role, cols, zs), make)

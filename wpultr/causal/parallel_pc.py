@@ -128,8 +128,8 @@ def _test_cost(group: list[CITest]) -> float:
 def _task_parts(tests: list[CITest], n: int) -> list[list[CITest]]:
     """At most ~n tasks, tests of one conditioning set kept together (a worker then builds its kernels once).
 
-    Groups are packed largest first into the least-loaded task; a group costing more than a fair
-    share is split by x first, so the level still spreads over every worker.
+    Groups are packed largest first into the least-loaded task; a group costing two or more fair
+    shares is split (by x first), so the level still spreads over every worker.
     """
     n = max(1, min(n, len(tests)))
     groups: dict[tuple[int, ...], list[CITest]] = {}
@@ -139,7 +139,7 @@ def _task_parts(tests: list[CITest], n: int) -> list[list[CITest]]:
     pieces: list[list[CITest]] = []
     for group in groups.values():
         group = sorted(group)
-        k = max(1, min(len(group), int(np.ceil(_test_cost(group) / fair - 1e-9))))
+        k = max(1, min(len(group), int(_test_cost(group) / fair + 1e-9)))
         bounds = np.linspace(0, len(group), k + 1).astype(int)
         pieces.extend(group[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
     pieces.sort(key=_test_cost, reverse=True)
@@ -154,8 +154,14 @@ def _task_parts(tests: list[CITest], n: int) -> list[list[CITest]]:
 
 def parallel_pc(datasets: Sequence[np.ndarray], node_names: Sequence[str], alpha: float, spec: CITestSpec, *,
                 client: Any = None, background_knowledge: BackgroundKnowledge | None = None,
-                max_depth: int | None = None, tasks_per_thread: int = 4) -> list[PCRun]:
-    """Run stable PC on every data set, each level's tests spread over `client` (in process if None)."""
+                max_depth: int | None = None, tasks_per_thread: int = 4,
+                timeout: float | None = None) -> list[PCRun]:
+    """Run stable PC on every data set, each level's tests spread over `client` (in process if None).
+
+    `timeout` (seconds) raises TimeoutError once passed, cancelling what is queued on the cluster
+    (tasks already running finish on their workers; `client.restart()` stops them).
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
     names = list(node_names)
     handles = client.scatter(list(datasets), broadcast=True, hash=False) if client is not None else list(datasets)
     threads = sum(client.nthreads().values()) if client is not None else 1
@@ -178,26 +184,41 @@ def parallel_pc(datasets: Sequence[np.ndarray], node_names: Sequence[str], alpha
             batch.append((run, list(todo.items())))
         if not batch:
             break
-        _evaluate(batch, spec, client, threads * tasks_per_thread)
+        _evaluate(batch, spec, client, threads * tasks_per_thread, deadline)
     return [_final_pass(run, names, alpha, spec, background_knowledge, max_depth) for run in runs]
 
 
+def _check_deadline(deadline: float | None, depth: int) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise TimeoutError(f"parallel PC: time limit reached during depth {depth}")
+
+
 def _evaluate(batch: list[tuple[_Progress, list[tuple[str, CITest]]]], spec: CITestSpec, client: Any,
-              n_tasks: int) -> None:
+              n_tasks: int, deadline: float | None = None) -> None:
     """Compute every listed test of this round (all data sets together) and store the p-values."""
     start = time.perf_counter()
     jobs = []
     for run, keyed in batch:
         if not keyed:
             continue
-        keys = [k for k, _ in keyed]
         key_of = {t: k for k, t in keyed}
         parts = _task_parts([t for _, t in keyed], max(1, n_tasks // len(batch)))
         if client is not None:
             futures = [client.submit(p_values, run.handle, spec, part, pure=False) for part in parts]
         else:
-            futures = [p_values(run.data, spec, part) for part in parts]
+            futures = []
+            for part in parts:
+                _check_deadline(deadline, run.depth)
+                futures.append(p_values(run.data, spec, part))
         jobs.append((run, [[key_of[t] for t in part] for part in parts], futures))
+    if client is not None and deadline is not None:
+        from distributed import wait
+        pending = [f for _, _, futures in jobs for f in futures]
+        try:
+            wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            client.cancel(pending)
+            raise TimeoutError(f"parallel PC: time limit reached during depth {batch[0][0].depth}") from None
     for run, keys, futures in jobs:
         results = client.gather(futures) if client is not None else futures
         for part_keys, part in zip(keys, results):

@@ -256,15 +256,19 @@ def experiment_from_dict(values: Mapping[str, Any], source: Path | None = None) 
     runs: list[RunSpec] = []
     settings = spec.settings or {DEFAULT_SETTING: {}}
     for setting, setting_overrides in settings.items():
+        setting_values = copy.deepcopy(base)
+        try:
+            for dotted, value in setting_overrides.items():
+                set_dotted(setting_values, dotted, copy.deepcopy(value))
+            config_from_dict({**setting_values, "name": name, "run_dir": str(out_dir / "base")})
+        except ConfigError as e:
+            raise ConfigError(f"settings.{setting}: {e}") from None
         for i, method in enumerate(spec.methods):
             for seed in spec.seeds:
                 run_dir = out_dir / "runs" / setting / slug(method.label) / f"seed_{seed}"
-                values = copy.deepcopy(base)
-                where = f"settings.{setting}"
+                values = copy.deepcopy(setting_values)
+                where = f"methods[{i}] ({method.label})"
                 try:
-                    for dotted, value in setting_overrides.items():
-                        set_dotted(values, dotted, copy.deepcopy(value))
-                    where = f"methods[{i}] ({method.label})"
                     for dotted, value in method.overrides.items():
                         set_dotted(values, dotted, copy.deepcopy(value))
                     values.update(name=f"{name}.{setting}.{slug(method.label)}.s{seed}", seed=seed,
@@ -272,7 +276,7 @@ def experiment_from_dict(values: Mapping[str, Any], source: Path | None = None) 
                     resolved = to_dict(config_from_dict(values))
                 except ConfigError as e:
                     message = f"{where}: {e}"
-                    if spec.on_invalid_run == "error" or where.startswith("settings."):
+                    if spec.on_invalid_run == "error":
                         raise ConfigError(message) from None
                     runs.append(RunSpec(setting, method.label, seed, run_dir, None, message))
                     continue

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import RunConfig
-from ..io.parquet import read_table, sample_sessions
+from ..io.parquet import partition_paths, read_table, sample_sessions
 from ..schema import FEATURES, QUERY_ID, page_features_from_config
 from .rundir import RunDir, read_json, write_json, write_parquet
 
@@ -39,6 +39,8 @@ METRICS = "metrics.json"
 PER_QUERY = "eval/per_query.parquet"
 TEST_SCORES = "eval/scores.parquet"
 REPORT = "report.html"
+PAGE_ENCODER = "data/page_encoder"
+SESSION_SCORES = "data/session_scores.parquet"
 
 
 @dataclass
@@ -167,6 +169,22 @@ def _training_tables(run: RunDir) -> tuple[Path, Path]:
 
 
 # ---------------------------------------------------------------------------------------------
+def preprocess(ctx: StageContext) -> dict[str, Any]:
+    """Fit the page-feature encoder (Bradley–Terry scores, vocabularies, standardisation) over all partitions."""
+    from ..causal.stage import fit_page_encoder
+    cfg = ctx.config
+    features = page_features_from_config(cfg.data.page_features, "data.page_features")
+    encoder = fit_page_encoder(ctx.run.path(SESSIONS_DIR), features, cfg.discovery.preprocess,
+                               ctx.run.path(PAGE_ENCODER), ctx.client)
+    info: dict[str, Any] = {"features": [f.name for f in features]}
+    for name, fitted in encoder.encoders_.items():
+        if hasattr(fitted, "score_table"):   # ordinal: the Bradley–Terry score of each level
+            info[f"{name}_scores"] = {f"{level:g}": round(float(score), 4)
+                                      for level, score in zip(fitted.levels_, fitted.scores_)}
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
 def split(ctx: StageContext) -> dict[str, Any]:
     """Hold out a seeded share of annotated queries for model selection; the rest is the test set."""
     annotations = read_table(ctx.run.path(ANNOTATIONS), columns=[QUERY_ID])
@@ -215,6 +233,35 @@ def _write_graphs(run: RunDir, result) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+def discover(ctx: StageContext) -> dict[str, Any]:
+    """The click model's graph under the trained ranker's scores (epoch 0), unless training learned its own."""
+    from ..causal.graph import graph_epochs
+    from ..causal.stage import discover_epoch
+    cfg, run = ctx.config, ctx.run
+    if graph_epochs(run.root):
+        return {"skipped": f"training wrote graphs for epochs {graph_epochs(run.root)}"}
+    sessions_path, _ = _training_tables(run)
+    parts = [str(p) for p in partition_paths(sessions_path)]
+    scored = ctx.client.gather(ctx.client.map(_score_partition, parts, ranker_dir=str(run.path(RANKER_DIR)),
+                                              rows_per_batch=cfg.train.batch_size * 8, pure=False))
+    write_parquet(run.path(SESSION_SCORES), pd.concat(scored, ignore_index=True))
+    features = page_features_from_config(cfg.data.page_features, "data.page_features")
+    result = discover_epoch(run.path(SESSIONS_DIR), run.path(SESSION_SCORES), features, cfg.discovery, run.root, 0,
+                            encoder_dir=run.path(PAGE_ENCODER), client=ctx.client, seed=cfg.seed)
+    return {"edges": [f"{e.source} {e.arrow()} {e.target}" for e in result.graph.edges]}
+
+
+def _score_partition(path: str, ranker_dir: str, rows_per_batch: int) -> pd.DataFrame:
+    """r̂ of every shown result of one partition (runs on a Dask worker)."""
+    from ..rankers.base import load_ranker, score_frame
+    from ..schema import POSITION, RELEVANCE_SCORE, SESSION_ID
+    frame = pd.read_parquet(path)
+    scores = score_frame(load_ranker(ranker_dir), frame, rows_per_batch)
+    return pd.DataFrame({SESSION_ID: frame[SESSION_ID].to_numpy(), POSITION: frame[POSITION].to_numpy(),
+                         RELEVANCE_SCORE: scores})
+
+
+# ---------------------------------------------------------------------------------------------
 def evaluate(ctx: StageContext) -> dict[str, Any]:
     """Score the held-out annotated queries with the trained ranker and compute the metrics."""
     from ..metrics import per_query
@@ -253,8 +300,10 @@ def report(ctx: StageContext) -> dict[str, Any]:
 STAGES: tuple[Stage, ...] = (
     Stage("ingest", ingest, _ingest_outputs),
     Stage("featurize", featurize, _featurize_outputs),
+    Stage("preprocess", preprocess, lambda cfg: [PAGE_ENCODER]),
     Stage("split", split, lambda cfg: [SPLIT]),
     Stage("train", train, lambda cfg: [RANKER_DIR, HISTORY, BIAS]),
+    Stage("discover", discover, lambda cfg: []),
     Stage("evaluate", evaluate, lambda cfg: [METRICS, PER_QUERY, TEST_SCORES]),
     Stage("report", report, lambda cfg: [REPORT]),
 )
