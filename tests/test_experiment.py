@@ -30,6 +30,7 @@ def experiment_values(out_dir: Path, **extra) -> dict:
                      "simulate": {"n_queries": 30, "n_sessions": 300, "n_annotated_queries": 20}},
             "ranker": {"backbone": "mlp", "head": [16]},
             "train": {"method": "naive", "epochs": 2, "batch_size": 64},
+            "discovery": {"n_sessions": 150, "n_bootstrap": 0, "ci_test": "fisherz", "max_depth": 1},
         },
         "methods": [
             {"label": "Naive", "overrides": {"train.loss": "pointwise"}},

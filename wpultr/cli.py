@@ -173,6 +173,15 @@ def score(model: Path = typer.Argument(..., help="an exported ranker (wpultr exp
     typer.echo(f"scored {len(scored)} rows -> {out}")
 
 
+def _mount_experiment() -> None:
+    from .experiment.cli import experiment as experiment_command
+    app.command("experiment", help="Run methods × seeds (× settings) on Dask and build the tables, figures and "
+                                   "HTML report.")(experiment_command)
+
+
+_mount_experiment()
+
+
 def _mount_optional_apps() -> None:
     """Commands that live beside their stage: `wpultr discover` and `wpultr graph` (wpultr.causal.cli)."""
     try:

@@ -182,12 +182,13 @@ class Trainer:
         return evaluate_scores(scored, "score", ks=tuple(self.cfg.evaluation.ks))["all"]
 
     def record(self, epoch: int, train_stats: dict[str, Any], seconds: float, **more: Any) -> dict[str, Any]:
-        """Validate, remember the epoch if it is the best so far, and append it to the history."""
+        """Validate, remember the epoch if it is the best so far (warm-up epochs never are), append it to the history."""
         valid = self.validate()
         entry = {"epoch": epoch, "seconds": round(seconds, 3), "train": train_stats, "valid": valid, **more}
         metric = self.cfg.train.select_metric
         value = valid.get(metric) if valid else None
-        if value is not None and (self.best is None or value > self.best[0]):
+        selectable = more.get("phase") != "warmup"   # the method's result comes from the method's own epochs
+        if selectable and value is not None and (self.best is None or value > self.best[0]):
             self.best = (float(value), epoch, copy.deepcopy(self.ranker.state_dict()))
         self.history.append(entry)
         return entry
