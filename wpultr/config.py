@@ -110,6 +110,7 @@ class BaselinesConfig:
 @dataclass
 class EvalConfig:
     ks: list[int] = field(default_factory=lambda: [1, 3, 5, 10])
+    discover_graph: bool = True           # discover the click graph under the trained ranker (methods that learn none)
 
 
 @dataclass

@@ -3,7 +3,8 @@ and the partitioned sessions layout every ingest path writes.
 
 Layout: ``out_dir/sessions/part-<file#>-<k>.parquet``, each at most `partition_rows` rows, whole
 sessions kept in one partition unless a single session is longer than `partition_rows`.
-Every partition is written under a temporary name and renamed into place.
+Partitions are streamed (one row group per table handed to the writer, so memory does not grow
+with `partition_rows`), written under a temporary name and renamed into place when complete.
 """
 from __future__ import annotations
 

@@ -240,6 +240,8 @@ def discover(ctx: StageContext) -> dict[str, Any]:
     cfg, run = ctx.config, ctx.run
     if graph_epochs(run.root):
         return {"skipped": f"training wrote graphs for epochs {graph_epochs(run.root)}"}
+    if not cfg.evaluation.discover_graph:
+        return {"skipped": "evaluation.discover_graph is false"}
     sessions_path, _ = _training_tables(run)
     parts = [str(p) for p in partition_paths(sessions_path)]
     scored = ctx.client.gather(ctx.client.map(_score_partition, parts, ranker_dir=str(run.path(RANKER_DIR)),
