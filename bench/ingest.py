@@ -335,8 +335,8 @@ def report(manifest: dict, plain: dict, x1: dict, x4: dict, workers: int) -> Non
     above_idle = (x4["peak_rss"] - x4["idle_rss"]) / max(1, x1["peak_rss"] - x1["idle_rss"])
     print(f"speed ratio ours/plain at 1x, wall clock ({workers} workers vs 1 process): {speedup:.2f}x   "
           f"(target >= 2x: {'met' if speedup >= 2 else 'MISSED'})   [per CPU-second: {cpu_ratio:.2f}x]")
-    print(f"peak memory {COPIES}x / 1x: {memory_ratio:.2f}   (target <= 1.2: {'met' if memory_ratio <= 1.2 else 'MISSED'})"
-          f"   [above the idle cluster: {above_idle:.2f}]")
+    print(f"peak memory {COPIES}x / 1x: {memory_ratio:.2f}   "
+          f"(target <= 1.2: {'met' if memory_ratio <= 1.2 else 'MISSED'})   [above the idle cluster: {above_idle:.2f}]")
     print(f"cores: {psutil.cpu_count()}; 'load' = 1-minute load average at the end of each run "
           f"(other work on the machine slows the wall-clock figures, not the CPU-second ones)")
 

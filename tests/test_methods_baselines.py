@@ -16,7 +16,7 @@ from scipy.stats import spearmanr
 
 from wpultr.config import ConfigError, RunConfig
 from wpultr.methods.base import FitResult
-from wpultr.methods.lightgbm_rank import LightGBMRanker
+from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.methods.propensity import (harvest_propensities, propensity_array, randpair_estimate,
                                        resolve_propensities, simulate_randpair, true_position_examination,
                                        weighted_softmax_loss)

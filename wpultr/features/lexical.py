@@ -250,7 +250,7 @@ class LexicalFeaturizer:
         mine, theirs = self.get_params(), other.get_params()
         differing = [key for key in mine if mine[key] != theirs[key]]
         if differing:
-            raise ValueError(f"LexicalFeaturizer.merge: parameters differ: "
+            raise ValueError("LexicalFeaturizer.merge: parameters differ: "
                              + ", ".join(f"{k}={mine[k]!r} vs {theirs[k]!r}" for k in differing))
         merged = LexicalFeaturizer(**mine)
         merged.n_documents_ = self.n_documents_ + other.n_documents_

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..causal.biases import BiasReport, identify_biases
 from ..causal.discovery import discover, one_row_per_session, sample_session_ids

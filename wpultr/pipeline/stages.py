@@ -129,8 +129,7 @@ def _ingest_outputs(cfg: RunConfig) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 def featurize(ctx: StageContext) -> dict[str, Any]:
     """Lexical features for token-only logs, fitted over all partitions in parallel and merged."""
-    from ..features.lexical import LexicalFeaturizer, featurize_partitions
-    from ..io.parquet import partition_paths
+    from ..features.lexical import featurize_partitions
     from distributed import wait
     if not _needs_lexical_features(ctx.config, ctx.run):
         return {"skipped": "sessions carry dense features or the backbone reads tokens"}
@@ -266,7 +265,6 @@ def _score_partition(path: str, ranker_dir: str, rows_per_batch: int) -> pd.Data
 # ---------------------------------------------------------------------------------------------
 def evaluate(ctx: StageContext) -> dict[str, Any]:
     """Score the held-out annotated queries with the trained ranker and compute the metrics."""
-    from ..metrics import per_query
     cfg, run = ctx.config, ctx.run
     _, annotations_path = _training_tables(run)
     test = _annotation_split(run, read_table(annotations_path), "test")

@@ -79,7 +79,7 @@ def n_rows(inputs: Inputs) -> int:
 
 def ranker_classes() -> dict[str, type[Ranker]]:
     """Every ranker kind by name (imported here so that loading needs only this module)."""
-    from ..methods.lightgbm_rank import LightGBMRanker
+    from .lightgbm import LightGBMRanker
     from .bert import BertRanker
     from .mlp import MLPRanker
     return {MLPRanker.kind: MLPRanker, BertRanker.kind: BertRanker, LightGBMRanker.kind: LightGBMRanker}
