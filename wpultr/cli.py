@@ -9,7 +9,7 @@ from typing import Callable, List, Optional
 import typer
 import yaml
 
-from .config import ClusterConfig, ConfigError, load_config
+from .config import ClusterConfig, ConfigError, load_config, parse_overrides
 from .schema import SchemaError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -29,13 +29,7 @@ def _user_errors(fn: Callable) -> Callable:
 
 
 def _parse_sets(sets: list[str] | None) -> dict:
-    overrides = {}
-    for item in sets or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. train.epochs=2")
-        key, value = item.split("=", 1)
-        overrides[key.strip()] = yaml.safe_load(value)
-    return overrides
+    return parse_overrides(sets)
 
 
 def _cluster(scheduler: str | None, workers: int | None = None) -> ClusterConfig:

@@ -274,16 +274,34 @@ def config_from_dict(values: Mapping[str, Any] | None) -> RunConfig:
     return cfg
 
 
-def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
-    """Read a YAML run config with the safe loader; `overrides` are dotted keys (``train.epochs``)."""
+def read_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
+    """A YAML file's top-level mapping, read with the safe loader; errors name the file."""
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such {what} file")
     try:
         values = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(values, Mapping):
-        raise ConfigError(f"{path}: top level must be a mapping of config keys")
-    values = dict(values)
+        raise ConfigError(f"{path}: top level must be a mapping of {what} keys")
+    return dict(values)
+
+
+def parse_overrides(items: list[str] | None, example: str = "train.epochs=2") -> dict[str, Any]:
+    """`KEY=VALUE` command-line overrides as {dotted key: YAML-parsed value}."""
+    overrides: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. {example}")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    """Read a YAML run config with the safe loader; `overrides` are dotted keys (``train.epochs``)."""
+    values = read_yaml_mapping(path)
     for dotted, v in (overrides or {}).items():
         set_dotted(values, dotted, v)
     return config_from_dict(values)

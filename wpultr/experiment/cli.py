@@ -6,20 +6,9 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-import yaml
 
-from ..config import ClusterConfig, ConfigError
+from ..config import ClusterConfig, ConfigError, parse_overrides
 from ..schema import SchemaError
-
-
-def _parse_sets(sets: list[str] | None) -> dict:
-    overrides = {}
-    for item in sets or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. seeds=[0,1] or base.train.epochs=1")
-        key, value = item.split("=", 1)
-        overrides[key.strip()] = yaml.safe_load(value)
-    return overrides
 
 
 def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pipelines/reproduce/)"),
@@ -36,7 +25,7 @@ def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pip
     skipped), then write Tables 1–3 (Markdown + CSV), Figs. 3–5 (PNG) and report.html."""
     from .harness import load_experiment, read_records, run_experiment, write_records, write_resolved_experiment
     try:
-        exp = load_experiment(config, _parse_sets(set_))
+        exp = load_experiment(config, parse_overrides(set_, "seeds=[0,1] or base.train.epochs=1"))
         if report_only:
             from .report import write_experiment_report
             exp.out_dir.mkdir(parents=True, exist_ok=True)

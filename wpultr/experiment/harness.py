@@ -43,7 +43,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import yaml
 
-from ..config import ConfigError, _build, config_from_dict, dump_config, set_dotted, to_dict
+from ..config import ConfigError, _build, config_from_dict, dump_config, read_yaml_mapping, set_dotted, to_dict
 
 EXPERIMENT_FILE = "experiment.yaml"     # the resolved experiment, written beside its runs
 RUNS_JSON = "runs.json"                 # one record per run: status, seconds, error
@@ -192,12 +192,9 @@ def _base_values(base: Any, source: Path | None) -> dict[str, Any]:
         if not path.is_file():
             raise _error("base", f"{base!r} is neither a mapping nor an existing run config file ({path})")
         try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise _error("base", f"{path}: not valid YAML: {e}") from None
-        if not isinstance(values, Mapping):
-            raise _error("base", f"{path}: top level must be a mapping of config keys")
-        return dict(values)
+            return read_yaml_mapping(path)
+        except ConfigError as e:
+            raise _error("base", str(e)) from None
     if not isinstance(base, Mapping):
         raise _error("base", f"expected a run config mapping or the path of one, got {base!r}")
     return copy.deepcopy(dict(base))
@@ -287,15 +284,7 @@ def experiment_from_dict(values: Mapping[str, Any], source: Path | None = None) 
 def load_experiment(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Experiment:
     """Read an experiment YAML (safe loader); `overrides` are dotted keys over it (``base.train.epochs``)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such experiment config")
-    try:
-        values = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(values, Mapping):
-        raise ConfigError(f"{path}: top level must be a mapping of experiment keys")
-    values = dict(values)
+    values = read_yaml_mapping(path, "experiment")
     for dotted, value in (overrides or {}).items():
         if dotted.startswith("base.") and isinstance(values.get("base"), str):
             values["base"] = _base_values(values["base"], path)

@@ -184,23 +184,12 @@ def simulate_randpair(cfg: "SimulateConfig", seed: int, n_sessions: int) -> pd.D
     The corpus, user model and context scales are drawn from the same seed streams `simulate` uses, so
     the experiment runs on the engine whose logs are being debiased; the sessions use their own streams.
     """
-    from ..simulate.corpus import build_corpus
-    from ..simulate.generate import _STREAMS          # the simulator's stream order (corpus, model, context, ...)
+    from ..simulate.generate import simulation_engine
     from ..simulate.logging_policy import logging_scores, shown_order
-    from ..simulate.page import build_page, draw_context_scales
-    from ..simulate.spec import validate_simulate_config
-    from ..simulate.user_models import ModelContext, make_user_model
+    from ..simulate.page import build_page
 
-    validate_simulate_config(cfg)
-    engine = dict(zip(_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(_STREAMS)))))
-    corpus = build_corpus(cfg, engine["corpus"])
-    std = corpus.features.std(axis=0).astype(np.float64)
-    context = ModelContext(n_media_types=len(cfg.media_type_probs),
-                           feature_mean=corpus.features.mean(axis=0).astype(np.float64),
-                           feature_std=np.where(std > 0, std, 1.0), rng=engine["model"])
-    model = make_user_model(cfg.user_model, cfg.user_model_params, context, cfg.n_dense_features)
-    context_scales = draw_context_scales(cfg.n_context_factors, cfg.context_levels, cfg.context_strength,
-                                         engine["context"])
+    engine = simulation_engine(cfg, seed)
+    corpus, model, context_scales = engine.corpus, engine.model, engine.context_scales
     # the experiment's own randomness: a different SeedSequence, so it never replays the logged sessions
     queries, logging, swap, page_rng, clicks_rng = (
         np.random.default_rng(s) for s in np.random.SeedSequence([seed, 0x52414E44]).spawn(5))

@@ -122,8 +122,18 @@ def _query_table(corpus: Corpus, query_index: np.ndarray) -> pa.Table:
     })
 
 
-def simulate(cfg: SimulateConfig, seed: int) -> "SimulatedLogs":
-    """Simulated click logs, annotations and the truth behind them; a pure function of (cfg, seed)."""
+@dataclass(frozen=True)
+class SimulationEngine:
+    """The fixed world of one (config, seed): corpus, user model, context scales and the random streams."""
+
+    rngs: dict[str, np.random.Generator]
+    corpus: Corpus
+    model: UserModel
+    context_scales: np.ndarray
+
+
+def simulation_engine(cfg: SimulateConfig, seed: int) -> SimulationEngine:
+    """Build the world every simulation of (cfg, seed) shares; experiments on the same world start here too."""
     validate_simulate_config(cfg)
     rngs = {name: np.random.default_rng(stream)
             for name, stream in zip(_STREAMS, np.random.SeedSequence(seed).spawn(len(_STREAMS)))}
@@ -135,6 +145,13 @@ def simulate(cfg: SimulateConfig, seed: int) -> "SimulatedLogs":
     model = make_user_model(cfg.user_model, cfg.user_model_params, context, cfg.n_dense_features)
     context_scales = draw_context_scales(cfg.n_context_factors, cfg.context_levels, cfg.context_strength,
                                          rngs["context"])
+    return SimulationEngine(rngs, corpus, model, context_scales)
+
+
+def simulate(cfg: SimulateConfig, seed: int) -> "SimulatedLogs":
+    """Simulated click logs, annotations and the truth behind them; a pure function of (cfg, seed)."""
+    engine = simulation_engine(cfg, seed)
+    rngs, corpus, model, context_scales = engine.rngs, engine.corpus, engine.model, engine.context_scales
     query_index = rngs["queries"].choice(corpus.n_queries, size=cfg.n_sessions, p=corpus.popularity)
     chunks = [_session_chunk(start, query_index[start:start + CHUNK_SESSIONS], corpus, cfg, model,
                              context_scales, rngs)
