@@ -52,7 +52,7 @@ from wpultr.simulate.generate import TRUE_LABEL
 
 FEATURES = BAIDU_PAGE_FEATURES
 SCORE_NOISE = 0.1
-KCI_LADDER = (2000, 3000, 4000, 6000)
+KCI_LADDER = (2000, 3000, 4000, 5000, 6000, 8000)
 RCIT_LADDER = (10_000, 25_000, 50_000, 100_000)
 _META_KEYS = ("data_hash", "method_name", "parameters_hash")
 
@@ -186,33 +186,34 @@ def part_quality(client, seeds: range, n: int, out: dict, reuse: dict[int, Disco
     out["quality"] = rows
 
 
-def part_scale(client, seed: int, budget: float, ladders: dict[str, tuple[int, ...]], out: dict,
+def part_scale(cluster: ClusterConfig, seed: int, budget: float, ladders: dict[str, tuple[int, ...]], out: dict,
                known: dict[tuple[str, int], float]) -> None:
+    """Each test's ladder on a fresh cluster: one stopped at the budget is closed with its workers."""
     print(f"\n== scale: largest n our discovery finishes within {budget:.0f} s (seed {seed}, no bootstrap) "
           f"== [{_load()}]")
     out["scale"] = {}
     for test, ladder in ladders.items():
         best, times = None, {}
-        for n in ladder:
-            if (test, n) in known:
-                times[n] = known[test, n]
-                print(f"{test} n={n}: {times[n]:.1f} s (timed in the speed part)", flush=True)
-            else:
-                sample = make_sample(seed, n)
-                _cold(client)
-                start = time.perf_counter()
-                try:
-                    discover(sample.nodes, FEATURES, DiscoveryConfig(ci_test=test, n_bootstrap=0), client=client,
-                             seed=seed, timeout=budget)
-                    times[n] = time.perf_counter() - start
-                except TimeoutError:
-                    times[n] = None
-                    client.restart()                       # stop the tests still running on the workers
-                print(f"{test} n={n}: " + (f"{times[n]:.1f} s" if times[n] is not None else
-                                           f"stopped at {budget:.0f} s") + f" [{_load()}]", flush=True)
-            if times[n] is None or times[n] > budget:
-                break
-            best = n
+        with open_client(cluster) as client:
+            for n in ladder:
+                if (test, n) in known:
+                    times[n] = known[test, n]
+                    print(f"{test} n={n}: {times[n]:.1f} s (timed in the speed part)", flush=True)
+                else:
+                    sample = make_sample(seed, n)
+                    _cold(client)
+                    start = time.perf_counter()
+                    try:
+                        discover(sample.nodes, FEATURES, DiscoveryConfig(ci_test=test, n_bootstrap=0),
+                                 client=client, seed=seed, timeout=budget)
+                        times[n] = time.perf_counter() - start
+                    except TimeoutError:
+                        times[n] = None
+                    print(f"{test} n={n}: " + (f"{times[n]:.1f} s" if times[n] is not None else
+                                               f"stopped at {budget:.0f} s") + f" [{_load()}]", flush=True)
+                if times[n] is None or times[n] > budget:
+                    break
+                best = n
         print(f"{test}: largest n within {budget:.0f} s: {best}")
         out["scale"][test] = {"largest_n": best, "seconds": times}
 
@@ -237,18 +238,18 @@ def main() -> None:
                  "user_model_params": USER_MODEL_PARAMS}
     cluster = ClusterConfig(n_workers=args.workers, threads_per_worker=1, memory_limit="6GiB")
     started = time.perf_counter()
+    reuse: dict[int, DiscoveryResult] = {}
+    known: dict[tuple[str, int], float] = {}
     with open_client(cluster) as client:
-        reuse: dict[int, DiscoveryResult] = {}
-        known: dict[tuple[str, int], float] = {}
         if "speed" in parts:
             reuse[args.first_seed] = part_speed(client, args.first_seed, args.n, args.workers, out)
             known["kci", args.n] = out["speed"]["ours_s"]
         if "quality" in parts:
             part_quality(client, range(args.first_seed, args.first_seed + args.seeds), args.n, out, reuse)
-        if "scale" in parts:
-            ladders = {"kci": tuple(int(v) for v in args.kci_ladder.split(",") if v),
-                       "rcit": tuple(int(v) for v in args.rcit_ladder.split(",") if v)}
-            part_scale(client, args.first_seed, args.budget, {k: v for k, v in ladders.items() if v}, out, known)
+    if "scale" in parts:
+        ladders = {"kci": tuple(int(v) for v in args.kci_ladder.split(",") if v),
+                   "rcit": tuple(int(v) for v in args.rcit_ladder.split(",") if v)}
+        part_scale(cluster, args.first_seed, args.budget, {k: v for k, v in ladders.items() if v}, out, known)
     out["total_seconds"] = time.perf_counter() - started
     print(f"\ntotal {out['total_seconds']:.0f} s [{_load()}]")
     if args.json:

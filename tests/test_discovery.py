@@ -105,6 +105,31 @@ def test_cached_kci_equals_causallearn_kci(n):
     assert store_stats()["hits"] > 0                           # kernels were shared between tests
 
 
+def test_cached_kci_dense_path_equals_causallearn_kci(monkeypatch):
+    """Sides whose kernel is not low-rank are kept as n × n matrices: the same p-values."""
+    from causallearn.utils.cit import CIT
+    import wpultr.causal.kci as kci
+    data = kernel_test_data(150, seed=9)
+    kci.clear_store()
+    monkeypatch.setattr(kci, "pivoted_cholesky", lambda *args, **kwargs: None)
+    ours, reference = kci.CachedKCI(data), CIT(data, "kci")
+    for X, Y, S in KERNEL_TESTS[:6]:
+        assert abs(ours(X, Y, S) - reference(X, Y, S)) <= 1e-9, (X, Y, S)
+    kci.clear_store()
+
+
+def test_pivoted_cholesky_bounds_the_residual():
+    from causallearn.utils.KCI.GaussianKernel import GaussianKernel
+    from wpultr.causal.kci import pivoted_cholesky
+    x = np.random.default_rng(0).normal(size=(300, 2))
+    kernel = GaussianKernel(0.7)
+    K = kernel.kernel(x)
+    L = pivoted_cholesky(x, kernel, tol=1e-10, max_rank=300)
+    residual = K - L @ L.T
+    assert np.trace(residual) <= 1e-10 and np.linalg.eigvalsh(residual).min() > -1e-12
+    assert L.shape[1] < 300 and pivoted_cholesky(x, kernel, tol=1e-10, max_rank=10) is None
+
+
 def test_cached_kci_is_a_causallearn_ci_test_and_falls_back_for_other_options():
     from causallearn.utils.cit import CIT
     from wpultr.causal.kci import CachedKCI, supports
