@@ -49,7 +49,7 @@ def test_ranker_gradient_flows_only_through_the_relevance_score(form):
     numeric.requires_grad_(True)
     page_logits = model.page_term(numeric, codes)                # built with a graph to φ_c and to x
     scores = ranker(ranker.prepare(frame))
-    clicks = torch.as_tensor(frame[CLICK].to_numpy())
+    clicks = torch.as_tensor(frame[CLICK].to_numpy().copy())
     loss = ranker_loss(model, scores, page_logits, clicks, torch.ones(len(frame)), torch.ones(len(frame), dtype=torch.bool))
     loss.backward()
     assert numeric.grad is None or torch.count_nonzero(numeric.grad) == 0           # nothing to the page features
