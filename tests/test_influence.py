@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from scipy.stats import norm
 
 from wpultr.causal.biases import BiasReport, ConfoundedFeature
@@ -17,12 +16,7 @@ from wpultr.schema import RELEVANCE_SCORE
 R = RELEVANCE_SCORE
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def linear_gaussian(n: int, seed: int) -> pd.DataFrame:

@@ -4,7 +4,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
@@ -21,12 +20,7 @@ N = 8000
 MU = np.array([0.0, -1.0, 0.0, 1.5])       # E[x | m] offsets for codes 1..3 (case 2)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def weighted_corr(a: np.ndarray, b: np.ndarray, w: np.ndarray) -> float:
