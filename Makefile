@@ -12,6 +12,10 @@ $(STAMP): pyproject.toml
 	# the CPU build that lies on disk: a plain `torch` request would pull a multi-GB CUDA build
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# Graphviz renders `wpultr graph show --format svg|png`; best effort (needs apt and root), never fatal
+	command -v dot >/dev/null || (apt-get install -y -q graphviz >/dev/null 2>&1 || \
+	  (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q graphviz >/dev/null 2>&1)) || \
+	  echo "graphviz not installed: svg/png graph rendering (and its test) will be skipped"
 	touch $(STAMP)
 
 install: $(STAMP)
