@@ -17,6 +17,7 @@ from wpultr.io.baidu_writer import write_baidu_annotations, write_baidu_sessions
 from wpultr.schema import (BAIDU_ANNOTATION_FIELDS, BAIDU_N_RESULT_FIELDS, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS,
                            BAIDU_TOKEN_SEP, N_BUCKETS, SchemaError)
 from wpultr.simulate import USER_MODELS, SimulateConfig, simulate
+from wpultr.simulate.generate import simulation_engine
 from wpultr.simulate.sample import KINDS, MANIFEST, write_sample
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,6 +156,27 @@ def test_graph_edges_follow_the_generator_media_type():
     assert joined(flat).groupby(cells)["click_prob"].nunique().max() == 1     # media type no longer matters
     assert joined(boosted).groupby(cells)["click_prob"].nunique().max() > 1
     assert "serp_max_show_height" in parents["click"]
+
+
+def test_media_type_consistency_varies_presentation_by_impression_and_keeps_the_logger_on_it():
+    """Below 1, an impression shows its document's own type with chance c, otherwise a fresh draw, and the
+    logging ranker promotes what is shown; at 1 every impression shows the document's own type."""
+    def own_share(logs, **changes):
+        corpus = simulation_engine(SimulateConfig(**{**SMALL, "n_sessions": 3000, **changes}), 0).corpus
+        own = pd.Series(corpus.media_type, index=corpus.doc_ids)
+        return (logs.sessions["media_type"] == logs.sessions["doc_id"].map(own)).mean(), \
+            logs.sessions.groupby("doc_id")["media_type"].nunique()
+
+    share, types_per_doc = own_share(run(3000))
+    assert share == 1.0 and types_per_doc.max() == 1
+    varied = run(3000, media_type_consistency=0.5)
+    share, types_per_doc = own_share(varied, media_type_consistency=0.5)
+    p_same = float(np.sum(np.square(np.asarray(SimulateConfig().media_type_probs))))   # a fresh draw may agree
+    assert abs(share - (0.5 + 0.5 * p_same)) < 0.03 and types_per_doc.max() > 1
+    assert _video_ahead_z(varied) > 4.0                    # the boost follows the presented type
+    assert "media_type" in varied.truth["graph"]["parents"]["click"]
+    with pytest.raises(ConfigError, match="media_type_consistency"):
+        run(10, media_type_consistency=1.5)
 
 
 def test_buckets_are_deciles_of_query_frequency():

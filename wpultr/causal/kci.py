@@ -49,6 +49,7 @@ EPSILON = 1e-3          # causal-learn KCI_CInd.epsilon_x / epsilon_y (Kernel.ce
 EIG_THRESHOLD = 1e-5    # causal-learn KCI_CInd.thresh: eigenpairs kept above thresh × the largest eigenvalue
 RESIDUAL_PER_ROW = 1e-13  # pivoted Cholesky stops when the residual kernel's trace is below this × n
 DEFAULT_CACHE_MIB = 1024
+PIVOT_SHARE = 0.5         # a block's pivots stay within this share of the largest residual (greedy: 1)
 _BLOCK_ROWS = 512
 
 
@@ -157,8 +158,10 @@ def pivoted_cholesky(x: np.ndarray, kernel: GaussianKernel, tol: float, max_rank
 
     Greedy on the residual diagonal, a block at a time: the `block` rows with the largest residual
     diagonal are the candidates, their kernel columns come from causal-learn's kernel and are brought up
-    to date by one product with L (BLAS 3), then pivots are taken among them greedily. A candidate whose
-    residual falls to tol / n or below is skipped; once every residual is there, tr E ≤ tol.
+    to date by one product with L (BLAS 3), then pivots are taken among them greedily while they stay
+    within PIVOT_SHARE of the largest residual (a small pivot would amplify rounding). A candidate whose
+    residual falls to tol / n or below is skipped; once every residual is there, tr E ≤ tol. The
+    residual diagonal is recomputed at the end, and a factorization that broke down returns None.
     """
     n = x.shape[0]
     floor = tol / n
@@ -179,8 +182,8 @@ def pivoted_cholesky(x: np.ndarray, kernel: GaussianKernel, tol: float, max_rank
         dc = d[cand].copy()
         for _ in range(len(cand)):
             j = int(np.argmax(dc))
-            if dc[j] <= floor or k >= max_rank:
-                break
+            if dc[j] <= floor or k >= max_rank or dc[j] < PIVOT_SHARE * d.max():
+                break                        # a pivot far below the largest residual would amplify rounding
             l = C[:, j] / np.sqrt(dc[j])
             L[:, k] = l
             k += 1
@@ -190,7 +193,11 @@ def pivoted_cholesky(x: np.ndarray, kernel: GaussianKernel, tol: float, max_rank
             d -= l * l
             d[cand[j]] = 0.0
         np.maximum(d, 0.0, out=d)
-    return L[:, :k].copy()
+    L = L[:, :k].copy()
+    residual = 1.0 - np.einsum("ij,ij->i", L, L)       # recomputed, not tracked: a breakdown shows here
+    if residual.sum() > 10 * tol or residual.min() < -1e-10:
+        return None
+    return L
 
 
 def _thin_eigenpairs(G: np.ndarray) -> np.ndarray:

@@ -186,13 +186,13 @@ def simulate_randpair(cfg: "SimulateConfig", seed: int, n_sessions: int) -> pd.D
     """
     from ..simulate.generate import simulation_engine
     from ..simulate.logging_policy import logging_scores, shown_order
-    from ..simulate.page import build_page
+    from ..simulate.page import build_page, presented_media
 
     engine = simulation_engine(cfg, seed)
     corpus, model, context_scales = engine.corpus, engine.model, engine.context_scales
     # the experiment's own randomness: a different SeedSequence, so it never replays the logged sessions
-    queries, logging, swap, page_rng, clicks_rng = (
-        np.random.default_rng(s) for s in np.random.SeedSequence([seed, 0x52414E44]).spawn(5))
+    queries, logging, swap, page_rng, clicks_rng, presentation = (
+        np.random.default_rng(s) for s in np.random.SeedSequence([seed, 0x52414E44]).spawn(6))
     k = cfg.results_per_page
     if k < 2:
         raise _config_error("data.simulate.results_per_page: a RandPair experiment needs at least 2 positions")
@@ -201,15 +201,19 @@ def simulate_randpair(cfg: "SimulateConfig", seed: int, n_sessions: int) -> pd.D
         n = min(RANDPAIR_CHUNK, n_sessions - first)
         query_index = queries.choice(corpus.n_queries, size=n, p=corpus.popularity)
         candidates = corpus.docs_of(query_index)
-        scores = logging_scores(corpus.label[candidates], corpus.media_type[candidates],
+        media = presented_media(corpus.media_type[candidates], cfg, presentation)
+        scores = logging_scores(corpus.label[candidates], media,
                                 np.asarray(cfg.logging_media_boost, dtype=np.float64), cfg.logging_noise, logging)
-        doc_rows = np.take_along_axis(candidates, shown_order(scores, k, logging), axis=1)
+        order = shown_order(scores, k, logging)
+        doc_rows = np.take_along_axis(candidates, order, axis=1)
+        media = np.take_along_axis(media, order, axis=1)                # a result keeps its presentation
         partner = swap.integers(2, k + 1, size=n)                       # RandPair: pivot 1, partner k
         swapped = swap.random(n) < 0.5
         rows = np.flatnonzero(swapped)
-        top, other = doc_rows[rows, 0].copy(), doc_rows[rows, partner[rows] - 1].copy()
-        doc_rows[rows, 0], doc_rows[rows, partner[rows] - 1] = other, top
-        page = build_page(doc_rows, corpus, cfg, model.layout_columns, context_scales, page_rng)
+        for shown in (doc_rows, media):
+            top, other = shown[rows, 0].copy(), shown[rows, partner[rows] - 1].copy()
+            shown[rows, 0], shown[rows, partner[rows] - 1] = other, top
+        page = build_page(doc_rows, corpus, cfg, model.layout_columns, context_scales, page_rng, media_type=media)
         clicks = model.sample_clicks(page, clicks_rng)
         parts.append(pd.DataFrame({
             SESSION_ID: np.repeat(np.arange(first, first + n), k),

@@ -26,7 +26,7 @@ from ..schema import (ABSTRACT_TOKENS, BUCKET, CLICK, DOC_ID, FEATURE_VECTOR_TYP
 from .corpus import Corpus, build_corpus
 from .logging_policy import logging_scores, shown_order
 from .page import (MEDIA_TYPE, SERP_HEIGHT, SERP_MAX_SHOW_HEIGHT, Page, build_page, context_columns,
-                   draw_context_scales)
+                   draw_context_scales, presented_media)
 from .spec import MEDIA_TYPE_NAMES, SimulateConfig, validate_simulate_config
 from .truth import true_graph
 from .user_models import ModelContext, UserModel, make_user_model
@@ -39,7 +39,8 @@ POPULARITY = "popularity"
 N_SESSIONS = "n_sessions"
 CHUNK_SESSIONS = 50_000
 DEFAULT_SESSIONS_PER_FILE = 1000
-_STREAMS = ("corpus", "model", "context", "queries", "logging", "page", "clicks", "annotations")
+_STREAMS = ("corpus", "model", "context", "queries", "logging", "page", "clicks", "annotations",
+            "presentation")   # appended streams leave the earlier ones' draws unchanged
 
 
 def _feature_lists(features: np.ndarray) -> pa.ListArray:
@@ -59,10 +60,13 @@ def _session_chunk(first_session: int, query_index: np.ndarray, corpus: Corpus, 
     """Sessions first_session .. first_session + len(query_index) - 1: shown results, page, clicks, truth."""
     k = cfg.results_per_page
     candidates = corpus.docs_of(query_index)
-    scores = logging_scores(corpus.label[candidates], corpus.media_type[candidates],
+    media = presented_media(corpus.media_type[candidates], cfg, rngs["presentation"])
+    scores = logging_scores(corpus.label[candidates], media,
                             np.asarray(cfg.logging_media_boost, dtype=np.float64), cfg.logging_noise, rngs["logging"])
-    doc_rows = np.take_along_axis(candidates, shown_order(scores, k, rngs["logging"]), axis=1)
-    page: Page = build_page(doc_rows, corpus, cfg, model.layout_columns, context_scales, rngs["page"])
+    order = shown_order(scores, k, rngs["logging"])
+    doc_rows = np.take_along_axis(candidates, order, axis=1)
+    page: Page = build_page(doc_rows, corpus, cfg, model.layout_columns, context_scales, rngs["page"],
+                            media_type=np.take_along_axis(media, order, axis=1))
     examination, click_prob = model.probabilities(page)
     clicks = model.sample_clicks(page, rngs["clicks"])
 

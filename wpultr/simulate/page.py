@@ -82,11 +82,24 @@ def max_show_heights(heights: np.ndarray, columns: int, cfg: SimulateConfig, rng
     return np.round(np.maximum(visible, 0.0))
 
 
+def presented_media(doc_media: np.ndarray, cfg: SimulateConfig, rng: np.random.Generator) -> np.ndarray:
+    """Each impression's media type: its document's own with chance `media_type_consistency`, otherwise
+    one drawn from `media_type_probs` — the same page shown with a video card in one session and as plain
+    text in the next. Nothing is drawn at consistency 1, so such runs replay exactly."""
+    if cfg.media_type_consistency >= 1.0:
+        return doc_media
+    probs = np.asarray(cfg.media_type_probs, dtype=np.float64)
+    other = rng.choice(len(probs), size=doc_media.shape, p=probs / probs.sum())
+    keep = rng.random(doc_media.shape) < cfg.media_type_consistency
+    return np.where(keep, doc_media, other).astype(np.int64)
+
+
 def build_page(doc_rows: np.ndarray, corpus: Corpus, cfg: SimulateConfig, columns: int,
-               context_scales: np.ndarray, rng: np.random.Generator) -> Page:
-    """Lay out the shown documents (n_sessions, k), in position order, as one page per session."""
+               context_scales: np.ndarray, rng: np.random.Generator, media_type: np.ndarray | None = None) -> Page:
+    """Lay out the shown documents (n_sessions, k), in position order, as one page per session; `media_type`
+    is each impression's presented type (default: the documents' own)."""
     n_sessions, k = doc_rows.shape
-    media_type = corpus.media_type[doc_rows]
+    media_type = corpus.media_type[doc_rows] if media_type is None else media_type
     heights = result_heights(media_type, cfg, rng)
     n_factors, n_levels = context_scales.shape
     context = rng.integers(0, n_levels, size=(n_sessions, k, n_factors))

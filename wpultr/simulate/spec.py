@@ -38,6 +38,8 @@ class SimulateConfig:
     context_strength: float = 0.5         # each level scales examination by a factor drawn from U[1 - s, 1]
     # Page presentation: one entry per media type (0 plain, 1 image, 2 video, 3 ad).
     media_type_probs: list[float] = field(default_factory=lambda: [0.6, 0.2, 0.12, 0.08])
+    media_type_consistency: float = 1.0   # chance an impression shows its document's own media type; else
+    #                                       one drawn from media_type_probs (presentation varies by impression)
     media_heights: list[float] = field(default_factory=lambda: [130.0, 260.0, 330.0, 160.0])  # mean px
     height_spread: float = 0.25           # sigma of the log-normal factor around a type's mean height
     logging_media_boost: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.5, 0.0])
@@ -68,6 +70,8 @@ def validate_simulate_config(cfg: SimulateConfig) -> None:
         value = getattr(cfg, key)
         if not (math.isfinite(value) and value >= 0):
             raise _error(key, f"must be a finite number >= 0, got {value}")
+    if not 0.0 <= cfg.media_type_consistency <= 1.0:
+        raise _error("media_type_consistency", f"must be in [0, 1], got {cfg.media_type_consistency}")
     if not 0.0 <= cfg.context_strength < 1.0:
         raise _error("context_strength", f"must be in [0, 1), got {cfg.context_strength}")
     if not cfg.screen_height > 0:

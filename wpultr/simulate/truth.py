@@ -20,7 +20,8 @@ DIRECTED = "directed"
 
 MECHANISMS: dict[str, str] = {
     TRUE_RELEVANCE: "graded relevance 0-4 of the document to the query, drawn per document",
-    MEDIA_TYPE: "media type of the document (0 plain, 1 image, 2 video, 3 ad), drawn per document",
+    MEDIA_TYPE: "presented media type (0 plain, 1 image, 2 video, 3 ad): the document's own, drawn per document, "
+                "or with chance 1 - media_type_consistency one drawn per impression",
     POSITION: "rank given by the logging ranker: grade + media boost + N(0, logging_noise^2), per session",
     SERP_HEIGHT: "type's mean height times a log-normal factor, whole px",
     SERP_MAX_SHOW_HEIGHT: "most of the result on screen at once: min(height, screen, scroll + screen - top); "
