@@ -12,7 +12,7 @@ from wpultr.causal.discovery import prior_violations
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
 from wpultr.cli import app
 from wpultr.config import ConfigError, config_from_dict
-from wpultr.methods.bal import fixed_graph
+from wpultr.methods.bal import click_model_rows, fixed_graph
 from wpultr.methods.bal_config import VARIANTS, ClickModelConfig
 from wpultr.methods.click_model import ClickModel, PageInputs, log_click_likelihood, ranker_loss
 from wpultr.pipeline import stages as S
@@ -82,6 +82,14 @@ def test_click_model_learns_the_page_effect():
     assert abs(float(torch.nn.functional.softplus(model.scale.detach())) - 2.0) < 0.4
 
 
+def test_click_model_rows_are_all_rows_or_a_seeded_subsample():
+    assert click_model_rows(50, None, 0).tolist() == list(range(50))
+    assert click_model_rows(50, 80, 0).tolist() == list(range(50))
+    rows = click_model_rows(1000, 100, 3)
+    assert len(rows) == 100 and len(set(rows.tolist())) == 100 and (np.diff(rows) > 0).all()
+    assert rows.tolist() == click_model_rows(1000, 100, 3).tolist() != click_model_rows(1000, 100, 4).tolist()
+
+
 def test_variant_graphs():
     features = BAIDU_PAGE_FEATURES
     names = [f.name for f in features]
@@ -128,6 +136,9 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
         assert graph.edge(RELEVANCE_SCORE, CLICK) is not None
     for entry in history[1:]:
         assert 0 < entry["weights"]["ess_fraction"] <= 1 and np.isfinite(entry["train"]["loss"])
+        steps = entry["step_seconds"]
+        assert list(steps) == ["score", "graph", "weights", "click_model", "ranker"]
+        assert all(v >= 0 for v in steps.values()) and sum(steps.values()) <= entry["seconds"] + 1e-2
     assert result.metrics["all"]["DCG@10"] > 0
 
     # export -> score gives exactly the scores the run evaluated with

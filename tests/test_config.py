@@ -23,6 +23,8 @@ def test_defaults_resolve_and_round_trip_through_yaml():
     ({"data": {"page_features": {"position": "ordinall"}}}, "data.page_features.position: kind 'ordinall'"),
     ({"data": {"source": "baidu", "train": ["x.gz"]}}, "data.annotations"),
     ({"data": {"simulate": {"n_sessions": -1}}}, "data.simulate.n_sessions"),
+    ({"data": {"simulate": {"media_type_consistency": 2}}}, "data.simulate.media_type_consistency"),
+    ({"bal": {"click_model": {"max_rows": 0}}}, "bal.click_model.max_rows: expected > 0 or null, got 0"),
 ])
 def test_bad_values_name_the_key(values, fragment):
     with pytest.raises(ConfigError) as err:

@@ -64,6 +64,26 @@ def fixed_graph(kind: str, features: Sequence[PageFeature]) -> DiscoveredGraph:
                            meta={"fixed": kind})
 
 
+def click_model_rows(n_rows: int, max_rows: int | None, seed: int) -> np.ndarray:
+    """Rows the click model is fitted on: all of them, or max_rows drawn without replacement (sorted)."""
+    if max_rows is None or n_rows <= max_rows:
+        return np.arange(n_rows)
+    return np.sort(np.random.default_rng([seed, 7]).choice(n_rows, size=max_rows, replace=False))
+
+
+class StepClock:
+    """Seconds spent in each step of an epoch, so a slow epoch says where its time went."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.laps[step] = round(now - self._last, 3)
+        self._last = now
+
+
 def _current_client() -> Any:
     """The Dask client the pipeline runs on, if any: discovery spreads its CI tests over it."""
     try:
@@ -91,23 +111,31 @@ class BAL:
         graphs: list[DiscoveredGraph] = []
         for k in range(config.train.epochs):
             start = time.perf_counter()
+            clock = StepClock()
             seed = config.seed * 1000 + k
             r = score_inputs(trainer.ranker, trainer.inputs, config.train.batch_size * 8)        # step 1
             nodes = encoded.assign(**{RELEVANCE_SCORE: r, CLICK: clicks})
+            clock.lap("score")
             graph = self.graph(train, nodes, features, config, seed, client)                   # step 2
             graph.meta["epoch"] = k
             biases = identify_biases(graph)                                                     # step 3
+            clock.lap("graph")
             weights, weight_info = self.weights(nodes, biases, kinds, n_categories, config, seed)  # step 4
+            clock.lap("weights")
             click_parents = [p for p in biases.click_parents if p != RELEVANCE_SCORE]
             click_model = ClickModel(page_inputs(click_parents, kinds, n_categories), config.bal.click_model)
-            cm_stats = click_model.fit(r, nodes, clicks, weights, trainer.generator)            # step 5
+            fit_rows = click_model_rows(len(nodes), config.bal.click_model.max_rows, seed)
+            cm_stats = click_model.fit(r[fit_rows], nodes.iloc[fit_rows], clicks[fit_rows], weights[fit_rows],  # step 5
+                                       trainer.generator)
+            clock.lap("click_model")
             extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32)),
                       PAGE_LOGITS: trainer.lists.gather(click_model.page_logits(nodes).astype(np.float32))}
             stats = trainer.epoch(lambda s, b: ranker_loss(click_model, s, b.extras[PAGE_LOGITS], b.clicks,  # step 6
                                                            b.extras[WEIGHTS], b.mask), extras)
+            clock.lap("ranker")
             graphs.append(graph)
             trainer.record(len(trainer.history), {**stats, **cm_stats}, time.perf_counter() - start, phase="bal",
-                           bal_epoch=k, biases=biases.to_dict(), weights=weight_info,
+                           bal_epoch=k, biases=biases.to_dict(), weights=weight_info, step_seconds=clock.laps,
                            graph_edges=[f"{e.source} {e.arrow()} {e.target}" for e in graph.edges])
         ranker = trainer.finish()
         bias = {"method": self.name, "graph_mode": config.bal.graph, "features": [f.name for f in features],

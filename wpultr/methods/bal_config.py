@@ -39,6 +39,18 @@ class ClickModelConfig:
     epochs: int = 3                                                    # passes per BAL epoch
     learning_rate: float = 1e-2
     batch_size: int = 4096                                             # rows
+    max_rows: int | None = 200_000     # φ_c is fitted on at most this many rows drawn by the epoch's seed (None: all);
+    #                                    a few hundred parameters need no more, and the ranker step still sees every row
+
+    def __post_init__(self) -> None:
+        checks = {"form": (self.form in ("multiplicative", "additive"), "one of 'multiplicative', 'additive'"),
+                  "hidden": (all(int(h) > 0 for h in self.hidden), "positive widths"),
+                  "embedding_dim": (self.embedding_dim > 0, "> 0"), "epochs": (self.epochs > 0, "> 0"),
+                  "learning_rate": (self.learning_rate > 0, "> 0"), "batch_size": (self.batch_size > 0, "> 0"),
+                  "max_rows": (self.max_rows is None or self.max_rows > 0, "> 0 or null")}
+        for key, (ok, expected) in checks.items():
+            if not ok:
+                raise ValueError(f"click_model.{key}: expected {expected}, got {getattr(self, key)!r}")
 
 
 @dataclass
