@@ -40,3 +40,13 @@ def test_load_config_uses_safe_yaml_and_overrides(tmp_path):
     path.write_text("!!python/object/apply:os.system ['echo unsafe']\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(path)
+
+
+def test_loading_a_config_imports_neither_torch_nor_causal_learn():
+    """The CLI validates a config before any heavy work; its modules must stay light to import."""
+    import subprocess
+    import sys
+    code = ("import sys, wpultr.config; "
+            "print(sorted(m for m in ('torch', 'causallearn', 'transformers', 'distributed') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

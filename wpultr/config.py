@@ -14,7 +14,7 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
-from .causal.discovery import DiscoveryConfig, validate_discovery_config
+from .causal.discovery_config import DiscoveryConfig, validate_discovery_config
 from .methods.bal_config import BalConfig
 from .schema import BAIDU_PAGE_FEATURES
 from .simulate.spec import SimulateConfig, validate_simulate_config

@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..propensity.influence import InfluenceConfig
-from ..propensity.weights import WeightConfig
+from ..propensity.config import InfluenceConfig, WeightConfig
 
 VARIANTS: dict[str, dict[str, object]] = {
     "bal": {"graph": "discovered", "features": None},

@@ -34,9 +34,9 @@ import copy
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -45,6 +45,7 @@ from safetensors.numpy import load_file, save_file
 from torch import nn
 
 from ..causal.biases import BiasReport
+from .config import InfluenceConfig
 from ..schema import CLICK, RELEVANCE_SCORE, FeatureKind
 
 DENSITY_FORMAT = "wpultr.conditional_density/1"
@@ -54,46 +55,6 @@ INFLUENCE_JSON, INFLUENCE_TENSORS = "influence.json", "influence.safetensors"
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _PREDICT_CHUNK = 65_536
 _MAX_LOG_STD = 10.0   # a standardised std above e^10 only means the network is far off; it keeps exp finite
-
-
-@dataclass
-class InfluenceConfig:
-    """Influence-estimator training (run config key `bal.influence`); defaults fit 10k–100k rows in seconds on CPU."""
-
-    hidden: list[int] = field(default_factory=lambda: [64, 64])  # MLP hidden widths (Eq. 6: W^1 … W^L)
-    epochs: int = 200                 # at most this many passes over the training rows
-    patience: int = 8                 # stop after this many epochs without a better validation NLL
-    min_delta: float = 1e-4           # an improvement smaller than this (nats per row) does not count
-    learning_rate: float = 3e-3       # Adam
-    weight_decay: float = 0.0         # Adam's L2 term
-    lr_decay: float = 0.5             # learning rate × this after lr_patience epochs without improvement
-    lr_patience: int = 2
-    batch_size: int = 512
-    valid_fraction: float = 0.1       # rows held out (drawn by the seed) for early stopping
-    min_std: float = 1e-2             # floor of a Gaussian head's std, in standardised units
-    # which numerator p(x | m) the weights use: "auto" = an unconditional model p(x) for case 1 and
-    # the permutation average over r̂ for case 2 (BAL §3.2); "model" = a fitted p(x | parents \ r̂) for
-    # both cases; "permutation" = the permutation average for both cases
-    numerator: Literal["auto", "model", "permutation"] = "auto"
-    device: str = "cpu"
-
-    def __post_init__(self) -> None:
-        self.hidden = [int(h) for h in self.hidden]
-        checks = {"hidden": all(h > 0 for h in self.hidden), "epochs": self.epochs > 0,
-                  "patience": self.patience > 0, "min_delta": self.min_delta >= 0,
-                  "learning_rate": self.learning_rate > 0, "weight_decay": self.weight_decay >= 0,
-                  "lr_decay": 0.0 < self.lr_decay <= 1.0, "lr_patience": self.lr_patience >= 0,
-                  "batch_size": self.batch_size > 0, "valid_fraction": 0.0 <= self.valid_fraction < 1.0,
-                  "min_std": self.min_std > 0,
-                  "numerator": self.numerator in ("auto", "model", "permutation")}
-        expected = {"hidden": "positive widths", "epochs": "> 0", "patience": "> 0", "min_delta": ">= 0",
-                    "learning_rate": "> 0", "weight_decay": ">= 0", "lr_decay": "in (0, 1]", "lr_patience": ">= 0",
-                    "batch_size": "> 0",
-                    "valid_fraction": "in [0, 1)", "min_std": "> 0",
-                    "numerator": "one of 'auto', 'model', 'permutation'"}
-        for key, ok in checks.items():
-            if not ok:
-                raise ValueError(f"influence.{key}: expected {expected[key]}, got {getattr(self, key)!r}")
 
 
 # ---------------------------------------------------------------------------------------------

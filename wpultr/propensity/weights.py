@@ -31,24 +31,8 @@ import numpy as np
 import pandas as pd
 
 from ..schema import RELEVANCE_SCORE
+from .config import WeightConfig
 from .influence import FeatureInfluence
-
-
-@dataclass
-class WeightConfig:
-    """Importance-weight settings (run config key `bal.weights`)."""
-
-    n_permutations: int = 16              # K permutations of r̂ for a permutation-averaged numerator
-    max_weight: float | None = 20.0       # cap on a self-normalised weight (mean 1); None: no fixed cap
-    clip_quantile: float | None = None    # cap at this quantile of the self-normalised weights; None: none
-
-    def __post_init__(self) -> None:
-        if self.n_permutations < 1:
-            raise ValueError(f"weights.n_permutations: expected >= 1, got {self.n_permutations!r}")
-        if self.max_weight is not None and not self.max_weight >= 1.0:
-            raise ValueError(f"weights.max_weight: expected >= 1 (weights have mean 1) or null, got {self.max_weight!r}")
-        if self.clip_quantile is not None and not 0.0 < self.clip_quantile <= 1.0:
-            raise ValueError(f"weights.clip_quantile: expected in (0, 1] or null, got {self.clip_quantile!r}")
 
 
 # ---------------------------------------------------------------------------------------------
