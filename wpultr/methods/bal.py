@@ -122,11 +122,8 @@ class BAL:
             clock.lap("graph")
             weights, weight_info = self.weights(nodes, biases, kinds, n_categories, config, seed)  # step 4
             clock.lap("weights")
-            click_parents = [p for p in biases.click_parents if p != RELEVANCE_SCORE]
-            click_model = ClickModel(page_inputs(click_parents, kinds, n_categories), config.bal.click_model)
-            fit_rows = click_model_rows(len(nodes), config.bal.click_model.max_rows, seed)
-            cm_stats = click_model.fit(r[fit_rows], nodes.iloc[fit_rows], clicks[fit_rows], weights[fit_rows],  # step 5
-                                       trainer.generator)
+            click_model, cm_stats = self.click_model(r, nodes, clicks, weights, biases, kinds, n_categories,  # step 5
+                                                     config, seed, trainer.generator)
             clock.lap("click_model")
             extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32)),
                       PAGE_LOGITS: trainer.lists.gather(click_model.page_logits(nodes).astype(np.float32))}
@@ -161,6 +158,17 @@ class BAL:
         graph.meta["sample"] = {**graph.meta.get("sample", {}), "n_sessions_requested": d.n_sessions,
                                 "stratified": d.stratify, "rows_per": "one displayed result per sampled session"}
         return graph
+
+    @staticmethod
+    def click_model(r: np.ndarray, nodes: pd.DataFrame, clicks: np.ndarray, weights: np.ndarray, biases: BiasReport,
+                    kinds: dict[str, str], n_categories: dict[str, int], config: "RunConfig", seed: int,
+                    generator: Any) -> tuple[ClickModel, dict[str, float]]:
+        """φ_c fitted by the weighted likelihood of Eq. 10 over the page parents of c, on at most max_rows rows."""
+        click_parents = [p for p in biases.click_parents if p != RELEVANCE_SCORE]
+        model = ClickModel(page_inputs(click_parents, kinds, n_categories), config.bal.click_model)
+        rows = click_model_rows(len(nodes), config.bal.click_model.max_rows, seed)
+        stats = model.fit(r[rows], nodes.iloc[rows], clicks[rows], weights[rows], generator)
+        return model, stats
 
     @staticmethod
     def weights(nodes: pd.DataFrame, biases: BiasReport, kinds: dict[str, str], n_categories: dict[str, int],
