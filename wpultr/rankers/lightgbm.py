@@ -15,9 +15,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..schema import SchemaError
 from .base import CONFIG_FILE, RANKER_FORMAT, Inputs, Ranker
-from .mlp import FEATURE_INPUT, feature_matrix
+from .mlp import FEATURE_INPUT, feature_inputs
 
 MODEL_TEXT_FILE = "model.txt"
 
@@ -68,11 +67,7 @@ class LightGBMRanker(Ranker):
 
     # ------------------------------------------------------------------ the Ranker protocol
     def prepare(self, frame: pd.DataFrame) -> Inputs:
-        matrix = feature_matrix(frame)
-        if matrix.shape[0] and matrix.shape[1] != self.n_features:
-            raise SchemaError(f"column 'features' has {matrix.shape[1]} values per row; this ranker was "
-                              f"trained on {self.n_features}")
-        return {FEATURE_INPUT: torch.from_numpy(matrix.reshape(len(frame), self.n_features))}
+        return feature_inputs(frame, self.n_features)
 
     def forward(self, inputs: Inputs) -> torch.Tensor:
         x = inputs[FEATURE_INPUT]

@@ -50,6 +50,15 @@ def feature_matrix(frame: pd.DataFrame, table: str = "table") -> np.ndarray:
     return matrix
 
 
+def feature_inputs(frame: pd.DataFrame, n_features: int) -> Inputs:
+    """The ranker inputs of a feature-vector ranker: the `features` matrix, checked against its trained width."""
+    matrix = feature_matrix(frame)
+    if matrix.shape[0] and matrix.shape[1] != n_features:
+        raise SchemaError(f"column {FEATURES!r} has {matrix.shape[1]} values per row; this ranker was "
+                          f"trained on {n_features}")
+    return {FEATURE_INPUT: torch.from_numpy(matrix.reshape(len(frame), n_features))}
+
+
 class MLPRanker(Ranker):
     """score = MLP(standardise(features))."""
 
@@ -76,11 +85,7 @@ class MLPRanker(Ranker):
         return {"n_features": self.n_features, "hidden": self.hidden, "dropout": self.dropout}
 
     def prepare(self, frame: pd.DataFrame) -> Inputs:
-        matrix = feature_matrix(frame)
-        if matrix.shape[0] and matrix.shape[1] != self.n_features:
-            raise SchemaError(f"column {FEATURES!r} has {matrix.shape[1]} values per row; this ranker was "
-                              f"trained on {self.n_features}")
-        return {FEATURE_INPUT: torch.from_numpy(matrix.reshape(len(frame), self.n_features))}
+        return feature_inputs(frame, self.n_features)
 
     def forward(self, inputs: Inputs) -> torch.Tensor:
         x = (inputs[FEATURE_INPUT] - self.mean) / self.scale
