@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from wpultr.io.baidu import (FILE_INDEX_SHIFT, MAX_LINE_BYTES, ingest_baidu, ingest_baidu_annotations,
                              read_baidu_annotations, read_baidu_sessions)
 from wpultr.io.quarantine import FILE_REASONS, REASONS
-from wpultr.schema import (BAIDU_N_RESULT_FIELDS, BAIDU_RESULT_FIELDS, BAIDU_TOKEN_SEP,
-                           CLICK, DOC_ID, POSITION, QUARANTINE_SCHEMA, QUERY_ID, SESSION_ID, TITLE_TOKENS,
-                           baidu_sessions_arrow_schema)
+from wpultr.schema import (BAIDU_MEDIA_TYPE_DASH, BAIDU_N_RESULT_FIELDS, BAIDU_RESULT_FIELDS, BAIDU_TOKEN_SEP,
+                           CLICK, DOC_ID, POSITION, QUARANTINE_SCHEMA, QUERY_ID, QUERY_REFORMULATION, QUERY_TOKENS,
+                           SESSION_ID, TITLE_TOKENS, baidu_sessions_arrow_schema)
 
 SEP = BAIDU_TOKEN_SEP
 INDEX = {name: i for i, name in enumerate(BAIDU_RESULT_FIELDS) if name}
@@ -66,7 +66,7 @@ HAND_LOG: list[tuple[str | bytes, str | None]] = [
     (result(1, click="x"), "bad_click"),                            # 16: own defect wins
     (query(10), "empty_session"),                                   # 17 every result bad
     (result("0"), "bad_position"),                                  # 18
-    (query(11, tokens=f"4{SEP}{SEP}5"), "bad_token_id"),            # 19
+    (query(11, tokens=f"4{SEP}x5"), "bad_token_id"),                # 19
     (query(12, reformulation="twelve"), None),                      # 20 session B (qid 12)
     (result(1, doc="b1").encode().replace(b"b1", b"b\xff"), "not_utf8"),  # 21
     (result(2, doc="b2", click="1"), None),                         # 22
@@ -91,7 +91,8 @@ def test_hand_written_log_exact(hand_log, chunk_bytes):
     assert bad.loc[bad["line"] == 21, "text"].item() == result(1, doc="b\\xff")  # raw text, escaped
     # kept rows: the good results around every bad line, in file order
     assert list(sessions[DOC_ID]) == ["a1", "a2", "a7", "b2", "c1"]
-    assert list(sessions[QUERY_ID]) == [7, 7, 7, 12, 14]
+    assert list(sessions[QUERY_ID]) == ["7", "7", "7", "12", "14"]
+    assert list(sessions[QUERY_REFORMULATION]) == ["", "", "", "twelve", ""]
     assert list(sessions[POSITION]) == [1, 2, 7, 2, 1]
     assert list(sessions[CLICK]) == [1, 0, 0, 1, 0]
     # ids: file 3, ordinal of the query line among the file's query lines (broken ones counted)
@@ -125,10 +126,11 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path):
     path.write_bytes(data[: len(data) // 2])
     recovered = zlib.decompressobj(31).decompress(data[: len(data) // 2])
     sessions, bad = read_baidu_sessions(path, chunk_bytes=4096)
-    n_lines = recovered.count(b"\n") + (not recovered.endswith(b"\n"))
-    assert bad["reason"].iloc[-1] == "truncated_gzip" and bad["line"].iloc[-1] == n_lines
+    whole_lines = recovered.count(b"\n")        # the partial line after them is never parsed
+    assert bad["reason"].iloc[-1] == "truncated_gzip" and bad["line"].iloc[-1] == whole_lines + 1
+    assert bad["text"].iloc[-1] == recovered[recovered.rfind(b"\n") + 1:].decode()
     line_records = bad[~bad["reason"].isin(FILE_REASONS)]
-    assert sessions[SESSION_ID].nunique() + len(sessions) + len(line_records) == n_lines
+    assert sessions[SESSION_ID].nunique() + len(sessions) + len(line_records) == whole_lines
     assert len(sessions) > 1000
 
 
@@ -137,7 +139,7 @@ def test_damaged_gzip_keeps_what_was_read(tmp_path):
     path = tmp_path / "junk.gz"
     path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0) + b"not gzip at all")
     sessions, bad = read_baidu_sessions(path)
-    assert list(zip(bad["line"], bad["reason"])) == [(3, "corrupt_gzip")] and len(sessions) == 2
+    assert list(zip(bad["line"], bad["reason"])) == [(4, "corrupt_gzip")] and len(sessions) == 2
 
 
 def test_overlong_line_is_skipped_not_held(tmp_path):
@@ -194,8 +196,10 @@ def corrupted_logs(draw):
 
 
 def _input_lines(data: bytes) -> int:
-    text = zlib.decompressobj(31).decompress(data)
-    return text.count(b"\n") + (len(text) > 0 and not text.endswith(b"\n"))
+    """Lines the reader parses: the whole lines, plus an unterminated last one when the stream is intact."""
+    inflater = zlib.decompressobj(31)
+    text = inflater.decompress(data)
+    return text.count(b"\n") + (inflater.eof and len(text) > 0 and not text.endswith(b"\n"))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -205,7 +209,11 @@ def test_corruption_never_crashes_and_accounts_every_line(tmp_path, data, chunk_
     path.write_bytes(data)
     sessions, bad = read_baidu_sessions(path, chunk_bytes=chunk_bytes)
     line_records = bad[~bad["reason"].isin(FILE_REASONS)]
-    assert sessions[SESSION_ID].nunique() + len(sessions) + len(line_records) == _input_lines(data)
+    if set(bad["reason"]) & {"empty_file", "not_gzip"}:   # nothing read: reported once
+        assert len(bad) == 1 and bad["line"].item() == 0 and sessions.empty
+    else:
+        assert sessions[SESSION_ID].nunique() + len(sessions) + len(line_records) == _input_lines(data)
+    assert not sessions.duplicated([SESSION_ID, POSITION]).any()
     assert line_records["line"].is_unique and set(bad["reason"]) <= set(REASONS)
     assert sessions[POSITION].between(1, 30).all() and sessions[CLICK].isin([0, 1]).all()
     whole, whole_bad = read_baidu_sessions(path)  # the block size never changes the result
@@ -263,7 +271,7 @@ def test_annotations_bad_lines_quarantined_and_doc_ids_stable(tmp_path):
     path.write_bytes(gzip.compress(("\n".join(rows) + "\n").encode(), mtime=0))
     df, bad = read_baidu_annotations(path)
     assert list(zip(bad["line"], bad["reason"])) == [(3, "bad_label"), (4, "bad_bucket"), (5, "wrong_field_count")]
-    assert list(df[QUERY_ID]) == [1, 1, 4] and list(df["label"]) == [4, 0, 3] and list(df["bucket"]) == [0, 0, 9]
+    assert list(df[QUERY_ID]) == ["1", "1", "4"] and list(df["label"]) == [4, 0, 3] and list(df["bucket"]) == [0, 0, 9]
     assert df[DOC_ID].iloc[0] != df[DOC_ID].iloc[1] and df[DOC_ID].iloc[0] == df[DOC_ID].iloc[2]
     again, _ = read_baidu_annotations(path, chunk_bytes=8)
     pd.testing.assert_frame_equal(df, again)
@@ -271,3 +279,217 @@ def test_annotations_bad_lines_quarantined_and_doc_ids_stable(tmp_path):
     assert (summary.lines, summary.results, summary.quarantined) == (6, 3, 3)
     assert len(pd.read_parquet(tmp_path / "out" / "annotations.parquet")) == 3
     assert len(pd.read_parquet(tmp_path / "out" / "quarantine" / "annotations.parquet")) == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Real Baidu-ULTR values: 20-digit query ids, '-' media types, empty tokens, the reformulation
+# ---------------------------------------------------------------------------------------------
+def test_query_ids_are_kept_exactly_as_written(tmp_path):
+    from wpultr.io.baidu_writer import write_baidu_annotations, write_baidu_sessions
+    ids = ["10000014169022957140", "100000141690229571", "0070", "9" * 64]   # > int64, > 2^53, zeros, longest
+    lines = [line for i, qid in enumerate(ids) for line in (query(qid), result(1, doc=f"d{i}"))]
+    lines += [query("1" * 65), result(1), query("-5"), result(1)]
+    sessions, bad = read_baidu_sessions(write_gz(tmp_path / "ids.gz", lines))
+    assert list(sessions[QUERY_ID]) == ids
+    assert list(zip(bad["line"], bad["reason"])) == [(9, "bad_query_id"), (10, "broken_query_line"),
+                                                     (11, "bad_query_id"), (12, "broken_query_line")]
+    write_baidu_sessions(sessions, tmp_path / "again.gz")              # the writer keeps them too
+    again, _ = read_baidu_sessions(tmp_path / "again.gz")
+    assert list(again[QUERY_ID]) == ids
+    annotations = [f"{qid}\t5\t1\t2\t3\t{i}" for i, qid in enumerate(ids)]
+    path = tmp_path / "annotations.tsv.gz"
+    path.write_bytes(gzip.compress(("\n".join(annotations) + "\n").encode(), mtime=0))
+    df, _ = read_baidu_annotations(path)
+    assert list(df[QUERY_ID]) == ids
+    write_baidu_annotations(df, tmp_path / "annotations-again.tsv.gz")
+    assert list(read_baidu_annotations(tmp_path / "annotations-again.tsv.gz")[0][QUERY_ID]) == ids
+
+
+def test_dash_media_type_and_empty_tokens_are_kept_and_counted(tmp_path, dask_client):
+    lines = [query(7, tokens=f"5{SEP}6{SEP}", reformulation="1"), result(1, doc="a", media="-"),
+             result(2, doc="b", title=f"12{SEP}34{SEP}"), result(3, doc="c", title=f"12{SEP}{SEP}34", abstract=""),
+             result(4, doc="d", media="", click="9")]                # quarantined: not counted as mapped
+    path = write_gz(tmp_path / "mapped.gz", lines)
+    sessions, bad = read_baidu_sessions(path)
+    assert list(sessions[DOC_ID]) == ["a", "b", "c"] and list(bad["reason"]) == ["bad_media_type"]
+    assert list(sessions["media_type"]) == [BAIDU_MEDIA_TYPE_DASH, 0, 0]
+    assert [list(t) for t in sessions[TITLE_TOKENS]] == [[1, 2], [12, 34], [12, 34]]
+    assert list(sessions[QUERY_TOKENS].iloc[0]) == [5, 6] and list(sessions["abstract_tokens"].iloc[2]) == []
+    assert list(sessions[QUERY_REFORMULATION]) == ["1"] * 3
+    summary = ingest_baidu([path], tmp_path / "out", dask_client)
+    assert summary.mapped == {"media_type_dash": 1, "empty_token": 3} and summary.to_dict()["mapped"]
+    from wpultr.io.baidu_writer import write_baidu_sessions
+    write_baidu_sessions(sessions, tmp_path / "again.gz")               # the '-' is written back as '-'
+    text = gzip.decompress((tmp_path / "again.gz").read_bytes()).decode().split("\n")
+    assert text[0] == f"7\t5{SEP}6\t1" and text[1].split("\t")[INDEX["media_type"]] == "-"
+
+
+# ---------------------------------------------------------------------------------------------
+# Session boundaries: a broken query line never lends its results to the previous session
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("chunk_bytes", [1, 200, 1 << 20])
+@pytest.mark.parametrize("broken", [query(2) + "\textra", "2", f"2{SEP}5", "\t".join(["2"] * 16)])
+def test_results_after_a_broken_query_line_are_quarantined(tmp_path, chunk_bytes, broken):
+    lines = ([query(1)] + [result(p, doc=f"a{p}") for p in (1, 2, 3)] + [broken]
+             + [result(p, doc=f"b{p}") for p in (1, 2, 3)]
+             + ["\t".join(result(4).split("\t")[:-1])]                # 31 fields: a result, not a query
+             + [query(3), result(1, doc="c1"), "", result(2, doc="c2")])  # a blank line leaves the session alone
+    sessions, bad = read_baidu_sessions(write_gz(tmp_path / "broken.gz", lines), chunk_bytes=chunk_bytes)
+    assert list(sessions[DOC_ID]) == ["a1", "a2", "a3", "c1", "c2"]
+    assert list(sessions[QUERY_ID]) == ["1"] * 3 + ["3"] * 2 and sessions[SESSION_ID].nunique() == 2
+    assert list(zip(bad["line"], bad["reason"])) == [(5, "wrong_field_count")] + [
+        (line, "broken_query_line") for line in (6, 7, 8)] + [(9, "wrong_field_count"), (12, "wrong_field_count")]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 150, 1 << 20])
+def test_a_session_never_holds_a_position_twice(tmp_path, chunk_bytes):
+    lines = [query(1), result(1, doc="a"), result(2, doc="b", click="x"), result(2, doc="c"), result(1, doc="d"),
+             result(2, doc="e"), result(3, doc="f"), query(2), result(1, doc="g")]
+    sessions, bad = read_baidu_sessions(write_gz(tmp_path / "dup.gz", lines), chunk_bytes=chunk_bytes)
+    assert list(sessions[DOC_ID]) == ["a", "c", "f", "g"]       # the first kept result of a position stays
+    assert list(zip(bad["line"], bad["reason"])) == [(3, "bad_click"), (5, "duplicate_position"),
+                                                     (6, "duplicate_position")]
+    assert "duplicate_position" in REASONS
+
+
+# ---------------------------------------------------------------------------------------------
+# Damaged and unreadable files
+# ---------------------------------------------------------------------------------------------
+def test_gzip_damaged_in_the_middle_keeps_the_lines_before(tmp_path):
+    lines = [line for s in range(300) for line in [query(s)] + [result(p, doc=f"d{s}-{p}") for p in range(1, 11)]]
+    clean = write_gz(tmp_path / "clean.gz", lines)
+    data = bytearray(clean.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 64] = b"\xff" * 64                # far smaller than CHUNK_BYTES
+    path = tmp_path / "damaged.gz"
+    path.write_bytes(bytes(data))
+    expected, _ = read_baidu_sessions(clean)
+    sessions, bad = read_baidu_sessions(path)
+    assert bad["reason"].iloc[-1] == "corrupt_gzip" and (bad["reason"] == "corrupt_gzip").sum() == 1
+    line_records = bad[~bad["reason"].isin(FILE_REASONS)]
+    lines_read = sessions[SESSION_ID].nunique() + len(sessions) + len(line_records)
+    assert bad["line"].iloc[-1] == lines_read + 1                          # where reading stopped
+    first_bad = line_records["line"].min() if len(line_records) else lines_read + 1
+    # result p of session s is line 11 s + 1 + p; a session's margin for garbage decoded before zlib noticed
+    n_before = sum(11 * s + 1 + p < first_bad - 11 for s in range(300) for p in range(1, 11))
+    assert n_before > len(expected) // 3
+    pd.testing.assert_frame_equal(sessions.head(n_before), expected.head(n_before))   # the lines before the damage
+
+
+def test_empty_binary_and_misnamed_files_are_reported_once(tmp_path, dask_client):
+    import bz2
+    rng = np.random.default_rng(3)
+    good_text = ("\n".join([query(1), result(1)]) + "\n").encode()
+    files = {"empty.gz": b"", "empty.txt": b"", "empty-stream.gz": gzip.compress(b"", mtime=0),
+             "random.gz": rng.bytes(5000), "random.log": rng.bytes(5000), "bzip2.gz": bz2.compress(good_text),
+             "binary-in-gzip.gz": gzip.compress(rng.bytes(5000), mtime=0)}
+    expected = {"empty.gz": "empty_file", "empty.txt": "empty_file", "empty-stream.gz": "empty_file",
+                "random.gz": "not_gzip", "random.log": "not_gzip", "bzip2.gz": "not_gzip",
+                "binary-in-gzip.gz": "not_gzip"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        sessions, bad = read_baidu_sessions(tmp_path / name)
+        assert sessions.empty and list(zip(bad["line"], bad["reason"])) == [(0, expected[name])], name
+    summary = ingest_baidu([tmp_path / n for n in files] + [write_gz(tmp_path / "ok.gz", [query(1), result(1)])],
+                           tmp_path / "out", dask_client)
+    assert summary.file_reasons == {"empty_file": 3, "not_gzip": 4}
+    assert summary.to_dict()["file_reasons"] == summary.file_reasons
+    assert sorted(Path(p).name for p in summary.damaged_files) == sorted(files)
+    assert (summary.lines, summary.sessions, summary.results, summary.quarantined) == (2, 1, 1, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Property: session boundaries against a line-by-line reference of the documented rules
+# ---------------------------------------------------------------------------------------------
+LINE_KINDS = ["query", "query", "bad_id_query", "short_query", "long_query", "result", "result", "result",
+              "result", "bad_click_result", "short_result", "blank"]
+
+
+@st.composite
+def session_logs(draw):
+    """(lines, expected rows as (session ordinal, query id, position, doc), expected (line, reason) records)."""
+    kinds = draw(st.lists(st.sampled_from(LINE_KINDS), min_size=1, max_size=40))
+    lines, rows, records = [], [], []
+    session = None          # dict(ordinal, qid, ok, line, positions) of the open session
+    ordinal = 0
+
+    def close():
+        if session is not None and session["ok"] and not session["positions"]:
+            records.append((session["line"], "empty_session"))
+
+    for number, kind in enumerate(kinds, start=1):
+        if kind.endswith("query"):
+            qid = draw(st.text("0123456789", min_size=1, max_size=22))
+            fields = {"query": 3, "bad_id_query": 3, "short_query": draw(st.sampled_from([1, 2])),
+                      "long_query": draw(st.integers(4, 16))}[kind]
+            text = "\t".join(([("x" if kind == "bad_id_query" else "") + qid, "5", "-"] + ["7"] * 13)[:fields])
+            close()
+            session = {"ordinal": ordinal, "qid": qid, "ok": kind == "query", "line": number, "positions": set()}
+            ordinal += 1
+            if kind != "query":
+                records.append((number, "bad_query_id" if kind == "bad_id_query" else "wrong_field_count"))
+            lines.append(text)
+            continue
+        if kind == "blank":
+            lines.append("")
+            records.append((number, "wrong_field_count"))
+            continue
+        position = draw(st.integers(1, 4))      # few positions: repeats are common
+        doc = f"doc{number}"
+        if kind == "short_result":
+            lines.append("\t".join(result(position, doc=doc).split("\t")[:draw(st.sampled_from([17, 31]))]))
+            records.append((number, "wrong_field_count"))
+        elif kind == "bad_click_result":
+            lines.append(result(position, doc=doc, click="2"))
+            records.append((number, "bad_click"))
+        else:
+            lines.append(result(position, doc=doc))
+            if session is None:
+                records.append((number, "orphan_result"))
+            elif not session["ok"]:
+                records.append((number, "broken_query_line"))
+            elif position in session["positions"]:
+                records.append((number, "duplicate_position"))
+            else:
+                session["positions"].add(position)
+                rows.append((session["ordinal"], session["qid"], position, doc))
+    close()
+    return lines, rows, sorted(records)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(log=session_logs(), chunk_bytes=st.one_of(st.integers(1, 600), st.just(1 << 20)))
+def test_session_boundaries_follow_the_documented_rules(tmp_path, log, chunk_bytes):
+    lines, rows, records = log
+    sessions, bad = read_baidu_sessions(write_gz(tmp_path / "log.gz", lines), chunk_bytes=chunk_bytes)
+    # no session ever holds a position twice
+    assert not sessions.duplicated([SESSION_ID, POSITION]).any()
+    # every input line is a session, a row or a quarantine record
+    assert sessions[SESSION_ID].nunique() + len(sessions) + len(bad) == len(lines)
+    # results attach to the right query: the reference's session ordinal, query id and position, in order
+    got = list(zip(sessions[SESSION_ID], sessions[QUERY_ID], sessions[POSITION], sessions[DOC_ID]))
+    assert got == rows
+    assert sorted(zip(bad["line"], bad["reason"])) == records
+
+
+# ---------------------------------------------------------------------------------------------
+# The bundled sample: every deliberately damaged line is quarantined where MANIFEST.json says
+# ---------------------------------------------------------------------------------------------
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample"
+
+
+@pytest.mark.skipif(not (SAMPLE / "MANIFEST.json").exists(), reason="data/sample not generated")
+def test_sample_damage_is_quarantined_where_the_manifest_says():
+    manifest = json.loads((SAMPLE / "MANIFEST.json").read_text())
+    train = sorted(f["path"] for f in manifest["files"] if f["path"].startswith("train/"))
+    read = [read_baidu_sessions(SAMPLE / path, file_index=i) for i, path in enumerate(train)]
+    sessions = pd.concat([s for s, _ in read], ignore_index=True)
+    bad = pd.concat([b.assign(file=path) for (_, b), path in zip(read, train)], ignore_index=True)
+    got = {(f, line): reason for f, line, reason in zip(bad["file"], bad["line"], bad["reason"])}
+    for c in manifest["corruptions"]:
+        assert got[(c["file"], c["line"])] == c["reader_reason"], c
+        followers = [got.get((c["file"], c["line"] + k)) for k in range(1, c["quarantined_lines"])]
+        assert followers == ["broken_query_line"] * (c["quarantined_lines"] - 1), c   # a lost session's results
+    assert len(bad) == manifest["quarantined_lines"]
+    assert sessions[SESSION_ID].nunique() == manifest["sessions_readable"]
+    assert len(sessions) == manifest["result_lines_readable"]
+    assert not sessions.duplicated([SESSION_ID, POSITION]).any()

@@ -233,3 +233,18 @@ def test_missing_column_and_bad_cutoff():
         metrics.evaluate(df, "score")
     with pytest.raises(ValueError, match="positive integer, got 0"):
         metrics.per_query(df, "s", ks=(0,))
+
+
+def test_queries_sharing_an_id_but_not_their_tokens_are_two_queries():
+    from wpultr.schema import QUERY_KEY, QUERY_TOKENS
+    df = pd.DataFrame({QUERY_ID: ["7"] * 4 + ["10000014169022957140"] * 2,
+                       QUERY_TOKENS: [[1, 2], [1, 2], [3], [3], [5], [5]],
+                       LABEL: [4, 0, 0, 4, 2, 0], "score": [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]})
+    table = metrics.per_query(df, "score", ks=(1,), bucket_col="none")
+    assert list(table[QUERY_KEY]) == ["10000014169022957140\t5", "7\t1 2", "7\t3"]
+    assert list(table[QUERY_ID]) == ["10000014169022957140", "7", "7"]
+    assert list(table["nDCG@1"]) == [1.0, 1.0, 0.0]
+    result = metrics.evaluate(df, "score", ks=(1,), bucket_col="none")["all"]
+    assert result["n_queries"] == 3 and result["nDCG@1"] == pytest.approx(2 / 3)
+    by_id = metrics.evaluate(df.drop(columns=[QUERY_TOKENS]), "score", ks=(1,), bucket_col="none")["all"]
+    assert by_id["n_queries"] == 2          # without tokens the id alone keys a query

@@ -14,6 +14,8 @@ et al. 2009, the same as TREC's gdeval.pl). Conventions, chosen once for all met
   "bad"); AP divides by the number of relevant judged documents; a query with none scores 0.
 * MCC (Identifiability paper §5.1): Pearson correlation between true and predicted relevance, pooled
   over all documents; see `mcc`.
+* A query is keyed by schema.query_key (its id plus its query tokens when the table has them):
+  Baidu-ULTR reuses some annotation query ids for different queries, each a query of its own.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .schema import BUCKET, HIGH_BUCKETS, LABEL, MAX_LABEL, QUERY_ID, TAIL_BUCKETS, SchemaError
+from .schema import BUCKET, HIGH_BUCKETS, LABEL, MAX_LABEL, QUERY_ID, QUERY_KEY, TAIL_BUCKETS, SchemaError, query_key
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
 MAP_COLUMN = "MAP"
@@ -167,20 +169,25 @@ def _query_buckets(df: pd.DataFrame, codes: np.ndarray, n_queries: int, bucket_c
 def per_query(df: pd.DataFrame, score_col: str, label_col: str = LABEL, query_col: str = QUERY_ID,
               ks: Sequence[int] = DEFAULT_KS, bucket_col: str = BUCKET,
               relevance_threshold: float = 1) -> pd.DataFrame:
-    """One row per query (ascending query id): DCG@k, ERR@k, nDCG@k for each k, and MAP.
+    """One row per query: DCG@k, ERR@k, nDCG@k for each k, and MAP.
 
-    Carries the query's bucket when `bucket_col` is a column. Rows of a query may appear in any order;
-    ties in `score_col` are broken by row order (see the module docstring).
+    With the default `query_col` (query_id) a query is keyed by schema.query_key, so two queries that
+    share an id but not their tokens are two rows, and the table carries the QUERY_KEY column (rows in
+    ascending key order); another `query_col` groups by that column alone (ascending). Carries the
+    query's bucket when `bucket_col` is a column. Rows of a query may appear in any order; ties in
+    `score_col` are broken by row order (see the module docstring).
     """
     ks = _checked_ks(ks)
     _require(df, [score_col, label_col, query_col])
     scores = _numeric_column(df, score_col)
     labels = _checked_labels(df, label_col)
-    codes, query_ids = pd.factorize(df[query_col], sort=True)
-    if (codes < 0).any():
-        row = int(np.flatnonzero(codes < 0)[0])
-        raise SchemaError(f"metrics: column {query_col!r} row {row} is empty")
-    n_queries = len(query_ids)
+    empty = df[query_col].isna().to_numpy()
+    if empty.any():
+        raise SchemaError(f"metrics: column {query_col!r} row {int(np.flatnonzero(empty)[0])} is empty")
+    keyed = query_col == QUERY_ID
+    codes, keys = pd.factorize(query_key(df) if keyed else df[query_col], sort=True)
+    n_queries = len(keys)
+    first_row = np.unique(codes, return_index=True)[1]      # codes are 0..n_queries-1, all present
 
     by_score = np.lexsort((-scores, codes))                 # stable: ties keep row order
     by_label = np.lexsort((-labels, codes))                 # the ideal ranking of the judged documents
@@ -197,7 +204,9 @@ def per_query(df: pd.DataFrame, score_col: str, label_col: str = LABEL, query_co
     reach = np.exp(log_continue - np.log1p(-stop) - before_group)   # prod_{j<i} (1 − R_j) within the query
     err_term = stop * reach / (rank + 1.0)
 
-    out: dict[str, Any] = {query_col: query_ids.to_numpy()}
+    out: dict[str, Any] = {query_col: df[query_col].to_numpy()[first_row]}
+    if keyed:
+        out[QUERY_KEY] = np.asarray(keys, dtype=object)
     if bucket_col in df.columns:
         out[bucket_col] = _query_buckets(df, codes, n_queries, bucket_col, query_col)
     dcg = {k: np.bincount(group, weights=np.where(rank < k, gain * discount, 0.0), minlength=n_queries) for k in ks}

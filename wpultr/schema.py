@@ -12,10 +12,9 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
-
-class SchemaError(ValueError):
-    """A table does not match its declared schema; the message names the column and row at fault."""
+from .errors import SchemaError  # re-exported: the schema's own error
 
 
 class FeatureKind(str, Enum):
@@ -65,9 +64,14 @@ TOKEN_COLUMNS: tuple[str, ...] = (QUERY_TOKENS, TITLE_TOKENS, ABSTRACT_TOKENS)
 TOKEN_TYPE = pa.list_(pa.int32())
 FEATURE_VECTOR_TYPE = pa.list_(pa.float32())
 
+# query_id is the exact decimal text of the id (Baidu-ULTR ids have 20 digits, above int64; digits
+# are kept as written, leading zeros included), the same type in the sessions and annotation tables.
+QUERY_ID_TYPE = pa.string()
+QUERY_ID_MAX_DIGITS = 64
+
 SESSION_CORE_FIELDS: tuple[pa.Field, ...] = (
     pa.field(SESSION_ID, pa.int64(), nullable=False),
-    pa.field(QUERY_ID, pa.int64(), nullable=False),
+    pa.field(QUERY_ID, QUERY_ID_TYPE, nullable=False),
     pa.field(POSITION, pa.int16(), nullable=False),
     pa.field(CLICK, pa.int8(), nullable=False),
 )
@@ -80,7 +84,7 @@ SESSION_OPTIONAL_FIELDS: tuple[pa.Field, ...] = (
 )
 
 ANNOTATION_CORE_FIELDS: tuple[pa.Field, ...] = (
-    pa.field(QUERY_ID, pa.int64(), nullable=False),
+    pa.field(QUERY_ID, QUERY_ID_TYPE, nullable=False),
     pa.field(LABEL, pa.int8(), nullable=False),
     pa.field(BUCKET, pa.int8(), nullable=False),
 )
@@ -101,7 +105,12 @@ TAIL_BUCKETS: tuple[int, ...] = (5, 6, 7, 8, 9)  # tail-frequency queries
 # Baidu-ULTR raw layout (gzip text, tab-separated; token ids joined by \x01)
 # ---------------------------------------------------------------------------------------------
 BAIDU_TOKEN_SEP = "\x01"
-BAIDU_QUERY_FIELDS: tuple[str, ...] = ("query_id", "query_tokens", "query_reformulation")
+QUERY_REFORMULATION = "query_reformulation"   # 3rd field of a query line, kept as written (string)
+BAIDU_QUERY_FIELDS: tuple[str, ...] = ("query_id", "query_tokens", QUERY_REFORMULATION)
+MEDIA_TYPE = "media_type"
+# A '-' in the multimedia-type column is a media type of its own (as public Baidu-ULTR parsers
+# treat it), stored as this reserved code; the writer writes the code back as '-'.
+BAIDU_MEDIA_TYPE_DASH = -1
 
 # Result-line columns in file order. None marks a column the dataset documents as "-" (unused).
 # The dataset documents "displayed count" twice (columns 14 and 27); the second keeps its index.
@@ -137,9 +146,10 @@ def baidu_sessions_arrow_schema() -> pa.Schema:
     fields = list(SESSION_CORE_FIELDS) + [
         pa.field(DOC_ID, pa.string()),
         pa.field(QUERY_TOKENS, TOKEN_TYPE),
+        pa.field(QUERY_REFORMULATION, pa.string()),
         pa.field(TITLE_TOKENS, TOKEN_TYPE),
         pa.field(ABSTRACT_TOKENS, TOKEN_TYPE),
-        pa.field("media_type", pa.int64()),
+        pa.field(MEDIA_TYPE, pa.int64()),
     ] + [pa.field(name, pa.float64()) for name in BAIDU_BEHAVIOUR_COLUMNS]
     return pa.schema(fields)
 
@@ -150,6 +160,25 @@ def baidu_annotations_arrow_schema() -> pa.Schema:
         pa.field(TITLE_TOKENS, TOKEN_TYPE),
         pa.field(ABSTRACT_TOKENS, TOKEN_TYPE),
     ])
+
+
+# ---------------------------------------------------------------------------------------------
+# The key of an annotated query
+# ---------------------------------------------------------------------------------------------
+QUERY_KEY = "query_key"
+
+
+def query_key(df: pd.DataFrame) -> pd.Series:
+    """The key annotated queries are grouped, split and evaluated by: the query id text, plus a tab and
+    the query token ids joined by spaces when the frame has query tokens (Baidu-ULTR reuses ~8% of
+    annotation query ids for different queries; its README keys queries by their text)."""
+    ids = pa.array(df[QUERY_ID].astype(str).to_numpy(dtype=object), type=pa.string())
+    if QUERY_TOKENS not in df.columns:
+        return pd.Series(ids.to_numpy(zero_copy_only=False), index=df.index, name=QUERY_KEY, dtype=object)
+    tokens = pa.array(df[QUERY_TOKENS], type=pa.list_(pa.int64()), from_pandas=True)
+    text = pc.fill_null(pc.binary_join(pc.cast(tokens, pa.list_(pa.string())), " "), "")
+    keys = pc.binary_join_element_wise(ids, text, "\t")
+    return pd.Series(keys.to_numpy(zero_copy_only=False), index=df.index, name=QUERY_KEY, dtype=object)
 
 
 QUARANTINE_SCHEMA = pa.schema([
@@ -185,22 +214,136 @@ def _require_columns(df: pd.DataFrame, columns: Iterable[str], table: str) -> No
         raise SchemaError(f"{table}: missing column(s) {missing}; present: {list(df.columns)}")
 
 
-def _check_integer_column(df: pd.DataFrame, column: str, table: str, low: int | None = None,
-                          high: int | None = None) -> None:
+# Bounds checked before any cast, so a value never wraps: positions are stored as int16, session
+# ids as int64, and a float holds every integer below 2^53 exactly (and no longer all above it).
+MAX_POSITION = int(np.iinfo(np.int16).max)
+INT64_MIN, INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
+EXACT_FLOAT_LIMIT = 2 ** 53
+MAX_QUERY_ID_CHARS = 256
+
+
+def _integral_float_problem(value: float) -> str | None:
+    """Why a float cannot be taken as an exact integer (None when it can)."""
+    if not np.isfinite(value):
+        return "expected a finite integer"
+    if value != np.floor(value):
+        return "expected an integer"
+    if abs(value) >= EXACT_FLOAT_LIMIT:
+        return "a float above 2^53 cannot be stored exactly; write the column as integers"
+    return None
+
+
+def _integer_cell(cell: object) -> tuple[int | None, str | None]:
+    """One cell of an object/string column as an exact int, or the reason it is not one."""
+    if isinstance(cell, (bool, np.bool_)):
+        return int(cell), None
+    if isinstance(cell, (int, np.integer)):
+        return int(cell), None
+    if isinstance(cell, (float, np.floating)):
+        problem = _integral_float_problem(float(cell))
+        return (None, problem) if problem else (int(cell), None)
+    if isinstance(cell, str):
+        text = cell.strip()
+        try:
+            return int(text), None
+        except ValueError:
+            pass
+        try:
+            value = float(text)
+        except ValueError:
+            return None, "expected an integer"
+        problem = _integral_float_problem(value)
+        return (None, problem) if problem else (int(value), None)
+    return None, "expected an integer"
+
+
+def _check_integer_column(df: pd.DataFrame, column: str, table: str, low: int = INT64_MIN,
+                          high: int = INT64_MAX) -> np.ndarray:
+    """The column as int64 after checking every cell is a present integer in [low, high] (checked
+    before the cast, so nothing wraps); SchemaError names the column, row and value otherwise."""
     s = df[column]
-    if s.isna().any():
-        raise SchemaError(f"{table}: column {column!r} row {_first_bad_row(s.isna())} is empty")
-    numeric = pd.to_numeric(s, errors="coerce")
-    bad = numeric.isna() | (numeric != np.floor(numeric))
-    if bad.any():
-        row = _first_bad_row(bad)
-        raise SchemaError(f"{table}: column {column!r} row {row} is {_shown(s.iloc[row])}, expected an integer")
-    if low is not None and (numeric < low).any():
-        row = _first_bad_row(numeric < low)
-        raise SchemaError(f"{table}: column {column!r} row {row} is {_shown(s.iloc[row])}, expected >= {low}")
-    if high is not None and (numeric > high).any():
-        row = _first_bad_row(numeric > high)
-        raise SchemaError(f"{table}: column {column!r} row {row} is {_shown(s.iloc[row])}, expected <= {high}")
+    missing = np.asarray(s.isna())
+    if missing.any():
+        raise SchemaError(f"{table}: column {column!r} row {_first_bad_row(missing)} is empty")
+
+    def fail(row: int, why: str) -> SchemaError:
+        return SchemaError(f"{table}: column {column!r} row {row} is {_shown(s.iloc[row])}, {why}")
+
+    if pd.api.types.is_bool_dtype(s) or pd.api.types.is_integer_dtype(s):
+        raw = s.to_numpy(dtype=np.uint64 if str(s.dtype).lower().startswith("uint") else
+                         (np.bool_ if pd.api.types.is_bool_dtype(s) else np.int64))
+    elif pd.api.types.is_float_dtype(s):
+        raw = s.to_numpy(dtype=np.float64)
+        for row in np.flatnonzero(~np.isfinite(raw) | (raw != np.floor(raw)) | (np.abs(raw) >= EXACT_FLOAT_LIMIT)):
+            raise fail(int(row), _integral_float_problem(float(raw[row])) or "expected an integer")
+    else:
+        values = []
+        for row, cell in enumerate(s.to_numpy(dtype=object)):
+            value, problem = _integer_cell(cell)
+            if problem:
+                raise fail(row, problem)
+            values.append(value)
+        raw = np.array(values, dtype=object)
+    below, above = raw < low, raw > high
+    if np.any(below):
+        raise fail(_first_bad_row(below), f"expected >= {low}")
+    if np.any(above):
+        raise fail(_first_bad_row(above), f"expected <= {high}")
+    return raw.astype(np.int64)
+
+
+def _query_id_cell(cell: object) -> tuple[str | None, str | None]:
+    """One query id as its exact decimal text (or the string as written), or the reason it cannot be one."""
+    if isinstance(cell, (bool, np.bool_)):
+        return None, "expected an integer or string id, not a boolean"
+    if isinstance(cell, (int, np.integer)):
+        return str(int(cell)), None
+    if isinstance(cell, (float, np.floating)):
+        value = float(cell)
+        if not np.isfinite(value):
+            return None, "expected a finite integral id"
+        if value != np.floor(value):
+            return None, "expected an integral id"
+        if abs(value) >= EXACT_FLOAT_LIMIT:
+            return None, "a float id above 2^53 cannot be stored exactly; write query ids as integers or strings"
+        return str(int(value)), None
+    if isinstance(cell, str):
+        if not cell.strip():
+            return None, "expected a non-empty id"
+        if len(cell) > MAX_QUERY_ID_CHARS:
+            return None, f"expected an id of at most {MAX_QUERY_ID_CHARS} characters"
+        return cell, None
+    return None, "expected an integer or string id"
+
+
+def _check_query_id(df: pd.DataFrame, table: str) -> np.ndarray:
+    """query_id as exact decimal text (an object array of str): integers converted exactly, strings
+    kept, floats only where finite, integral and below 2^53; SchemaError names the row otherwise."""
+    s = df[QUERY_ID]
+    missing = np.asarray(s.isna())
+    if missing.any():
+        raise SchemaError(f"{table}: column {QUERY_ID!r} row {_first_bad_row(missing)} is empty")
+    if pd.api.types.is_integer_dtype(s) and not pd.api.types.is_bool_dtype(s):
+        numpy_type = np.uint64 if str(s.dtype).lower().startswith("uint") else np.int64
+        return s.to_numpy(dtype=numpy_type).astype(str).astype(object)
+    texts = np.empty(len(s), dtype=object)
+    for row, cell in enumerate(s.to_numpy(dtype=object)):
+        text, problem = _query_id_cell(cell)
+        if problem:
+            raise SchemaError(f"{table}: column {QUERY_ID!r} row {row} is {_shown(cell)}: {problem}")
+        texts[row] = text
+    return texts
+
+
+def _check_unique_positions(sessions: np.ndarray, positions: np.ndarray, table: str) -> None:
+    """A session shows one result per position: a repeated (session_id, position) names both rows."""
+    keys = pd.DataFrame({SESSION_ID: sessions, POSITION: positions})
+    repeated = keys.duplicated(keep="first").to_numpy()
+    if repeated.any():
+        second = _first_bad_row(repeated)
+        first = _first_bad_row((sessions == sessions[second]) & (positions == positions[second]))
+        raise SchemaError(f"{table}: rows {first} and {second} both hold {SESSION_ID} {sessions[second]} "
+                          f"{POSITION} {positions[second]}; a session shows one result per position")
 
 
 def _check_text_or_features(df: pd.DataFrame, table: str) -> None:
@@ -210,7 +353,7 @@ def _check_text_or_features(df: pd.DataFrame, table: str) -> None:
             f"{table}: needs token-id columns ({QUERY_TOKENS}, {TITLE_TOKENS}[, {ABSTRACT_TOKENS}]) "
             f"or a dense {FEATURES!r} vector column; present: {list(df.columns)}")
     if FEATURES in df.columns:
-        lengths = df[FEATURES].map(lambda v: -1 if v is None else len(v))
+        lengths = df[FEATURES].map(lambda v: -1 if v is None or (isinstance(v, float) and np.isnan(v)) else len(v))
         if (lengths < 0).any():
             raise SchemaError(f"{table}: column {FEATURES!r} row {_first_bad_row(lengths < 0)} is empty")
         if lengths.nunique() > 1:
@@ -219,13 +362,13 @@ def _check_text_or_features(df: pd.DataFrame, table: str) -> None:
                               f"row 0 has {lengths.iloc[0]}")
 
 
-def validate_sessions(df: pd.DataFrame, page_features: Sequence[PageFeature], table: str = "sessions") -> None:
-    """Raise SchemaError naming the column and row of the first violation of the sessions contract."""
+def _checked_sessions(df: pd.DataFrame, page_features: Sequence[PageFeature], table: str) -> dict[str, np.ndarray]:
+    """Every check of the sessions contract; the core columns in their canonical types."""
     _require_columns(df, [f.name for f in SESSION_CORE_FIELDS] + [p.name for p in page_features], table)
-    _check_integer_column(df, SESSION_ID, table)
-    _check_integer_column(df, QUERY_ID, table)
-    _check_integer_column(df, POSITION, table, low=1)
-    _check_integer_column(df, CLICK, table, low=0, high=1)
+    columns = {SESSION_ID: _check_integer_column(df, SESSION_ID, table),
+               QUERY_ID: _check_query_id(df, table),
+               POSITION: _check_integer_column(df, POSITION, table, low=1, high=MAX_POSITION).astype(np.int16),
+               CLICK: _check_integer_column(df, CLICK, table, low=0, high=1).astype(np.int8)}
     for feature in page_features:
         s = df[feature.name]
         if s.isna().any():
@@ -233,36 +376,49 @@ def validate_sessions(df: pd.DataFrame, page_features: Sequence[PageFeature], ta
         if not _FEATURE_DTYPE_CHECK[feature.kind](s):
             raise SchemaError(f"{table}: page feature {feature.name!r} is declared {feature.kind.value} "
                               f"but has dtype {s.dtype}")
+    _check_unique_positions(columns[SESSION_ID], columns[POSITION], table)
     _check_text_or_features(df, table)
+    return columns
+
+
+def _checked_annotations(df: pd.DataFrame, table: str) -> dict[str, np.ndarray]:
+    """Every check of the annotations contract; the core columns in their canonical types."""
+    _require_columns(df, [f.name for f in ANNOTATION_CORE_FIELDS], table)
+    columns = {QUERY_ID: _check_query_id(df, table),
+               LABEL: _check_integer_column(df, LABEL, table, low=0, high=MAX_LABEL).astype(np.int8),
+               BUCKET: _check_integer_column(df, BUCKET, table, low=0, high=N_BUCKETS - 1).astype(np.int8)}
+    _check_text_or_features(df, table)
+    return columns
+
+
+def validate_sessions(df: pd.DataFrame, page_features: Sequence[PageFeature], table: str = "sessions") -> None:
+    """Raise SchemaError naming the column and row of the first violation of the sessions contract
+    (ranges checked before any cast; one result per (session_id, position))."""
+    _checked_sessions(df, page_features, table)
 
 
 def validate_annotations(df: pd.DataFrame, table: str = "annotations") -> None:
     """Raise SchemaError naming the column and row of the first violation of the annotations contract."""
-    _require_columns(df, [f.name for f in ANNOTATION_CORE_FIELDS], table)
-    _check_integer_column(df, QUERY_ID, table)
-    _check_integer_column(df, LABEL, table, low=0, high=MAX_LABEL)
-    _check_integer_column(df, BUCKET, table, low=0, high=N_BUCKETS - 1)
-    _check_text_or_features(df, table)
+    _checked_annotations(df, table)
 
 
-def coerce_sessions(df: pd.DataFrame, page_features: Sequence[PageFeature]) -> pd.DataFrame:
-    """Cast a validated sessions frame to the canonical dtypes (ids int64, position int16, click int8)."""
+def coerce_sessions(df: pd.DataFrame, page_features: Sequence[PageFeature], table: str = "sessions") -> pd.DataFrame:
+    """A sessions frame in the canonical types (session_id int64, query_id exact text, position int16,
+    click int8), validated first: it never casts a value it has not range-checked."""
     out = df.copy()
-    out[SESSION_ID] = out[SESSION_ID].astype("int64")
-    out[QUERY_ID] = out[QUERY_ID].astype("int64")
-    out[POSITION] = out[POSITION].astype("int16")
-    out[CLICK] = out[CLICK].astype("int8")
+    for column, values in _checked_sessions(df, page_features, table).items():
+        out[column] = pd.Series(values, index=df.index, dtype=str if column == QUERY_ID else values.dtype)
     for feature in page_features:
         if feature.kind is FeatureKind.CONTINUOUS:
             out[feature.name] = out[feature.name].astype("float64")
     return out
 
 
-def coerce_annotations(df: pd.DataFrame) -> pd.DataFrame:
+def coerce_annotations(df: pd.DataFrame, table: str = "annotations") -> pd.DataFrame:
+    """An annotations frame in the canonical types (query_id exact text, label and bucket int8), validated first."""
     out = df.copy()
-    out[QUERY_ID] = out[QUERY_ID].astype("int64")
-    out[LABEL] = out[LABEL].astype("int8")
-    out[BUCKET] = out[BUCKET].astype("int8")
+    for column, values in _checked_annotations(df, table).items():
+        out[column] = pd.Series(values, index=df.index, dtype=str if column == QUERY_ID else values.dtype)
     return out
 
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..pipeline.rundir import read_json
 from ..pipeline.stages import METRICS, PER_QUERY
-from ..schema import BUCKET, HIGH_BUCKETS, QUERY_ID, TAIL_BUCKETS
+from ..schema import BUCKET, HIGH_BUCKETS, QUERY_ID, QUERY_KEY, TAIL_BUCKETS
 
 BETTER, WORSE = "↑", "↓"
 GROUP_BUCKETS = {"high": HIGH_BUCKETS, "tail": TAIL_BUCKETS}
@@ -173,7 +173,8 @@ def paired_test(method: pd.DataFrame, baseline: pd.DataFrame, metric: str, group
             return float("nan"), float("nan"), 0
         a = a[a[BUCKET].isin(GROUP_BUCKETS[group])]
         b = b[b[BUCKET].isin(GROUP_BUCKETS[group])]
-    joined = a[[QUERY_ID, metric]].merge(b[[QUERY_ID, metric]], on=QUERY_ID, suffixes=("_m", "_b"))
+    key = QUERY_KEY if QUERY_KEY in a.columns and QUERY_KEY in b.columns else QUERY_ID   # schema.query_key
+    joined = a[[key, metric]].merge(b[[key, metric]], on=key, suffixes=("_m", "_b"))
     n = len(joined)
     if n < 2:
         return float("nan"), float("nan"), n

@@ -8,16 +8,28 @@ size); each block is split on tabs and its columns are validated and cast as who
 Python code runs per field.
 
 Rules the reader keeps:
-- Session id = (index of the file in the sorted input list << 40) | (0-based ordinal of the query
-  line among the file's query lines, quarantined ones counted): unique across files, stable.
-- A line with 3 fields is a query line, one with 32 a result line; any other count is quarantined
-  and leaves the session structure alone.
+- Session id = (index of the file in the sorted input list << 40) | (0-based ordinal of the line that
+  opened the session among the file's session-opening lines, broken ones counted): unique, stable.
+- Line kinds by tab-separated field count: 3 = query line, 32 = result line. Any other non-blank line
+  of at most QUERY_LIKE_MAX_FIELDS (16, half a result line) fields is taken for a broken query line:
+  it is quarantined (wrong_field_count) and opens a broken session, so the result lines after it are
+  never attached to the previous query. The remaining lines (blank, 17-31 or 33+ fields, too long)
+  are quarantined and leave the session structure alone (e.g. a result line that lost a field).
 - A quarantined result line does not affect its session's other results; the results of a session
-  whose query line is quarantined are quarantined as broken_query_line; a session left with no
-  usable result is dropped and its query line quarantined as empty_session. So every input line
-  is a session, a row of the sessions table, or a quarantine record.
+  whose query line is quarantined are quarantined as broken_query_line; a result whose position an
+  earlier kept result of its session holds is quarantined as duplicate_position (a session never
+  holds a position twice); a session left with no usable result is dropped and its query line
+  quarantined as empty_session. So every input line is a session, a row of the sessions table, or a
+  quarantine record: lines read == sessions + rows + line records.
+- query_id is kept as the exact text of the id (1 to 64 ASCII digits; real ids have 20, above int64),
+  the reformulation field as written. Empty \\x01 tokens are skipped and a '-' media type becomes
+  schema.BAIDU_MEDIA_TYPE_DASH; both are counted in the summary's `mapped`.
 - Behaviour columns: float64, '-' or empty is NaN; anything pyarrow cannot parse as a float is
-  bad_number. Integers (ids, position, media type, click, tokens) must be plain ASCII digits.
+  bad_number. Other integers (position, media type, click, tokens) must be plain ASCII digits.
+- A whole file is reported once, at line 0, when it is empty (empty_file), or when nothing of it is
+  read (not_gzip: a .gz/.gzip name without the gzip magic bytes, or binary content). A damaged gzip
+  stream (truncated_gzip, corrupt_gzip) keeps every whole line decoded before the damage; its record
+  names the first line not read whole and holds that line's partial text (never parsed).
 - Output rows keep file order; partitions hold whole sessions (see tables.SessionPartitionWriter).
   Quarantine records are written in line order, except that an empty_session record is written
   when its session ends (after the records of its result lines); sort by line to read them in order.
@@ -37,9 +49,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..schema import (ABSTRACT_TOKENS, BAIDU_ANNOTATION_FIELDS, BAIDU_BEHAVIOUR_COLUMNS, BAIDU_MAX_POSITION,
-                      BAIDU_N_RESULT_FIELDS, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS, BAIDU_TOKEN_SEP, CLICK,
-                      DOC_ID, MAX_LABEL, N_BUCKETS, POSITION, TITLE_TOKENS, TOKEN_TYPE,
-                      baidu_annotations_arrow_schema, baidu_sessions_arrow_schema)
+                      BAIDU_MEDIA_TYPE_DASH, BAIDU_N_RESULT_FIELDS, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS,
+                      BAIDU_TOKEN_SEP, CLICK, DOC_ID, MAX_LABEL, MEDIA_TYPE, N_BUCKETS, POSITION,
+                      QUERY_ID_MAX_DIGITS, TITLE_TOKENS, TOKEN_TYPE, baidu_annotations_arrow_schema,
+                      baidu_sessions_arrow_schema)
 from .quarantine import (REASONS, IngestSummary, QuarantineRecord, QuarantineWriter, quarantine_frame,
                          quarantine_table, raw_text)
 from .tables import (QUARANTINE_SUBDIR, SESSIONS_SUBDIR, SessionPartitionWriter, checked_paths,
@@ -48,14 +61,18 @@ from .tables import (QUARANTINE_SUBDIR, SESSIONS_SUBDIR, SessionPartitionWriter,
 CHUNK_BYTES = 8 << 20          # decompressed bytes parsed at a time
 MAX_LINE_BYTES = 1 << 20       # a longer line is quarantined as line_too_long, never held whole
 FILE_INDEX_SHIFT = 40          # session_id = file_index << 40 | query-line ordinal
-MEDIA_TYPE = "media_type"
+QUERY_LIKE_MAX_FIELDS = 16     # a non-blank line of 1..16 fields (not 3) is a broken query line
+SNIFF_BYTES = 64 << 10         # decoded bytes inspected to tell binary content from text
+GZIP_MAGIC = b"\x1f\x8b"
+GZIP_SUFFIXES = (".gz", ".gzip")
 DOC_ID_SOURCE = "url_md5"      # the result column that becomes doc_id
 
 _MAX_FILES = 1 << (63 - FILE_INDEX_SHIFT)
 _QUERY_FIELD_COUNT = len(BAIDU_QUERY_FIELDS)
 _ANNOTATION_FIELD_COUNT = len(BAIDU_ANNOTATION_FIELDS)
 _RESULT_COLUMN = {name: i for i, name in enumerate(BAIDU_RESULT_FIELDS) if name}
-_MAX_ID_DIGITS = 18            # always fits int64
+_MAX_INT_DIGITS = 18           # always fits int64
+_IN_BYTES = 64 << 10           # compressed bytes given to zlib at a time (what a damage can cost)
 _MAX_TOKEN_DIGITS = 10         # then checked against int32
 _INT32_MAX = 2**31 - 1
 _GZIP_WBITS = 16 + zlib.MAX_WBITS   # gzip header and trailer, CRC checked
@@ -65,7 +82,8 @@ _ANNOTATIONS_SCHEMA = baidu_annotations_arrow_schema().append(pa.field(DOC_ID, p
 # Reason codes for vectorised bookkeeping: 0 = line is fine, i + 1 = the i-th reason.
 _REASON_NAMES: tuple[str, ...] = tuple(REASONS)
 _CODE = {name: i + 1 for i, name in enumerate(_REASON_NAMES)}
-_OTHER, _QUERY, _RESULT = 0, 1, 2
+_OTHER, _QUERY, _RESULT, _BROKEN_QUERY = 0, 1, 2, 3
+_MAPPED_MEDIA, _MAPPED_TOKEN = "media_type_dash", "empty_token"   # quarantine.MAPPED_VALUES keys
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,7 +98,8 @@ class _Block:
 class _BlockReader:
     """Yields blocks of whole lines (and line_too_long records) from one file in bounded memory.
 
-    After iteration, `lines`, `bytes_uncompressed` and `damage` (a file-level reason or None) are set.
+    After iteration, `lines` (whole lines read), `bytes_uncompressed` and `damage` (a file-level
+    reason or None) are set; `cut` holds the partial line a damaged stream ended in.
     """
 
     def __init__(self, path: str, block_bytes: int = CHUNK_BYTES):
@@ -91,31 +110,53 @@ class _BlockReader:
         self.lines = 0
         self.bytes_uncompressed = 0
         self.damage: str | None = None
+        self.cut = b""
 
     def _pieces(self, raw: BinaryIO) -> Iterator[bytes]:
-        """Decompressed pieces of at most block_bytes; plain text passes through.
+        """Decompressed pieces of block_bytes to twice that (the last shorter); plain text passes through.
 
         zlib directly rather than GzipFile, whose buffered reads drop the last decoded bytes when a
-        stream turns out truncated; multi-member files are followed member by member.
+        stream turns out truncated; multi-member files are followed member by member. Compressed
+        input goes in _IN_BYTES at a time; when zlib rejects a piece, the piece is fed again byte by
+        byte from the state before it, so every byte decoded before the damage is kept.
         """
-        if raw.read(2) != b"\x1f\x8b":
+        head = raw.read(2)
+        if head != GZIP_MAGIC:
+            if head and self.path.lower().endswith(GZIP_SUFFIXES):
+                self.damage = "not_gzip"
+                return
             raw.seek(0)
             yield from iter(lambda: raw.read(self.block_bytes), b"")
             return
         raw.seek(0)
+        out: list[bytes] = []
+        size = 0
+        for piece in self._inflate(raw):    # small pieces, joined into blocks of about block_bytes
+            out.append(piece)
+            size += len(piece)
+            if size >= self.block_bytes:
+                yield b"".join(out)
+                out, size = [], 0
+        if out:
+            yield b"".join(out)
+
+    def _inflate(self, raw: BinaryIO) -> Iterator[bytes]:
+        """The decoded bytes of a gzip file, member after member, in pieces; sets `damage`."""
         inflater, data, fed = zlib.decompressobj(_GZIP_WBITS), b"", False
         while True:
             if not data:
-                data = raw.read(self.block_bytes)
+                data = raw.read(_IN_BYTES)
                 if not data:
                     if fed and not inflater.eof:
                         yield from filter(None, [inflater.flush()])  # bytes decoded before the cut
                         self.damage = "truncated_gzip"
                     return
             fed = True
+            before = inflater.copy()
             try:
                 piece = inflater.decompress(data, self.block_bytes)
             except zlib.error:
+                yield from self._salvage(before, data)
                 self.damage = "corrupt_gzip"
                 return
             if piece:
@@ -125,10 +166,35 @@ class _BlockReader:
             else:
                 data = inflater.unconsumed_tail
 
+    @staticmethod
+    def _salvage(inflater, data: bytes) -> Iterator[bytes]:
+        """What `inflater` decodes from `data` fed byte by byte, up to the byte zlib rejects."""
+        for i in range(len(data)):
+            try:
+                piece = inflater.decompress(data[i:i + 1])
+            except zlib.error:
+                return
+            if piece:
+                yield piece
+
     def _counted(self, pieces: Iterator[bytes]) -> Iterator[bytes]:
         for piece in pieces:
             self.bytes_uncompressed += len(piece)
             yield piece
+
+    def _sniffed(self, pieces: Iterator[bytes]) -> Iterator[bytes]:
+        """The pieces, unless the first SNIFF_BYTES are binary (then none, and damage = not_gzip)."""
+        head, size = [], 0
+        for piece in pieces:
+            head.append(piece)
+            size += len(piece)
+            if size >= SNIFF_BYTES:
+                break
+        if _is_binary(b"".join(head)[:SNIFF_BYTES]):
+            self.damage = "not_gzip"
+            return
+        yield from head
+        yield from pieces
 
     def _too_long(self, head: bytes) -> QuarantineRecord:
         self.lines += 1
@@ -138,7 +204,7 @@ class _BlockReader:
         pending = b""
         skipping = False  # inside a too-long line already reported: drop bytes up to its newline
         with open(self.path, "rb") as raw:
-            for piece in self._counted(self._pieces(raw)):
+            for piece in self._sniffed(self._counted(self._pieces(raw))):
                 if skipping:
                     newline = piece.find(b"\n")
                     if newline < 0:
@@ -153,14 +219,28 @@ class _BlockReader:
                 if len(pending) > MAX_LINE_BYTES:
                     yield self._too_long(pending)
                     pending, skipping = b"", True
-        if pending:
+        if self.damage in ("truncated_gzip", "corrupt_gzip"):
+            self.cut = pending   # a line the damage cut short: never parsed, kept in the file record
+        elif pending:
             yield _Block(pending + b"\n", self.lines + 1)
             self.lines += 1
+        if self.damage is None and self.bytes_uncompressed == 0:
+            self.damage = "empty_file"
 
     def damage_record(self) -> QuarantineRecord | None:
         if self.damage is None:
             return None
-        return QuarantineRecord(self.path, self.lines, self.damage, "")
+        if self.damage in ("empty_file", "not_gzip"):   # the file as a whole: line 0
+            return QuarantineRecord(self.path, 0, self.damage, "")
+        return QuarantineRecord(self.path, self.lines + 1, self.damage, raw_text(self.cut))
+
+
+def _is_binary(sample: bytes) -> bool:
+    """Binary content: NUL bytes or invalid UTF-8 make up over a quarter of the sample."""
+    if not sample:
+        return False
+    bad = sample.count(b"\x00") + sample.decode("utf-8", "replace").count("\ufffd")
+    return 4 * bad > len(sample)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,7 +287,10 @@ class _SplitLines:
         self.n_fields[self.utf8] = pc.list_value_length(split).to_numpy()
         not_utf8 = np.flatnonzero(~self.utf8)
         self.n_fields[not_utf8] = [self.line(i).count(b"\t") + 1 for i in not_utf8]
-        self.too_long = np.diff(self.offsets) - 1 > MAX_LINE_BYTES
+        length = np.diff(self.offsets) - 1                      # without the newline
+        self.too_long = length > MAX_LINE_BYTES
+        last = np.frombuffer(data, dtype=np.uint8)[np.maximum(self.offsets[1:] - 2, 0)] if self.n else length
+        self.blank = (length == 0) | ((length == 1) & (last == 13))   # "" or a lone "\r"
         self.n_fields[self.too_long] = 0  # fits no layout: quarantined, never parsed further
         self.field_start = np.full(self.n, -1, dtype=np.int64)
         self.field_start[self.utf8] = split.offsets.to_numpy()[:-1]
@@ -229,7 +312,7 @@ def _all_digits(column: pa.Array) -> bool:
     return len(data) == 0 or (int(data.min()) >= ord("0") and int(data.max()) <= ord("9"))
 
 
-def _parse_uint(column: pa.Array, max_digits: int = _MAX_ID_DIGITS) -> tuple[np.ndarray, np.ndarray]:
+def _parse_uint(column: pa.Array, max_digits: int = _MAX_INT_DIGITS) -> tuple[np.ndarray, np.ndarray]:
     """(values, bad): 1 to `max_digits` plain ASCII digits; 0 where bad."""
     if len(column) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
@@ -241,19 +324,39 @@ def _parse_uint(column: pa.Array, max_digits: int = _MAX_ID_DIGITS) -> tuple[np.
     return values, ~ok.to_numpy(zero_copy_only=False)
 
 
-def _parse_tokens(column: pa.Array) -> tuple[pa.ListArray, np.ndarray, np.ndarray]:
-    """(token lists as list<int32>, bad rows, empty rows) of \\x01-joined token ids; '' is no token."""
-    empty = pc.equal(pc.binary_length(column), 0)
-    if pc.any(empty).as_py():
-        column = pc.if_else(empty, pa.scalar(None, pa.string()), column)
+def _parse_id(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """(the ids as written, bad): a query id is 1 to QUERY_ID_MAX_DIGITS ASCII digits, kept as text."""
+    if len(column) == 0:
+        return column, np.zeros(0, dtype=bool)
+    lengths = pc.min_max(pc.binary_length(column)).as_py()
+    if lengths["min"] >= 1 and lengths["max"] <= QUERY_ID_MAX_DIGITS and _all_digits(column):  # the usual case
+        return column, np.zeros(len(column), dtype=bool)
+    ok = pc.match_substring_regex(column, f"^[0-9]{{1,{QUERY_ID_MAX_DIGITS}}}$")
+    return column, ~pc.fill_null(ok, False).to_numpy(zero_copy_only=False)
+
+
+def _parse_tokens(column: pa.Array) -> tuple[pa.ListArray, np.ndarray, np.ndarray, np.ndarray]:
+    """(token lists as list<int32>, bad rows, rows without a token, empty tokens skipped per row) of
+    \\x01-joined token ids; an empty field is no token, an empty token ("1\\x01\\x012", "1\\x01") is skipped."""
+    n = len(column)
+    blank = pc.equal(pc.binary_length(column), 0)
+    if pc.any(blank).as_py():
+        column = pc.if_else(blank, pa.scalar(None, pa.string()), column)
     lists = pc.split_pattern(column, BAIDU_TOKEN_SEP)
-    ids, bad_ids = _parse_uint(lists.values, _MAX_TOKEN_DIGITS)
+    values = lists.flatten()
+    parent = pc.list_parent_indices(lists).to_numpy()
+    empty_token = pc.equal(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
+    skipped = np.bincount(parent[empty_token], minlength=n)
+    if empty_token.any():
+        values, parent = values.filter(pa.array(~empty_token)), parent[~empty_token]
+    ids, bad_ids = _parse_uint(values, _MAX_TOKEN_DIGITS)
     bad_ids |= ids > _INT32_MAX
-    bad = np.zeros(len(column), dtype=bool)
-    if bad_ids.any():
-        bad[pc.list_parent_indices(lists).to_numpy()[bad_ids]] = True
-    tokens = pa.ListArray.from_arrays(lists.offsets, pa.array(ids.astype(np.int32)), type=TOKEN_TYPE)
-    return tokens, bad, empty.to_numpy(zero_copy_only=False)
+    bad = np.zeros(n, dtype=bool)
+    bad[parent[bad_ids]] = True
+    counts = np.bincount(parent, minlength=n)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
+    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids.astype(np.int32)), type=TOKEN_TYPE)
+    return tokens, bad, counts == 0, skipped
 
 
 def _to_float(array: pa.Array) -> pa.Array:
@@ -301,11 +404,13 @@ class _OpenSession:
 
     ordinal: int
     ok: bool
-    query_id: int
-    tokens: pa.Array      # one list<int32> element
+    query_id: pa.Array       # one string element (null for a broken query line)
+    tokens: pa.Array         # one list<int32> element
+    reformulation: pa.Array  # one string element
     line: int
     text: bytes
-    good: int             # usable results so far
+    good: int                # usable results so far
+    positions: int           # bit p set: a kept result holds position p
 
 
 class _SessionLogParser:
@@ -321,6 +426,7 @@ class _SessionLogParser:
         self.next_ordinal = 0
         self.sessions = 0
         self.results = 0
+        self.mapped: Counter[str] = Counter()
 
     def chunks(self) -> Iterator[tuple[pa.Table, list[QuarantineRecord]]]:
         """(sessions rows, quarantine records) per block, in file order; closes the last session at the end."""
@@ -344,31 +450,37 @@ class _SessionLogParser:
 
     def _parse(self, block: _Block) -> tuple[pa.Table, list[QuarantineRecord]]:
         lines = _SplitLines(block.data)
-        kind = np.select([lines.n_fields == _QUERY_FIELD_COUNT, lines.n_fields == BAIDU_N_RESULT_FIELDS],
-                         [_QUERY, _RESULT], _OTHER)
-        reasons = _line_reasons(lines, kind != _OTHER)
+        query_like = (lines.n_fields >= 1) & (lines.n_fields <= QUERY_LIKE_MAX_FIELDS) & ~lines.blank
+        kind = np.select([lines.n_fields == _QUERY_FIELD_COUNT, lines.n_fields == BAIDU_N_RESULT_FIELDS, query_like],
+                         [_QUERY, _RESULT, _BROKEN_QUERY], _OTHER)
+        reasons = _line_reasons(lines, (kind == _QUERY) | (kind == _RESULT))
 
-        # Query lines: the sessions opened in this block, after the one carried in (if any).
-        q_lines = np.flatnonzero(kind == _QUERY)
-        q_parsed = q_lines[lines.utf8[q_lines]]
-        q_ids, bad_ids = _parse_uint(lines.column(q_parsed, 0))
-        q_tokens, bad_tokens, empty = _parse_tokens(lines.column(q_parsed, 1))
+        # Session-opening lines (query lines, broken or not): the sessions opened in this block,
+        # after the one carried in (if any).
+        q_lines = np.flatnonzero((kind == _QUERY) | (kind == _BROKEN_QUERY))
+        parsed = (kind[q_lines] == _QUERY) & lines.utf8[q_lines]
+        q_parsed = q_lines[parsed]
+        q_ids, bad_ids = _parse_id(lines.column(q_parsed, 0))
+        q_tokens, bad_tokens, empty, q_skipped = _parse_tokens(lines.column(q_parsed, 1))
+        q_reformulation = pc.utf8_rtrim(lines.column(q_parsed, 2), characters="\r\n")
         _flag(reasons, q_parsed, bad_ids, "bad_query_id")
         _flag(reasons, q_parsed, empty, "empty_query")
         _flag(reasons, q_parsed, bad_tokens, "bad_token_id")
+        self.mapped[_MAPPED_TOKEN] += int(q_skipped[reasons[q_parsed] == 0].sum())
         where_parsed = np.full(len(q_lines), -1)
-        where_parsed[lines.utf8[q_lines]] = np.arange(len(q_parsed))
-        query_id = np.zeros(len(q_lines), dtype=np.int64)
-        query_id[where_parsed >= 0] = q_ids
+        where_parsed[parsed] = np.arange(len(q_parsed))
+        pick = pa.array(where_parsed, mask=where_parsed < 0)
         carried = self.open is not None
+        head = [self.open] if carried else []
         s_ok = np.concatenate(([self.open.ok] if carried else [], reasons[q_lines] == 0)).astype(bool)
-        s_query_id = np.concatenate(([self.open.query_id] if carried else [], query_id)).astype(np.int64)
-        s_tokens = pa.concat_arrays(([self.open.tokens] if carried else []) + [
-            q_tokens.take(pa.array(where_parsed, mask=where_parsed < 0))])
+        s_query_id = pa.concat_arrays([s.query_id for s in head] + [q_ids.take(pick)])
+        s_tokens = pa.concat_arrays([s.tokens for s in head] + [q_tokens.take(pick)])
+        s_reformulation = pa.concat_arrays([s.reformulation for s in head] + [q_reformulation.take(pick)])
         s_ordinal = np.concatenate(([self.open.ordinal] if carried else [],
                                     self.next_ordinal + np.arange(len(q_lines)))).astype(np.int64)
         self.next_ordinal += len(q_lines)
-        session_of_line = np.cumsum(kind == _QUERY) - 1 + int(carried)  # -1: before any query line
+        opens = (kind == _QUERY) | (kind == _BROKEN_QUERY)
+        session_of_line = np.cumsum(opens) - 1 + int(carried)  # -1: before any session-opening line
 
         # Result lines: own defects first, then the session they belong to.
         r_lines = np.flatnonzero(kind == _RESULT)
@@ -376,10 +488,12 @@ class _SessionLogParser:
         column = {name: lines.column(rows, i) for name, i in _RESULT_COLUMN.items()}
         position, bad = _parse_uint(column[POSITION], 2)
         _flag(reasons, rows, bad | (position < 1) | (position > BAIDU_MAX_POSITION), "bad_position")
-        title, bad_title, _ = _parse_tokens(column[TITLE_TOKENS])
-        abstract, bad_abstract, _ = _parse_tokens(column[ABSTRACT_TOKENS])
+        title, bad_title, _, title_skipped = _parse_tokens(column[TITLE_TOKENS])
+        abstract, bad_abstract, _, abstract_skipped = _parse_tokens(column[ABSTRACT_TOKENS])
         _flag(reasons, rows, bad_title | bad_abstract, "bad_token_id")
-        media_type, bad = _parse_uint(column[MEDIA_TYPE])
+        dash = pc.equal(column[MEDIA_TYPE], "-").to_numpy(zero_copy_only=False)
+        media_type, bad = _parse_uint(pc.if_else(pa.array(dash), "0", column[MEDIA_TYPE]))
+        media_type = np.where(dash, BAIDU_MEDIA_TYPE_DASH, media_type)
         _flag(reasons, rows, bad, "bad_media_type")
         click, bad = _parse_uint(column[CLICK], 1)
         _flag(reasons, rows, bad | (click > 1), "bad_click")
@@ -393,17 +507,22 @@ class _SessionLogParser:
         broken[~orphan] = ~s_ok[session[~orphan]]
         _flag(reasons, r_lines, orphan, "orphan_result")
         _flag(reasons, r_lines, broken, "broken_query_line")
+        self._flag_duplicates(reasons, rows, session_of_line[rows], position, carried)
 
         good = reasons[rows] == 0
         good_session = session_of_line[rows[good]]
+        self.mapped[_MAPPED_MEDIA] += int(np.count_nonzero(dash[good]))
+        self.mapped[_MAPPED_TOKEN] += int(title_skipped[good].sum() + abstract_skipped[good].sum())
         keep = pa.array(good)
+        take = pa.array(good_session)
         table = pa.Table.from_arrays([
             pa.array((self.file_index << FILE_INDEX_SHIFT) | s_ordinal[good_session]),
-            pa.array(s_query_id[good_session]),
+            s_query_id.take(take),
             pa.array(position[good].astype(np.int16)),
             pa.array(click[good].astype(np.int8)),
             column[DOC_ID_SOURCE].filter(keep),
-            s_tokens.take(pa.array(good_session)),
+            s_tokens.take(take),
+            s_reformulation.take(take),
             title.filter(keep),
             abstract.filter(keep),
             pa.array(media_type[good]),
@@ -412,13 +531,30 @@ class _SessionLogParser:
         self.results += table.num_rows
 
         records = _records(self.path, lines, block.first_line, reasons)
-        records += self._roll_sessions(lines, block.first_line, q_lines, s_ok, s_query_id, s_tokens, s_ordinal,
-                                       np.bincount(good_session, minlength=len(s_ok)), carried)
+        positions = np.left_shift(1, position[good].astype(np.int64))
+        records += self._roll_sessions(lines, block.first_line, q_lines, s_ok, s_query_id, s_tokens, s_reformulation,
+                                       s_ordinal, np.bincount(good_session, minlength=len(s_ok)),
+                                       int(np.bitwise_or.reduce(positions[good_session == len(s_ok) - 1],
+                                                                initial=0)), carried)
         return table, sorted(records, key=lambda r: r.line)
 
+    def _flag_duplicates(self, reasons: np.ndarray, rows: np.ndarray, session: np.ndarray, position: np.ndarray,
+                         carried: bool) -> None:
+        """duplicate_position for each otherwise good result whose session already holds its position."""
+        good = reasons[rows] == 0
+        if not good.any():
+            return
+        key = session[good] * (BAIDU_MAX_POSITION + 1) + position[good]
+        repeat = np.ones(len(key), dtype=bool)
+        repeat[np.unique(key, return_index=True)[1]] = False       # the first of each (session, position)
+        if carried and self.open.positions:
+            held = (np.right_shift(self.open.positions, position[good]) & 1).astype(bool)
+            repeat |= (session[good] == 0) & held
+        _flag(reasons, rows[good], repeat, "duplicate_position")
+
     def _roll_sessions(self, lines: _SplitLines, first_line: int, q_lines: np.ndarray, s_ok: np.ndarray,
-                       s_query_id: np.ndarray, s_tokens: pa.Array, s_ordinal: np.ndarray,
-                       good_counts: np.ndarray, carried: bool) -> list[QuarantineRecord]:
+                       s_query_id: pa.Array, s_tokens: pa.Array, s_reformulation: pa.Array, s_ordinal: np.ndarray,
+                       good_counts: np.ndarray, last_positions: int, carried: bool) -> list[QuarantineRecord]:
         """Close every session that ended in this block (all but the last) and carry the last one on."""
         if len(s_ok) == 0:
             return []
@@ -437,11 +573,14 @@ class _SessionLogParser:
         last = len(s_ok) - 1
         if carried and last == 0:
             self.open.good = int(total[0])
+            self.open.positions |= last_positions
         else:
             q = int(q_lines[last - carried])
             self.open = _OpenSession(ordinal=int(s_ordinal[last]), ok=bool(s_ok[last]),
-                                     query_id=int(s_query_id[last]), tokens=s_tokens.take([last]),
-                                     line=first_line + q, text=lines.line(q), good=int(total[last]))
+                                     query_id=s_query_id.slice(last, 1), tokens=s_tokens.slice(last, 1),
+                                     reformulation=s_reformulation.slice(last, 1),
+                                     line=first_line + q, text=lines.line(q), good=int(total[last]),
+                                     positions=last_positions)
         return records
 
 
@@ -479,6 +618,7 @@ def _ingest_file(path: str, file_index: int, sessions_dir: str, quarantine_dir: 
                             partitions=partitions.partitions,
                             damaged_files=[path] if parser.reader.damage else [])
     summary.add_records(quarantine.counts)
+    summary.add_mapped(parser.mapped)
     return summary
 
 
@@ -495,7 +635,8 @@ def ingest_baidu(paths: Sequence[str | Path], out_dir: str | Path, client, parti
     futures = client.map(_ingest_file, files, range(len(files)), sessions_dir=str(sessions_dir),
                          quarantine_dir=str(quarantine_dir), partition_rows=partition_rows,
                          chunk_bytes=chunk_bytes, pure=False)
-    return IngestSummary.combine(client.gather(futures))
+    from ..progress import gather, ingest_rates
+    return IngestSummary.combine(gather(client, futures, desc="ingest", unit="file", postfix=ingest_rates))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -507,19 +648,20 @@ def _doc_ids(title: pa.Array, abstract: pa.Array) -> pa.Array:
                      for t, a in zip(title.to_pylist(), abstract.to_pylist())], type=pa.string())
 
 
-def _parse_annotation_block(path: str, block: _Block) -> tuple[pa.Table, list[QuarantineRecord]]:
+def _parse_annotation_block(path: str, block: _Block) -> tuple[pa.Table, list[QuarantineRecord], int]:
+    """(rows, records, empty tokens skipped in the kept rows) of one block of the annotation file."""
     lines = _SplitLines(block.data)
     fits = lines.n_fields == _ANNOTATION_FIELD_COUNT
     reasons = _line_reasons(lines, fits)
     rows = np.flatnonzero(fits & lines.utf8)
-    query_id, bad = _parse_uint(lines.column(rows, 0))
+    query_id, bad = _parse_id(lines.column(rows, 0))
     _flag(reasons, rows, bad, "bad_query_id")
-    query, bad, empty = _parse_tokens(lines.column(rows, 1))
+    query, bad, empty, query_skipped = _parse_tokens(lines.column(rows, 1))
     _flag(reasons, rows, empty, "empty_query")
     _flag(reasons, rows, bad, "bad_token_id")
     title_text, abstract_text = lines.column(rows, 2), lines.column(rows, 3)
-    title, bad_title, _ = _parse_tokens(title_text)
-    abstract, bad_abstract, _ = _parse_tokens(abstract_text)
+    title, bad_title, _, title_skipped = _parse_tokens(title_text)
+    abstract, bad_abstract, _, abstract_skipped = _parse_tokens(abstract_text)
     _flag(reasons, rows, bad_title | bad_abstract, "bad_token_id")
     label, bad = _parse_uint(lines.column(rows, 4), 1)
     _flag(reasons, rows, bad | (label > MAX_LABEL), "bad_label")
@@ -528,29 +670,32 @@ def _parse_annotation_block(path: str, block: _Block) -> tuple[pa.Table, list[Qu
     good = reasons[rows] == 0
     keep = pa.array(good)
     table = pa.Table.from_arrays([
-        pa.array(query_id[good]), pa.array(label[good].astype(np.int8)), pa.array(bucket[good].astype(np.int8)),
+        query_id.filter(keep), pa.array(label[good].astype(np.int8)), pa.array(bucket[good].astype(np.int8)),
         query.filter(keep), title.filter(keep), abstract.filter(keep),
         _doc_ids(title_text.filter(keep), abstract_text.filter(keep)),
     ], schema=_ANNOTATIONS_SCHEMA)
-    return table, _records(path, lines, block.first_line, reasons)
+    skipped = int((query_skipped + title_skipped + abstract_skipped)[good].sum())
+    return table, _records(path, lines, block.first_line, reasons), skipped
 
 
-def _read_annotations(path: str, chunk_bytes: int) -> tuple[pa.Table, list[QuarantineRecord], _BlockReader]:
+def _read_annotations(path: str, chunk_bytes: int
+                      ) -> tuple[pa.Table, list[QuarantineRecord], _BlockReader, Counter[str]]:
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such annotation file")
     reader = _BlockReader(path, chunk_bytes)
-    tables, records = [_ANNOTATIONS_SCHEMA.empty_table()], []
+    tables, records, mapped = [_ANNOTATIONS_SCHEMA.empty_table()], [], Counter()
     for item in reader:
         if isinstance(item, QuarantineRecord):
             records.append(item)
             continue
-        table, bad = _parse_annotation_block(path, item)
+        table, bad, skipped = _parse_annotation_block(path, item)
         tables.append(table)
         records += bad
+        mapped[_MAPPED_TOKEN] += skipped
     damage = reader.damage_record()
     if damage is not None:
         records.append(damage)
-    return pa.concat_tables(tables), records, reader
+    return pa.concat_tables(tables), records, reader, mapped
 
 
 def read_baidu_annotations(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -558,18 +703,19 @@ def read_baidu_annotations(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> 
 
     Returns (annotations with a stable doc_id, quarantine records as a QUARANTINE_SCHEMA frame).
     """
-    table, records, _ = _read_annotations(str(path), chunk_bytes)
+    table, records, _, _ = _read_annotations(str(path), chunk_bytes)
     return table.to_pandas(), quarantine_frame(records)
 
 
 def ingest_baidu_annotations(path: str | Path, out_dir: str | Path, chunk_bytes: int = CHUNK_BYTES) -> IngestSummary:
     """Write out_dir/annotations.parquet and out_dir/quarantine/annotations.parquet; return the summary."""
     out_dir = Path(out_dir)
-    table, records, reader = _read_annotations(str(path), chunk_bytes)
+    table, records, reader, mapped = _read_annotations(str(path), chunk_bytes)
     write_table_atomic(table, out_dir / "annotations.parquet")
     write_table_atomic(quarantine_table(records), out_dir / QUARANTINE_SUBDIR / "annotations.parquet")
     summary = IngestSummary(files=1, lines=reader.lines, results=table.num_rows,
                             bytes_read=Path(path).stat().st_size, bytes_uncompressed=reader.bytes_uncompressed,
                             damaged_files=[str(path)] if reader.damage else [])
     summary.add_records(Counter(r.reason for r in records))
+    summary.add_mapped(mapped)
     return summary

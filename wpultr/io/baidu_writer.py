@@ -1,10 +1,11 @@
 """Writer of the Baidu-ULTR layout: session logs and the annotation file, as gzip text.
 
-Session log: per session one query line (query_id, query token ids joined by schema.BAIDU_TOKEN_SEP,
-query_reformulation '-') followed by one line per shown result with the 32 fields of
-schema.BAIDU_RESULT_FIELDS in order; url_md5 is the table's doc_id, columns the table lacks (and the
+Session log: per session one query line (query_id as its decimal text, query token ids joined by
+schema.BAIDU_TOKEN_SEP, the query_reformulation column as written or '-' without one) followed by
+one line per shown result with the 32 fields of schema.BAIDU_RESULT_FIELDS in order; url_md5 is the table's doc_id, columns the table lacks (and the
 dataset's unused ones) are '-', missing numbers (NaN) are '-', whole numbers are written without
-decimals. Annotation file: one line per document (qid, query, title, abstract, label, bucket).
+decimals, media type schema.BAIDU_MEDIA_TYPE_DASH is written '-'. Annotation file: one line per
+document (qid, query, title, abstract, label, bucket).
 Lines are formatted column-wise with pyarrow; files are written atomically with gzip mtime 0, so the
 same table always gives the same bytes.
 """
@@ -20,9 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..pipeline.rundir import atomic_path
-from ..schema import (BAIDU_ANNOTATION_FIELDS, BAIDU_MAX_POSITION, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS,
-                      BAIDU_TOKEN_SEP, BUCKET, CLICK, DOC_ID, LABEL, MAX_LABEL, N_BUCKETS, POSITION, QUERY_ID,
-                      QUERY_TOKENS, SESSION_ID, TOKEN_COLUMNS, SchemaError)
+from ..schema import (BAIDU_ANNOTATION_FIELDS, BAIDU_MAX_POSITION, BAIDU_MEDIA_TYPE_DASH, BAIDU_RESULT_FIELDS,
+                      BAIDU_TOKEN_SEP, BUCKET, CLICK, DOC_ID, LABEL, MAX_LABEL, MEDIA_TYPE, N_BUCKETS, POSITION,
+                      QUERY_ID, QUERY_ID_MAX_DIGITS, QUERY_REFORMULATION, QUERY_TOKENS, SESSION_ID, TOKEN_COLUMNS,
+                      SchemaError)
 
 MISSING = "-"
 GZIP_LEVEL = 3            # zlib level: 3 writes about 3x faster than 6 for ~12% larger files
@@ -30,7 +32,7 @@ GZIP_LEVEL = 3            # zlib level: 3 writes about 3x faster than 6 for ~12%
 _SOURCE_COLUMN = {"url_md5": DOC_ID}
 # Result fields a session table must carry; every other field is written as '-' when absent.
 _REQUIRED_RESULT_FIELDS = tuple(name for name in BAIDU_RESULT_FIELDS[:6] if name is not None)
-MEDIA_TYPE = "media_type"
+_QUERY_ID_PATTERN = f"^[0-9]{{1,{QUERY_ID_MAX_DIGITS}}}$"
 
 
 def _as_table(df: pd.DataFrame | pa.Table) -> pa.Table:
@@ -87,13 +89,37 @@ def _number_text(values: pa.ChunkedArray) -> pa.Array:
     return pc.if_else(missing, MISSING, text)
 
 
-def _id_text(table: pa.Table, column: str, what: str) -> pa.Array:
+def _id_text(table: pa.Table, column: str, what: str, allow_empty: bool = False) -> pa.Array:
     values = table[column].combine_chunks()
     text = pc.cast(values, pa.string())
-    if text.null_count or pc.any(pc.match_substring_regex(text, r"[\t\r\n]|^$")).as_py():
-        bad = pc.fill_null(pc.match_substring_regex(text, r"[\t\r\n]|^$"), True).to_numpy(zero_copy_only=False)
+    pattern = r"[\t\r\n]" if allow_empty else r"[\t\r\n]|^$"
+    if text.null_count or pc.any(pc.match_substring_regex(text, pattern)).as_py():
+        bad = pc.fill_null(pc.match_substring_regex(text, pattern), True).to_numpy(zero_copy_only=False)
         raise SchemaError(f"{what}: column {column!r} row {_first_bad(bad)} is empty or holds a tab or newline")
     return text
+
+
+def _query_id_text(table: pa.Table, what: str) -> pa.Array:
+    """Query ids as their decimal text: strings of 1 to QUERY_ID_MAX_DIGITS digits, or non-negative integers."""
+    values = table[QUERY_ID].combine_chunks()
+    if pa.types.is_integer(values.type):
+        _check_range(table, QUERY_ID, 0, None, what)
+        return pc.cast(values, pa.string())
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        raise SchemaError(f"{what}: column {QUERY_ID!r} has type {values.type}, expected decimal id strings")
+    ok = pc.fill_null(pc.match_substring_regex(values, _QUERY_ID_PATTERN), False).to_numpy(zero_copy_only=False)
+    if not ok.all():
+        row = _first_bad(~ok)
+        raise SchemaError(f"{what}: column {QUERY_ID!r} row {row} is {values[row].as_py()!r}, expected 1 to "
+                          f"{QUERY_ID_MAX_DIGITS} ASCII digits")
+    return pc.cast(values, pa.string())
+
+
+def _media_type_text(table: pa.Table, what: str) -> pa.Array:
+    """Media types as text; BAIDU_MEDIA_TYPE_DASH (the log's '-') is written '-'."""
+    _check_range(table, MEDIA_TYPE, BAIDU_MEDIA_TYPE_DASH, None, what)
+    values = table[MEDIA_TYPE].combine_chunks()
+    return pc.if_else(pc.equal(values, BAIDU_MEDIA_TYPE_DASH), MISSING, pc.cast(values, pa.string()))
 
 
 def _field_text(table: pa.Table, field: str | None, what: str) -> pa.Array | str:
@@ -104,6 +130,8 @@ def _field_text(table: pa.Table, field: str | None, what: str) -> pa.Array | str
         return _token_text(table, column, what)
     if column == DOC_ID:
         return _id_text(table, column, what)
+    if column == MEDIA_TYPE:
+        return _media_type_text(table, what)
     return _number_text(table[column])
 
 
@@ -131,8 +159,7 @@ def baidu_session_text(df: pd.DataFrame | pa.Table, what: str = "sessions") -> t
         return b"", 0
     _check_range(table, POSITION, 1, BAIDU_MAX_POSITION, what)
     _check_range(table, CLICK, 0, 1, what)
-    _check_range(table, QUERY_ID, 0, None, what)
-    _check_range(table, MEDIA_TYPE, 0, None, what)
+    _query_id_text(table, what)   # checked on every row, so an error names the table's row
     session_code, _ = pd.factorize(table[SESSION_ID].to_numpy())
     order = np.lexsort((table[POSITION].to_numpy(), session_code))
     if (np.diff(order) != 1).any():
@@ -141,8 +168,9 @@ def baidu_session_text(df: pd.DataFrame | pa.Table, what: str = "sessions") -> t
     results = _join_fields([_field_text(table, f, what) for f in BAIDU_RESULT_FIELDS])
     starts = np.flatnonzero(np.diff(session_code, prepend=-1))
     heads = table.take(pa.array(starts))
-    queries = _join_fields([_number_text(heads[QUERY_ID]), _token_text(heads, QUERY_TOKENS, what)]
-                           + [MISSING] * (len(BAIDU_QUERY_FIELDS) - 2))
+    reformulation = (_id_text(heads, QUERY_REFORMULATION, what, allow_empty=True)
+                     if QUERY_REFORMULATION in heads.column_names else MISSING)
+    queries = _join_fields([_query_id_text(heads, what), _token_text(heads, QUERY_TOKENS, what), reformulation])
     # line i of the file: query line j sits at starts[j] + j, result r at r + (number of sessions begun by r)
     source = np.empty(len(results) + len(queries), dtype=np.int64)
     query_slot = starts + np.arange(len(starts))
@@ -160,10 +188,10 @@ def baidu_annotation_text(df: pd.DataFrame | pa.Table, what: str = "annotations"
     _require(table, list(BAIDU_ANNOTATION_FIELDS), what)
     if table.num_rows == 0:
         return b"", 0
-    _check_range(table, QUERY_ID, 0, None, what)
     _check_range(table, LABEL, 0, MAX_LABEL, what)
     _check_range(table, BUCKET, 0, N_BUCKETS - 1, what)
-    lines = _join_fields([_token_text(table, name, what) if name in TOKEN_COLUMNS else _number_text(table[name])
+    lines = _join_fields([_token_text(table, name, what) if name in TOKEN_COLUMNS
+                          else _query_id_text(table, what) if name == QUERY_ID else _number_text(table[name])
                           for name in BAIDU_ANNOTATION_FIELDS])
     return _text(lines), len(lines)
 

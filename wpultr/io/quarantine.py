@@ -20,31 +20,42 @@ from ..schema import QUARANTINE_SCHEMA
 
 # The whole vocabulary of quarantine reasons. A line gets the first reason that applies: the
 # line-level ones (line_too_long, wrong_field_count, not_utf8), then its fields' in the order they
-# appear on the line, then the session-level ones (orphan_result, broken_query_line).
+# appear on the line, then the session-level ones (orphan_result, broken_query_line,
+# duplicate_position). File-level reasons (FILE_REASONS) describe a whole file, once.
 REASONS: dict[str, str] = {
     "wrong_field_count": "a log line with neither 3 (query) nor 32 (result) tab-separated fields, "
                          "or an annotation line without 6",
     "not_utf8": "the line is not valid UTF-8",
     "line_too_long": "the line is longer than baidu.MAX_LINE_BYTES (1 MiB); never held whole",
-    "bad_query_id": "query id is not a non-negative decimal integer of at most 18 digits",
+    "bad_query_id": "query id is not 1 to 64 ASCII digits (schema.QUERY_ID_MAX_DIGITS)",
     "empty_query": "the query has no token ids",
     "bad_token_id": "a query, title or abstract token is not a decimal integer in [0, 2^31)",
     "bad_position": "position is not an integer in 1..30",
-    "bad_media_type": "multimedia type is not a non-negative decimal integer",
+    "bad_media_type": "multimedia type is neither a non-negative decimal integer nor '-'",
     "bad_click": "click is not 0 or 1",
     "bad_number": "a behaviour column is neither a number nor '-' / empty",
     "orphan_result": "a result line before any query line of its file",
-    "broken_query_line": "a result line of a session whose query line is quarantined",
+    "broken_query_line": "a result line of a session whose query line is quarantined (a 3-field line with "
+                         "a bad field, or a line of 1 to baidu.QUERY_LIKE_MAX_FIELDS fields)",
+    "duplicate_position": "a result line whose position an earlier kept result of its session already holds",
     "empty_session": "a well-formed query line none of whose result lines is usable; the session is dropped",
     "bad_label": "annotation label is not an integer in 0..4",
     "bad_bucket": "annotation frequency bucket is not an integer in 0..9",
     "truncated_gzip": "the gzip stream ends before its end marker; every line before the cut is kept "
-                      "(line = the last line read)",
+                      "(line = the first line not read whole)",
     "corrupt_gzip": "the gzip stream is damaged (bad data, CRC or trailing garbage); every line "
-                    "before the damage is kept (line = the last line read)",
+                    "before the damage is kept (line = the first line not read whole)",
+    "empty_file": "the file holds no byte (or its gzip stream decodes to nothing); line 0",
+    "not_gzip": "nothing is read: a .gz/.gzip name whose first bytes are not the gzip magic, or binary "
+                "content (NUL or invalid UTF-8 in over a quarter of its first 64 KiB); line 0",
 }
 # Reasons that describe a whole file rather than one of its lines.
-FILE_REASONS: frozenset[str] = frozenset({"truncated_gzip", "corrupt_gzip"})
+FILE_REASONS: frozenset[str] = frozenset({"truncated_gzip", "corrupt_gzip", "empty_file", "not_gzip"})
+# Values the reader maps rather than quarantines, counted in IngestSummary.mapped.
+MAPPED_VALUES: dict[str, str] = {
+    "media_type_dash": "a '-' multimedia type, stored as schema.BAIDU_MEDIA_TYPE_DASH",
+    "empty_token": "an empty token between, before or after \\x01 separators, skipped",
+}
 # Raw text kept per record, so a garbage "line" of megabytes does not bloat the quarantine table.
 MAX_TEXT_BYTES = 4096
 
@@ -133,12 +144,21 @@ class IngestSummary:
     bytes_uncompressed: int = 0    # bytes after decompression
     partitions: int = 0            # Parquet partitions written
     damaged_files: list[str] = field(default_factory=list)  # files with a file-level record
+    file_reasons: dict[str, int] = field(default_factory=dict)  # files per file-level reason (FILE_REASONS)
+    mapped: dict[str, int] = field(default_factory=dict)        # kept values mapped, per MAPPED_VALUES key
 
     def add_records(self, counts: Counter[str] | dict[str, int]) -> None:
         for reason, n in counts.items():
             self.reasons[reason] = self.reasons.get(reason, 0) + n
-            if reason not in FILE_REASONS:
+            if reason in FILE_REASONS:
+                self.file_reasons[reason] = self.file_reasons.get(reason, 0) + n
+            else:
                 self.quarantined += n
+
+    def add_mapped(self, counts: Counter[str] | dict[str, int]) -> None:
+        for name, n in counts.items():
+            if n:
+                self.mapped[name] = self.mapped.get(name, 0) + int(n)
 
     def merge(self, other: "IngestSummary") -> "IngestSummary":
         merged = IngestSummary(
@@ -150,6 +170,8 @@ class IngestSummary:
             damaged_files=self.damaged_files + other.damaged_files)
         merged.add_records(self.reasons)
         merged.add_records(other.reasons)
+        merged.add_mapped(self.mapped)
+        merged.add_mapped(other.mapped)
         return merged
 
     @classmethod
@@ -162,4 +184,6 @@ class IngestSummary:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["reasons"] = dict(sorted(self.reasons.items()))
+        out["file_reasons"] = dict(sorted(self.file_reasons.items()))
+        out["mapped"] = dict(sorted(self.mapped.items()))
         return out

@@ -33,7 +33,7 @@ INFORMATIVE_FRACTION = 0.75          # the rest of the dense features are pure n
 class Corpus:
     """Queries and documents; the documents of query q are rows q*docs_per_query .. (q+1)*docs_per_query - 1."""
 
-    query_ids: np.ndarray          # int64 (n_queries,)
+    query_ids: np.ndarray          # str (n_queries,): decimal id text, as schema.QUERY_ID_TYPE holds it
     query_tokens: pa.ListArray     # list<int32>, one per query
     popularity: np.ndarray         # float64, chance that a session issues each query (sums to 1)
     bucket: np.ndarray             # int8, frequency decile of the query, 0 = most frequent
@@ -156,7 +156,8 @@ def build_corpus(cfg: SimulateConfig, rng: np.random.Generator) -> Corpus:
     if cfg.media_type_features:   # the ranker sees what kind of result a document is, as a real ranker does
         features = np.hstack([features, np.eye(len(cfg.media_type_probs), dtype=np.float32)[media_type]])
     return Corpus(
-        query_ids=np.arange(cfg.n_queries, dtype=np.int64), query_tokens=query_tokens, popularity=popularity,
+        query_ids=np.arange(cfg.n_queries).astype(str).astype(object), query_tokens=query_tokens,
+        popularity=popularity,
         bucket=frequency_buckets(rank), doc_ids=_md5_ids(title, abstract), doc_query=doc_query,
         title_tokens=title, abstract_tokens=abstract, features=features,
         label=label, media_type=media_type, docs_per_query=cfg.docs_per_query)

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from ..io.baidu_writer import write_baidu_annotations, write_baidu_sessions
 from ..pipeline.rundir import atomic_path
 from ..schema import (ABSTRACT_TOKENS, BUCKET, CLICK, DOC_ID, FEATURE_VECTOR_TYPE, FEATURES, LABEL, POSITION,
-                      QUERY_ID, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS)
+                      QUERY_ID, QUERY_ID_TYPE, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS)
 from .corpus import Corpus, build_corpus
 from .logging_policy import logging_scores, shown_order
 from .page import (MEDIA_TYPE, SERP_HEIGHT, SERP_MAX_SHOW_HEIGHT, Page, build_page, context_columns,
@@ -77,7 +77,7 @@ def _session_chunk(first_session: int, query_index: np.ndarray, corpus: Corpus, 
     doc_id = pa.array(corpus.doc_ids[rows], pa.string())
     columns = {
         SESSION_ID: session_id,
-        QUERY_ID: pa.array(corpus.query_ids[np.repeat(query_index, k)], pa.int64()),
+        QUERY_ID: pa.array(corpus.query_ids[np.repeat(query_index, k)], QUERY_ID_TYPE),
         POSITION: position,
         CLICK: pa.array(clicks.reshape(-1), pa.int8()),
         DOC_ID: doc_id,
@@ -105,7 +105,7 @@ def _annotation_table(corpus: Corpus, query_index: np.ndarray) -> pa.Table:
     rows = corpus.docs_of(query_index).reshape(-1)
     query_of_row = corpus.doc_query[rows]
     return pa.table({
-        QUERY_ID: pa.array(corpus.query_ids[query_of_row], pa.int64()),
+        QUERY_ID: pa.array(corpus.query_ids[query_of_row], QUERY_ID_TYPE),
         DOC_ID: pa.array(corpus.doc_ids[rows], pa.string()),
         QUERY_TOKENS: corpus.query_tokens.take(pa.array(query_of_row)),
         TITLE_TOKENS: corpus.title_tokens.take(pa.array(rows)),
@@ -119,7 +119,7 @@ def _annotation_table(corpus: Corpus, query_index: np.ndarray) -> pa.Table:
 def _query_table(corpus: Corpus, query_index: np.ndarray) -> pa.Table:
     """Each query's popularity, frequency bucket and number of simulated sessions."""
     return pa.table({
-        QUERY_ID: pa.array(corpus.query_ids, pa.int64()),
+        QUERY_ID: pa.array(corpus.query_ids, QUERY_ID_TYPE),
         POPULARITY: pa.array(corpus.popularity, pa.float64()),
         BUCKET: pa.array(corpus.bucket, pa.int8()),
         N_SESSIONS: pa.array(np.bincount(query_index, minlength=corpus.n_queries), pa.int64()),

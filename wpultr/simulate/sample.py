@@ -90,14 +90,21 @@ KINDS: tuple[CorruptionKind, ...] = (
                    "result", lambda line, rng: _set_field(line, _FIELD["media_type"], b"video")),
     CorruptionKind("orphan_result", "a copy of a result line inserted as the first line of a file, "
                                     "before any query line", "orphan_result", "insert", lambda line, rng: line),
+    CorruptionKind("query_extra_field", "a query line with a 4th field; its results follow it and must not join "
+                                        "the session before", "wrong_field_count", "query",
+                   lambda line, rng: line + _TAB + b"-"),
+    CorruptionKind("duplicate_position", "a copy of a session's first result line inserted right after it "
+                                         "(its position twice)", "duplicate_position", "insert",
+                   lambda line, rng: line),
 )
 
 
 def _sessions(lines: list[_Line]) -> list[_Session]:
+    """The sessions as generated: a damaged query line still opens its session."""
     sessions: list[_Session] = []
     for i, line in enumerate(lines):
         n_fields = line.text.count(_TAB) + 1
-        if n_fields == len(BAIDU_QUERY_FIELDS):
+        if n_fields == len(BAIDU_QUERY_FIELDS) or (line.tag is not None and KINDS[line.tag].target == "query"):
             sessions.append(_Session(query=i, results=()))
         elif n_fields == BAIDU_N_RESULT_FIELDS:
             sessions[-1] = _Session(sessions[-1].query, sessions[-1].results + (i,))
@@ -127,7 +134,7 @@ def _inject(files: list[list[_Line]], rng: np.random.Generator) -> list[dict]:
             quarantined = 1 + len(session.results)
         else:
             source = files[f][session.results[0]].text
-            where = 0 if kind.name == "orphan_result" else session.query
+            where = {"orphan_result": 0, "duplicate_position": session.results[0] + 1}.get(kind.name, session.query)
             inserts.append((f, where, _Line(kind.damage(source, rng), tag)))
             quarantined = 1
         records.append({"kind": kind.name, "description": kind.description, "reader_reason": kind.reader_reason,

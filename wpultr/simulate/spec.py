@@ -1,14 +1,16 @@
 """Settings of the whole-page click simulator, validated as part of the run config.
 
-`validate_simulate_config` checks what the config loader's type check cannot (ranges, list lengths,
-the user model and its parameters) and raises ConfigError naming the `data.simulate.*` key.
+A SimulateConfig checks itself when built (`validate_simulate_config`: ranges, list lengths, the user
+model and its parameters, what the config loader's type check cannot) and raises ConfigError naming
+the `data.simulate.*` key.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from ..errors import ConfigError
 from ..schema import BAIDU_MAX_POSITION
 
 KEY_PREFIX = "data.simulate"
@@ -21,6 +23,8 @@ MIN_QUERIES = 10              # one query per frequency bucket at least
 @dataclass
 class SimulateConfig:
     """Whole-page click simulator settings (see wpultr.simulate)."""
+
+    KEY: ClassVar[str] = KEY_PREFIX        # dotted key of this section in a run config (names its errors)
     n_queries: int = 200
     docs_per_query: int = 20
     n_sessions: int = 4000
@@ -46,15 +50,20 @@ class SimulateConfig:
     screen_height: float = 700.0          # viewport height in px
     scroll_screens: float = 1.0           # mean scroll depth of a session, in screens (exponential)
 
+    def __post_init__(self) -> None:
+        validate_simulate_config(self)
 
-def _error(key: str, message: str) -> Exception:
-    from ..config import ConfigError  # here, not at import time: config imports this module
+
+def _error(key: str, message: str) -> ConfigError:
     return ConfigError(f"{KEY_PREFIX}.{key}: {message}")
 
 
 def validate_simulate_config(cfg: SimulateConfig) -> None:
-    """Raise ConfigError naming the first `data.simulate.*` key whose value the simulator cannot use."""
-    from .user_models import make_user_model_spec
+    """Raise ConfigError naming the first `data.simulate.*` key whose value the simulator cannot use.
+
+    Run when a SimulateConfig is built and again by `simulate` (a config may be changed after it was built).
+    """
+    from .user_models import make_user_model_spec  # deferred: user_models -> page -> spec
     at_least = {"n_queries": MIN_QUERIES, "docs_per_query": 1, "n_sessions": 1, "n_annotated_queries": 1,
                 "results_per_page": 1, "vocab_size": MIN_VOCAB_SIZE, "n_dense_features": 1,
                 "n_context_factors": 0, "context_levels": 2}

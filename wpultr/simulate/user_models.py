@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..schema import FEATURES, MAX_LABEL, POSITION
 from .page import MEDIA_TYPE, SERP_MAX_SHOW_HEIGHT, Page
 from .spec import KEY_PREFIX, MEDIA_TYPE_NAMES
@@ -60,8 +61,7 @@ class ModelContext:
     rng: np.random.Generator
 
 
-def _config_error(key: str, message: str) -> Exception:
-    from ..config import ConfigError  # here, not at import time: config imports the simulate package
+def _config_error(key: str, message: str) -> ConfigError:
     return ConfigError(f"{key}: {message}")
 
 
