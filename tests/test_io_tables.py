@@ -51,6 +51,8 @@ def assert_same_table(got: pd.DataFrame, expected: pd.DataFrame) -> None:
         if column in LIST_COLUMNS:
             for a, b in zip(got[column], expected[column]):
                 np.testing.assert_allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=1e-6)
+        elif column == "query_id":  # the exact decimal text of each id (the schema's contract)
+            assert list(got[column]) == [str(v) for v in expected[column]]
         else:
             np.testing.assert_array_equal(got[column].to_numpy(), expected[column].to_numpy())
 
@@ -188,3 +190,93 @@ def test_unknown_format_and_missing_file(tmp_path):
         read_sessions_table(tmp_path / "log.json", PAGE)
     with pytest.raises(FileNotFoundError, match="nope.parquet"):
         read_sessions_table(tmp_path / "nope.parquet", PAGE)
+
+
+def _unreadable(tmp_path, case):
+    """Files that are not the table their name says, each written under `tmp_path`."""
+    good = tmp_path / "good.parquet"
+    sessions_frame().to_parquet(good)
+    writers = {
+        "text named .parquet": ("log.parquet", lambda p: p.write_text("session_id,query_id\n1,2\n")),
+        "truncated parquet": ("log.parquet", lambda p: p.write_bytes(good.read_bytes()[: good.stat().st_size // 2])),
+        "empty parquet": ("log.parquet", lambda p: p.write_bytes(b"")),
+        "empty csv": ("log.csv", lambda p: p.write_bytes(b"")),
+        "csv.gz not gzip": ("log.csv.gz", lambda p: p.write_bytes(b"session_id,query_id\n1,2\n")),
+        "binary csv": ("log.csv", lambda p: p.write_bytes(bytes(range(256)) * 4)),
+        "unknown extension": ("log.json", lambda p: p.write_text("{}")),
+        "a directory": ("dir.parquet", lambda p: p.mkdir()),
+    }
+    name, write = writers[case]
+    path = tmp_path / name
+    write(path)
+    return path
+
+
+@pytest.mark.parametrize("case", ["text named .parquet", "truncated parquet", "empty parquet", "empty csv",
+                                  "csv.gz not gzip", "binary csv", "unknown extension", "a directory"])
+def test_unreadable_file_is_one_schema_error_naming_it(tmp_path, case):
+    path = _unreadable(tmp_path, case)
+    with pytest.raises(SchemaError) as err:
+        read_sessions_table(path, PAGE)
+    message = str(err.value)
+    assert message.startswith(str(path)) and "\n" not in message
+    assert ("expected" in message) or ("missing column" in message), message
+
+
+@pytest.mark.parametrize("column, value, fragment", [
+    ("position", 70000, "column 'position' row 4 is 70000, expected <= 32767"),
+    ("position", 0, "column 'position' row 4 is 0, expected >= 1"),
+    ("click", 2, "column 'click' row 4 is 2, expected <= 1"),
+    ("session_id", 2 ** 64 - 1, "column 'session_id' row 4 is 18446744073709551615, expected <= 9223372036854775807"),
+    ("query_id", "inf", "column 'query_id' row 4 is inf: expected a finite integral id"),
+    ("query_id", "1e20", "column 'query_id' row 4 is 1e+20: a float id above 2^53 cannot be stored exactly"),
+    ("query_id", "2.5", "column 'query_id' row 4 is 2.5: expected an integral id"),
+])
+def test_csv_values_are_range_checked_before_casting(tmp_path, column, value, fragment):
+    df = sessions_frame().astype({column: object})
+    df.loc[4, column] = value
+    path = tmp_path / "log.csv"
+    to_csv(df, path)
+    with pytest.raises(SchemaError) as err:
+        read_sessions_table(path, PAGE)
+    assert str(err.value).startswith(f"{path}: {fragment}")
+
+
+def test_parquet_float_query_ids(tmp_path):
+    df = sessions_frame().astype({"query_id": "float64"})
+    path = tmp_path / "log.parquet"
+    df.to_parquet(path)
+    assert list(read_sessions_table(path, PAGE)["query_id"]) == [str(int(v)) for v in df["query_id"]]
+    df.loc[3, "query_id"] = 1e20
+    df.to_parquet(path)
+    with pytest.raises(SchemaError, match=r"column 'query_id' row 3 is 1e\+20: a float id above 2\^53 cannot "
+                                          r"be stored exactly; write query ids as integers or strings"):
+        read_sessions_table(path, PAGE)
+    df.loc[3, "query_id"] = np.inf
+    df.to_parquet(path)
+    with pytest.raises(SchemaError, match="column 'query_id' row 3 is inf"):
+        read_sessions_table(path, PAGE)
+
+
+def test_query_ids_above_int64_are_kept_exactly(tmp_path):
+    ids = [10000014169022957140, 18446744073709551615, 100000141690229571]  # 20 digits, uint64 max, 18 digits
+    df = sessions_frame(n_sessions=3)
+    df["query_id"] = np.repeat(np.array(ids, dtype=np.uint64), 3)
+    df.to_parquet(tmp_path / "log.parquet")
+    to_csv(df, tmp_path / "log.csv")
+    expected = [str(i) for i in ids for _ in range(3)]
+    for name in ("log.parquet", "log.csv"):
+        got = read_sessions_table(tmp_path / name, PAGE)
+        assert list(got["query_id"]) == expected, name
+    strings = df.assign(query_id=np.repeat(["q-007", "0042", "abc"], 3))
+    strings.to_parquet(tmp_path / "s.parquet")
+    assert list(read_sessions_table(tmp_path / "s.parquet", PAGE)["query_id"]) == list(strings["query_id"])
+
+
+def test_duplicate_session_position_names_both_rows(tmp_path):
+    df = sessions_frame()
+    df.loc[7, "position"] = 1  # session 102 now shows two results at position 1: rows 6 and 7
+    path = tmp_path / "log.parquet"
+    df.to_parquet(path)
+    with pytest.raises(SchemaError, match=r"log\.parquet: rows 6 and 7 both hold session_id 102 position 1"):
+        read_sessions_table(path, PAGE)

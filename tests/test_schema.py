@@ -1,5 +1,7 @@
 """The sessions and annotations contracts: validation errors name the column and the row."""
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from wpultr import schema
@@ -57,3 +59,55 @@ def test_baidu_layout_constants():
     named = [n for n in schema.BAIDU_RESULT_FIELDS if n]
     assert len(named) == len(set(named))
     assert {f.name for f in schema.BAIDU_PAGE_FEATURES} <= set(schema.baidu_sessions_arrow_schema().names)
+
+
+# --- own tables: ranges checked before casting, exact query ids, one result per (session, position) ---------
+@pytest.mark.parametrize("change, fragment", [
+    ({"position": [1, 70000, 1]}, "column 'position' row 1 is 70000, expected <= 32767"),
+    ({"session_id": [1.0, 2.0 ** 60, 2.0]}, "column 'session_id' row 1 is 1.152921504606847e+18, a float above 2^53"),
+    ({"session_id": ["1", "99999999999999999999", "2"]}, "row 1 is '99999999999999999999', expected <= 9223372036854775807"),
+    ({"click": [0.0, 0.5, 1.0]}, "column 'click' row 1 is 0.5, expected an integer"),
+    ({"query_id": [7.0, 1e20, 8.0]}, "column 'query_id' row 1 is 1e+20: a float id above 2^53 cannot be stored exactly; "
+                                     "write query ids as integers or strings"),
+    ({"query_id": [7.0, float("nan"), 8.0]}, "column 'query_id' row 1 is empty"),
+    ({"query_id": [7.0, float("-inf"), 8.0]}, "column 'query_id' row 1 is -inf: expected a finite integral id"),
+    ({"query_id": ["7", " ", "8"]}, "column 'query_id' row 1 is ' ': expected a non-empty id"),
+    ({"query_id": [True, False, True]}, "column 'query_id' row 0 is True: expected an integer or string id"),
+    ({"position": [1, 1, 1]}, "rows 0 and 1 both hold session_id 1 position 1"),
+])
+def test_own_table_values_rejected_before_casting(change, fragment):
+    for check in (validate_sessions, schema.coerce_sessions):
+        with pytest.raises(SchemaError) as err:
+            check(sessions(**change), FEATURES)
+        assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("ids, expected", [
+    ([7, 7, 8], ["7", "7", "8"]),
+    ([7.0, 7.0, 2.0 ** 53 - 1], ["7", "7", "9007199254740991"]),
+    (["q7", "q7", "0008"], ["q7", "q7", "0008"]),                            # strings kept as written
+    (np.array([2 ** 64 - 1] * 2 + [1], dtype=np.uint64), ["18446744073709551615"] * 2 + ["1"]),
+])
+def test_query_ids_become_exact_text(ids, expected):
+    out = schema.coerce_sessions(sessions(query_id=ids), FEATURES)
+    assert list(out["query_id"]) == expected
+    annotations = pd.DataFrame({"query_id": ids, "label": [0, 1, 2], "bucket": [0, 1, 9], "features": [[0.0]] * 3})
+    assert list(schema.coerce_annotations(annotations)["query_id"]) == expected
+
+
+def test_coerce_casts_only_checked_values():
+    out = schema.coerce_sessions(sessions(click=[False, True, False], position=[1.0, 2.0, 1.0]), FEATURES)
+    assert list(out["click"]) == [0, 1, 0] and str(out["click"].dtype) == "int8"
+    assert list(out["position"]) == [1, 2, 1] and str(out["position"].dtype) == "int16"
+    with pytest.raises(SchemaError, match="column 'bucket' row 0 is 300, expected <= 9"):
+        schema.coerce_annotations(pd.DataFrame({"query_id": [1], "label": [0], "bucket": [300], "features": [[0.0]]}))
+
+
+def test_query_ids_are_exact_text_in_both_arrow_tables_and_the_query_key_adds_the_tokens():
+    for fields in (schema.SESSION_CORE_FIELDS, schema.ANNOTATION_CORE_FIELDS):
+        assert {f.name: f.type for f in fields}["query_id"] == schema.QUERY_ID_TYPE == pa.string()
+    assert schema.baidu_sessions_arrow_schema().field(schema.QUERY_REFORMULATION).type == pa.string()
+    df = pd.DataFrame({"query_id": ["10000014169022957140", "10000014169022957140", "7", "7"],
+                       "query_tokens": [np.array([1, 2]), np.array([3]), np.array([1, 2]), None]})
+    assert list(schema.query_key(df)) == ["10000014169022957140\t1 2", "10000014169022957140\t3", "7\t1 2", "7\t"]
+    assert list(schema.query_key(df[["query_id"]])) == ["10000014169022957140"] * 2 + ["7"] * 2

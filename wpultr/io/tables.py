@@ -9,6 +9,7 @@ with `partition_rows`), written under a temporary name and renamed into place wh
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
@@ -19,10 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..pipeline.rundir import atomic_path
-from ..schema import (ABSTRACT_TOKENS, ANNOTATION_CORE_FIELDS, ANNOTATION_OPTIONAL_FIELDS, FEATURES,
+from ..schema import (ABSTRACT_TOKENS, ANNOTATION_CORE_FIELDS, ANNOTATION_OPTIONAL_FIELDS, FEATURES, QUERY_ID,
                       QUERY_TOKENS, SESSION_CORE_FIELDS, SESSION_ID, SESSION_OPTIONAL_FIELDS,
-                      TITLE_TOKENS, PageFeature, SchemaError, coerce_annotations, coerce_sessions,
-                      validate_annotations, validate_sessions)
+                      TITLE_TOKENS, PageFeature, SchemaError, coerce_annotations, coerce_sessions)
 from .quarantine import IngestSummary
 
 SESSIONS_SUBDIR = "sessions"
@@ -144,14 +144,30 @@ class SessionPartitionWriter:
 # ---------------------------------------------------------------------------------------------
 # Own tables
 # ---------------------------------------------------------------------------------------------
+_EXPECTED = f"a Parquet ({', '.join(PARQUET_SUFFIXES)}) or CSV ({', '.join(CSV_SUFFIXES)}) table"
+_INTEGER_TEXT = re.compile(r"\s*[+-]?\d+\s*")
+
+
 def _kind(path: Path) -> str:
     name = path.name.lower()
     if name.endswith(PARQUET_SUFFIXES):
         return "parquet"
     if name.endswith(CSV_SUFFIXES):
         return "csv"
-    raise ValueError(f"{path}: unsupported table format; expected one of "
-                     f"{', '.join(PARQUET_SUFFIXES + CSV_SUFFIXES)}")
+    raise SchemaError(f"{path}: unsupported table format; expected {_EXPECTED} (by file name)")
+
+
+def _csv_query_ids(cells: pd.Series) -> pd.Series:
+    """CSV query ids as read: integer text kept exactly as written, float text ("3.0", "1e20", "inf") as a
+    float (the schema accepts it only when finite, integral and below 2^53), any other text as a string id."""
+    def cell(text: object) -> object:
+        if not isinstance(text, str) or _INTEGER_TEXT.fullmatch(text):
+            return text.strip() if isinstance(text, str) else text
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    return pd.Series([cell(v) for v in cells], index=cells.index, dtype=object)
 
 
 def _parse_list_cell(value: object, element: type, path: Path, column: str, row: int) -> list:
@@ -166,9 +182,20 @@ def _parse_list_cell(value: object, element: type, path: Path, column: str, row:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    header = pd.read_csv(path, nrows=0).columns
-    list_columns = [c for c in header if c in _LIST_COLUMNS]
-    df = pd.read_csv(path, dtype={c: str for c in list_columns})
+    try:
+        header = pd.read_csv(path, nrows=0).columns
+        list_columns = [c for c in header if c in _LIST_COLUMNS]
+        text_columns = list_columns + [QUERY_ID] if QUERY_ID in header else list_columns
+        df = pd.read_csv(path, dtype={c: str for c in text_columns})
+    except pd.errors.EmptyDataError:
+        raise SchemaError(f"{path}: empty CSV file; expected a header line naming the columns, then one "
+                          f"row per line") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError, EOFError) as error:
+        raise SchemaError(f"{path}: not a readable CSV table ({type(error).__name__}: "
+                          f"{str(error).strip().splitlines()[0] if str(error).strip() else 'no detail'}); "
+                          f"expected {_EXPECTED}") from None
+    if QUERY_ID in df.columns:
+        df[QUERY_ID] = _csv_query_ids(df[QUERY_ID])
     for column in list_columns:
         element = _LIST_COLUMNS[column]
         df[column] = [_parse_list_cell(v, element, path, column, row) for row, v in enumerate(df[column])]
@@ -176,7 +203,12 @@ def _read_csv(path: Path) -> pd.DataFrame:
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as error:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else "no detail"
+        raise SchemaError(f"{path}: not a readable Parquet file ({type(error).__name__}: {detail}); "
+                          f"expected {_EXPECTED}") from None
     for column in _LIST_COLUMNS:
         if column not in table.column_names:
             continue
@@ -186,13 +218,18 @@ def _read_parquet(path: Path) -> pd.DataFrame:
         if not (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)) or not numeric(dtype.value_type):
             kind = "integers" if _LIST_COLUMNS[column] is int else "numbers"
             raise SchemaError(f"{path}: column {column!r} has type {dtype}, expected a list of {kind}")
-    return table.to_pandas()
+    try:
+        return table.to_pandas()
+    except (pa.ArrowException, ValueError) as error:
+        raise SchemaError(f"{path}: Parquet columns that cannot be read as a table ({error})") from None
 
 
 def _read_frame(path: str | Path) -> tuple[Path, pd.DataFrame]:
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{path}: no such table file")
+    if not path.is_file():
+        raise SchemaError(f"{path}: not a file; expected {_EXPECTED}")
     kind = _kind(path)
     return path, (_read_parquet(path) if kind == "parquet" else _read_csv(path))
 
@@ -200,15 +237,13 @@ def _read_frame(path: str | Path) -> tuple[Path, pd.DataFrame]:
 def read_sessions_table(path: str | Path, page_features: Sequence[PageFeature]) -> pd.DataFrame:
     """Read a sessions table (Parquet or CSV), validate it (SchemaError names file, column, row), coerce dtypes."""
     path, df = _read_frame(path)
-    validate_sessions(df, page_features, table=str(path))
-    return coerce_sessions(df, page_features)
+    return coerce_sessions(df, page_features, table=str(path))
 
 
 def read_annotations_table(path: str | Path) -> pd.DataFrame:
     """Read an annotations table (Parquet or CSV), validate and coerce it."""
     path, df = _read_frame(path)
-    validate_annotations(df, table=str(path))
-    return coerce_annotations(df)
+    return coerce_annotations(df, table=str(path))
 
 
 def to_arrow(df: pd.DataFrame) -> pa.Table:
@@ -252,7 +287,8 @@ def ingest_tables(paths: Sequence[str | Path], out_dir: str | Path, page_feature
     sessions_dir = prepare_output_dir(out_dir, SESSIONS_SUBDIR)
     futures = client.map(_ingest_table_file, files, range(len(files)), sessions_dir=str(sessions_dir),
                          page_features=tuple(page_features), partition_rows=partition_rows, pure=False)
-    return IngestSummary.combine(client.gather(futures))
+    from ..progress import gather, ingest_rates
+    return IngestSummary.combine(gather(client, futures, desc="ingest", unit="file", postfix=ingest_rates))
 
 
 def checked_paths(paths: Sequence[str | Path]) -> list[str]:

@@ -4,10 +4,18 @@ A ranker turns a table (sessions or annotations) into tensors once (`prepare`), 
 subset of its rows (`forward(take(inputs, rows))`). Saving writes `config.json` (the kind and the
 constructor arguments) and `model.safetensors`; `load_ranker` rebuilds the module from the JSON and
 loads the tensors with safetensors, so nothing is ever unpickled.
+
+A saved ranker may come from anywhere (`wpultr score` reads exported directories), so loading
+trusts nothing: file sizes are bounded, every constructor argument is type- and range-checked
+(each ranker declares its `ARGS`), and the safetensors header's tensor names, dtypes and shapes are
+compared with those of the module the arguments describe (built on the meta device, which
+allocates nothing) before the module is built for real. Every failure is one `ExportError`.
 """
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
@@ -16,17 +24,112 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..errors import ExportError
+
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 RANKER_FORMAT = "wpultr.ranker/1"
+MAX_CONFIG_BYTES = 1 << 20            # config.json: a few kB in practice
+MAX_WEIGHTS_BYTES = 16 << 30          # model.safetensors: a BERT-large in float32 is ~1.3 GiB
+MAX_HEADER_BYTES = 100 << 20          # the safetensors format's own bound on its JSON header
+# safetensors dtype names and the torch dtypes wpultr's rankers hold.
+SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool}
 
 Inputs = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Arg:
+    """The type and range of one constructor argument in a saved config.json (checked before use).
+
+    kind: "int", "float", "bool", "str", "int_list" (a list of ints of at most `max_items`), or "object"
+    (a JSON object checked by the ranker's own `checked_args`). Numbers must lie in [low, high]
+    (`high_open`: [low, high)); `nullable` admits null; `required=False` lets the key be absent.
+    """
+
+    kind: str
+    low: float = -math.inf
+    high: float = math.inf
+    high_open: bool = False
+    max_items: int = 64
+    nullable: bool = False
+    required: bool = True
+
+    def allowed(self) -> str:
+        if self.kind in ("bool", "str", "object"):
+            text = {"bool": "true or false", "str": "a string", "object": "a JSON object"}[self.kind]
+        else:
+            what = "an integer" if self.kind in ("int", "int_list") else "a number"
+            text = f"{what} in [{_number(self.low)}, {_number(self.high)}{')' if self.high_open else ']'}"
+            if self.kind == "int_list":
+                text = f"a list of at most {self.max_items} items, each {text}"
+        return text + (" or null" if self.nullable else "")
+
+    def check(self, value: Any, where: str) -> Any:
+        """`value` if it fits this argument; ExportError naming `where`, the value and what is allowed otherwise."""
+        if value is None and self.nullable:
+            return None
+        if self.kind == "int_list":
+            if not isinstance(value, list) or len(value) > self.max_items:
+                raise ExportError(f"{where} is {_brief(value)}, expected {self.allowed()}")
+            item = Arg("int", self.low, self.high, self.high_open)
+            return [item.check(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        ok = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+              "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+              "bool": lambda v: isinstance(v, bool),
+              "str": lambda v: isinstance(v, str) and len(v) <= 4096,
+              "object": lambda v: isinstance(v, dict)}[self.kind](value)
+        if ok and self.kind in ("int", "float"):
+            ok = self.low <= value and (value < self.high if self.high_open else value <= self.high)
+        if not ok:
+            raise ExportError(f"{where} is {_brief(value)}, expected {self.allowed()}")
+        return float(value) if self.kind == "float" else value
+
+
+def _number(x: float) -> str:
+    return "-inf" if x == -math.inf else "inf" if x == math.inf else f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _brief(value: Any) -> str:
+    """A config value as JSON, cut short: messages stay one readable line whatever was written."""
+    text = json.dumps(value) if isinstance(value, (dict, list, str, int, float, bool, type(None))) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_args(values: Any, spec: Mapping[str, Arg], where: str) -> dict[str, Any]:
+    """Every key of `values` checked against `spec` (unknown keys and missing required ones rejected)."""
+    if not isinstance(values, dict):
+        raise ExportError(f"{where} is {_brief(values)}, expected a JSON object with keys {sorted(spec)}")
+    unknown = sorted(set(values) - set(spec))
+    if unknown:
+        raise ExportError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(spec)}")
+    missing = sorted(k for k, arg in spec.items() if arg.required and k not in values)
+    if missing:
+        raise ExportError(f"{where}: missing key(s) {missing}")
+    return {k: spec[k].check(v, f"{where}.{k}") for k, v in values.items()}
 
 
 class Ranker(torch.nn.Module):
     """Base of every ranker: `prepare` a table once, `forward` a batch of prepared rows to scores (B,)."""
 
     kind: ClassVar[str]
+    ARGS: ClassVar[Mapping[str, Arg]] = {}   # the constructor arguments a saved config.json may hold
+
+    @classmethod
+    def checked_args(cls, args: Any, where: str) -> dict[str, Any]:
+        """The constructor arguments of a saved config, type- and range-checked (ExportError otherwise)."""
+        return check_args(args, cls.ARGS, where)
+
+    def check_loaded(self, where: str) -> None:
+        """Checks that need the loaded tensors (a ranker holding a model text parses it); ExportError otherwise."""
+
+    @classmethod
+    def optional_tensor(cls, name: str) -> bool:
+        """A tensor the weights file may leave out (tied to another one, e.g. BERT's MLM decoder)."""
+        return False
 
     def prepare(self, frame: pd.DataFrame) -> Inputs:
         """Every row of `frame` as tensors (CPU), indexable along the first dimension."""
@@ -85,34 +188,136 @@ def ranker_classes() -> dict[str, type[Ranker]]:
     return {MLPRanker.kind: MLPRanker, BertRanker.kind: BertRanker, LightGBMRanker.kind: LightGBMRanker}
 
 
-def read_ranker_config(directory: str | Path) -> dict[str, Any]:
-    path = Path(directory) / CONFIG_FILE
+def read_json_bounded(path: Path, max_bytes: int, what: str) -> Any:
+    """A JSON file of at most `max_bytes`, parsed strictly (no NaN/Infinity); ExportError otherwise."""
+    if not path.exists():
+        raise ExportError(f"{path}: missing; {what}")
     if not path.is_file():
-        raise FileNotFoundError(f"{directory}: no {CONFIG_FILE}; not a saved wpultr ranker")
-    config = json.loads(path.read_text())
+        raise ExportError(f"{path}: not a regular file; {what}")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise ExportError(f"{path}: {size} bytes, more than the {max_bytes} allowed; {what}")
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise ExportError(f"{path}: not valid JSON ({type(error).__name__}: {str(error)[:120]}); {what}") from None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_ranker_config(directory: str | Path) -> dict[str, Any]:
+    """config.json of a saved ranker, its format version, kind and the shape of its fields checked."""
+    path = Path(directory) / CONFIG_FILE
+    config = read_json_bounded(path, MAX_CONFIG_BYTES, "expected a saved wpultr ranker's config")
+    if not isinstance(config, dict):
+        raise ExportError(f"{path}: holds {_brief(config)}, expected a JSON object")
     if config.get("format") != RANKER_FORMAT:
-        raise ValueError(f"{path}: format {config.get('format')!r}, expected {RANKER_FORMAT!r}")
+        raise ExportError(f"{path}: format {_brief(config.get('format'))}, expected {_brief(RANKER_FORMAT)} "
+                          f"(a ranker saved by another wpultr version, or not a wpultr ranker)")
+    classes = ranker_classes()
+    if config.get("kind") not in classes:
+        raise ExportError(f"{path}: kind {_brief(config.get('kind'))} is not one of {sorted(classes)}")
     return config
 
 
-def load_ranker(directory: str | Path, device: str | torch.device = "cpu") -> Ranker:
-    """Rebuild a saved ranker from config.json and load its safetensors weights (no pickle)."""
+def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Each tensor's (dtype, shape) from a safetensors file's header, the file's size and layout checked
+    (bounded size, offsets that tile the data exactly): a truncated or foreign file is an ExportError."""
+    if not path.exists():
+        raise ExportError(f"{path}: missing; expected the ranker's weights (safetensors)")
+    if not path.is_file():
+        raise ExportError(f"{path}: not a regular file; expected the ranker's weights (safetensors)")
+    size = path.stat().st_size
+    if size > MAX_WEIGHTS_BYTES:
+        raise ExportError(f"{path}: {size} bytes, more than the {MAX_WEIGHTS_BYTES} allowed")
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+        if not 2 <= length <= min(MAX_HEADER_BYTES, size - 8):
+            raise ExportError(f"{path}: not a safetensors file (its first 8 bytes do not give a header length "
+                              f"that fits the file's {size} bytes)")
+        raw = handle.read(length)
+    try:
+        header = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ExportError(f"{path}: not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise ExportError(f"{path}: not a safetensors file (its header is not a JSON object)")
+    header.pop("__metadata__", None)
+    data_bytes, tensors, spans = size - 8 - length, {}, []
+    for name, entry in header.items():
+        ok = (isinstance(entry, dict) and entry.get("dtype") in SAFETENSORS_DTYPES
+              and isinstance(entry.get("shape"), list) and len(entry["shape"]) <= 8
+              and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2 ** 40 for d in entry["shape"])
+              and isinstance(entry.get("data_offsets"), list) and len(entry["data_offsets"]) == 2
+              and all(isinstance(o, int) and not isinstance(o, bool) for o in entry["data_offsets"]))
+        if not ok:
+            raise ExportError(f"{path}: tensor {name!r} has a malformed header entry {_brief(entry)}")
+        begin, end = entry["data_offsets"]
+        itemsize = torch.empty(0, dtype=SAFETENSORS_DTYPES[entry["dtype"]]).element_size()
+        if not 0 <= begin <= end or end - begin != math.prod(entry["shape"]) * itemsize:
+            raise ExportError(f"{path}: tensor {name!r} has offsets {entry['data_offsets']} that do not hold "
+                              f"its {entry['dtype']} shape {entry['shape']}")
+        tensors[name] = (entry["dtype"], tuple(entry["shape"]))
+        spans.append((begin, end))
+    position = 0
+    for begin, end in sorted(spans):
+        if begin != position:
+            break
+        position = end
+    if position != data_bytes:
+        raise ExportError(f"{path}: the tensors' data does not fill the file exactly ({data_bytes} data bytes, "
+                          f"tensors laid out up to byte {position}): truncated or tampered with")
+    return tensors
+
+
+def check_saved_ranker(directory: str | Path) -> tuple[type[Ranker], dict[str, Any]]:
+    """Check a saved ranker without building it: config fields, then the weights' tensor names, dtypes and
+    shapes against those of the module the config describes (built on the meta device: nothing allocated)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ExportError(f"{directory}: no such directory; expected a saved ranker ({CONFIG_FILE} + {WEIGHTS_FILE})")
     config = read_ranker_config(directory)
-    classes = ranker_classes()
-    if config["kind"] not in classes:
-        raise ValueError(f"{directory}/{CONFIG_FILE}: kind {config['kind']!r} is not one of {sorted(classes)}")
-    ranker = classes[config["kind"]](**config["args"])
-    state = load_file(str(Path(directory) / WEIGHTS_FILE))
-    missing, unexpected = ranker.load_state_dict(state, strict=False)
-    if unexpected or [m for m in missing if not _tied_copy(ranker, m)]:
-        raise ValueError(f"{directory}/{WEIGHTS_FILE}: weights do not fit the {config['kind']} ranker "
-                         f"(missing {missing}, unexpected {unexpected})")
+    cls = ranker_classes()[config["kind"]]
+    args = cls.checked_args(config.get("args"), f"{directory / CONFIG_FILE}: args")
+    try:
+        with torch.device("meta"):
+            skeleton = cls(**args)
+    except (ValueError, TypeError, RuntimeError) as error:
+        raise ExportError(f"{directory / CONFIG_FILE}: args do not describe a {cls.kind} ranker "
+                          f"({type(error).__name__}: {str(error)[:160]})") from None
+    expected = {name: (t.dtype, tuple(t.shape)) for name, t in skeleton.state_dict().items()}
+    weights = directory / WEIGHTS_FILE
+    found = read_safetensors_header(weights)
+    unexpected = sorted(set(found) - set(expected))
+    missing = sorted(n for n in set(expected) - set(found) if not cls.optional_tensor(n))
+    if unexpected or missing:
+        raise ExportError(f"{weights}: tensors do not fit the {cls.kind} ranker its {CONFIG_FILE} describes "
+                          f"(missing {_brief(missing)}, unexpected {_brief(unexpected)})")
+    for name, (dtype, shape) in found.items():
+        want_dtype, want_shape = expected[name]
+        if SAFETENSORS_DTYPES[dtype] != want_dtype or shape != want_shape:
+            want = next((k for k, v in SAFETENSORS_DTYPES.items() if v == want_dtype), str(want_dtype))
+            raise ExportError(f"{weights}: tensor {name!r} is {dtype} {list(shape)}, the config implies "
+                              f"{want} {list(want_shape)}")
+    return cls, args
+
+
+def load_ranker(directory: str | Path, device: str | torch.device = "cpu") -> Ranker:
+    """Rebuild a saved ranker from config.json and load its safetensors weights (no pickle), everything
+    checked first (`check_saved_ranker`): a tampered or truncated directory is one ExportError."""
+    cls, args = check_saved_ranker(directory)
+    weights = Path(directory) / WEIGHTS_FILE
+    ranker = cls(**args)
+    try:
+        state = load_file(str(weights))
+    except Exception as error:  # safetensors raises its own error type; the header was checked already
+        raise ExportError(f"{weights}: safetensors could not read it ({type(error).__name__}: {error})") from None
+    ranker.load_state_dict(state, strict=False)
+    ranker.check_loaded(str(weights))
     return ranker.to(device).eval()
-
-
-def _tied_copy(ranker: Ranker, name: str) -> bool:
-    """A parameter absent from the file is acceptable only if transformers ties it to another one."""
-    return name.endswith("decoder.weight") or name.endswith("decoder.bias")
 
 
 @torch.no_grad()

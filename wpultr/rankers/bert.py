@@ -25,14 +25,34 @@ import torch
 from transformers import BertConfig as HFBertConfig
 from transformers import BertForMaskedLM
 
+from ..config import BERT_SPECIAL_TOKENS
+from ..errors import ExportError
 from ..schema import ABSTRACT_TOKENS, QUERY_TOKENS, TITLE_TOKENS, SchemaError
-from .base import Inputs, Ranker
-from .mlp import mlp
+from .base import Arg, Inputs, Ranker, check_args
+from .mlp import MAX_LAYERS, MAX_WIDTH, mlp
 
 INPUT_IDS, TOKEN_TYPES, ATTENTION = "input_ids", "token_type_ids", "attention_mask"
 CLS_VECTORS = "cls_vectors"
-SPECIAL_NAMES = ("pad", "cls", "sep", "mask", "unk")
+SPECIAL_NAMES = BERT_SPECIAL_TOKENS      # defined with the (torch-free) config that validates them
 IGNORE_INDEX = -100
+MAX_LENGTH = 8192             # tokens per (query, document) input: inputs are (rows, max_length) matrices
+
+# What a saved encoder config may hold (the keys `_json_config` writes), with the range each may take.
+BERT_CONFIG_ARGS = {
+    "vocab_size": Arg("int", 8, 1 << 22),
+    "hidden_size": Arg("int", 1, 8192),
+    "num_hidden_layers": Arg("int", 1, 96),
+    "num_attention_heads": Arg("int", 1, 256),
+    "intermediate_size": Arg("int", 1, MAX_WIDTH),
+    "hidden_act": Arg("str"),
+    "hidden_dropout_prob": Arg("float", 0.0, 1.0, high_open=True),
+    "attention_probs_dropout_prob": Arg("float", 0.0, 1.0, high_open=True),
+    "max_position_embeddings": Arg("int", 4, MAX_LENGTH),
+    "type_vocab_size": Arg("int", 2, 16),
+    "initializer_range": Arg("float", 0.0, 10.0),
+    "layer_norm_eps": Arg("float", 1e-30, 1.0),
+    "pad_token_id": Arg("int", 0, 1 << 22, nullable=True, required=False),
+}
 
 
 def appended_specials(raw_vocab_size: int) -> dict[str, int]:
@@ -89,6 +109,40 @@ class BertRanker(Ranker):
     """score = MLP head ([CLS] vector of the BERT encoder)."""
 
     kind = "bert"
+    ARGS = {"bert_config": Arg("object"), "special_tokens": Arg("object"),
+            "head": Arg("int_list", 1, MAX_WIDTH, max_items=MAX_LAYERS),
+            "dropout": Arg("float", 0.0, 1.0, high_open=True), "max_length": Arg("int", 4, MAX_LENGTH),
+            "freeze_encoder": Arg("bool"), "cache_embeddings": Arg("bool"),
+            "checkpoint": Arg("str", nullable=True, required=False)}
+
+    @classmethod
+    def checked_args(cls, args: Any, where: str) -> dict[str, Any]:
+        """The generic checks, then the encoder config's own fields and how they bound the rest: special
+        ids inside the vocabulary, max_length within the position embeddings, heads dividing the width."""
+        from transformers.activations import ACT2FN
+        args = super().checked_args(args, where)
+        config = check_args(args["bert_config"], BERT_CONFIG_ARGS, f"{where}.bert_config")
+        vocab = config["vocab_size"]
+        if config["hidden_act"] not in ACT2FN:
+            raise ExportError(f"{where}.bert_config.hidden_act is {config['hidden_act']!r}, expected one of "
+                              f"{sorted(ACT2FN)}")
+        if config["hidden_size"] % config["num_attention_heads"]:
+            raise ExportError(f"{where}.bert_config: hidden_size {config['hidden_size']} is not a multiple of "
+                              f"num_attention_heads {config['num_attention_heads']}")
+        if config.get("pad_token_id") is not None and config["pad_token_id"] >= vocab:
+            raise ExportError(f"{where}.bert_config.pad_token_id is {config['pad_token_id']}, expected < "
+                              f"vocab_size {vocab}")
+        special = check_args(args["special_tokens"], {name: Arg("int", 0, vocab - 1) for name in SPECIAL_NAMES},
+                             f"{where}.special_tokens")
+        if args["max_length"] > config["max_position_embeddings"]:
+            raise ExportError(f"{where}.max_length is {args['max_length']}, expected <= "
+                              f"bert_config.max_position_embeddings ({config['max_position_embeddings']})")
+        return {**args, "bert_config": config, "special_tokens": special}
+
+    @classmethod
+    def optional_tensor(cls, name: str) -> bool:
+        """transformers ties the MLM decoder to the word embeddings, so a file may leave it out."""
+        return name.endswith("decoder.weight") or name.endswith("decoder.bias")
 
     def __init__(self, bert_config: dict[str, Any], special_tokens: dict[str, int], head: Sequence[int] = (512, 256, 128),
                  dropout: float = 0.1, max_length: int = 64, freeze_encoder: bool = False,

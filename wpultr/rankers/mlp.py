@@ -12,9 +12,12 @@ import pandas as pd
 import torch
 
 from ..schema import FEATURES, SchemaError
-from .base import Inputs, Ranker
+from .base import Arg, Inputs, Ranker
 
 FEATURE_INPUT = "features"
+MAX_FEATURES = 1_000_000      # input width of a dense-feature ranker
+MAX_WIDTH = 65_536            # width of one hidden layer
+MAX_LAYERS = 32               # hidden layers of an MLP head
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int = 1, dropout: float = 0.0) -> torch.nn.Sequential:
@@ -63,6 +66,9 @@ class MLPRanker(Ranker):
     """score = MLP(standardise(features))."""
 
     kind = "mlp"
+    ARGS = {"n_features": Arg("int", 1, MAX_FEATURES),
+            "hidden": Arg("int_list", 1, MAX_WIDTH, max_items=MAX_LAYERS),
+            "dropout": Arg("float", 0.0, 1.0, high_open=True)}
 
     def __init__(self, n_features: int, hidden: Sequence[int] = (512, 256, 128), dropout: float = 0.1):
         super().__init__()

@@ -1,0 +1,289 @@
+"""Export -> score on real runs of every backbone and feature path, and exports tampered with in many ways.
+
+Runs are small demo-like pipelines on a real LocalCluster: token-only logs in the Baidu layout (the
+MLP reads lexical features computed from the tokens; the tiny BERT reads the tokens) and simulated
+dense-feature logs (the LightGBM lambdarank anchor). `wpultr score` on the export must give exactly
+the scores the run evaluated its test queries with. A tampered export must fail with one ExportError.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from wpultr.cli import app
+from wpultr.config import config_from_dict
+from wpultr.errors import ExportError
+from wpultr.export import LEXICAL_DIR, export_run, load_export, read_input_table, score_table
+from wpultr.pipeline import stages as S
+from wpultr.pipeline.runner import run_pipeline
+from wpultr.rankers.base import CONFIG_FILE, WEIGHTS_FILE
+from wpultr.simulate import SimulateConfig, simulate
+
+pytestmark = pytest.mark.slow
+
+SIM = {"n_queries": 20, "docs_per_query": 8, "n_sessions": 200, "n_annotated_queries": 12,
+       "results_per_page": 6, "vocab_size": 150, "n_dense_features": 4}
+
+
+def run_config(tmp: Path, name: str, data: dict, ranker: dict, **train) -> dict:
+    return {"name": name, "seed": 1, "run_dir": str(tmp / "{name}"), "data": {"valid_fraction": 0.3, **data},
+            "ranker": {"head": [16], **ranker}, "train": {"epochs": 1, "batch_size": 32, **train},
+            "evaluation": {"discover_graph": False}, "cluster": {"n_workers": 2}}
+
+
+@pytest.fixture(scope="module")
+def baidu_logs(tmp_path_factory) -> Path:
+    """Simulated token-only logs in the Baidu-ULTR layout (gzip session files + annotation TSV)."""
+    out = tmp_path_factory.mktemp("baidu")
+    simulate(SimulateConfig(**SIM), seed=4).write(out, fmt="baidu")
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, baidu_logs, dask_client, one_torch_thread) -> dict[str, Path]:
+    """One finished run per backbone and feature path."""
+    tmp = tmp_path_factory.mktemp("runs")
+    baidu = {"source": "baidu", "train": [str(baidu_logs / "train" / "*.gz")],
+             "annotations": str(baidu_logs / "annotations.tsv.gz")}
+    configs = {
+        "lexical": run_config(tmp, "lexical", baidu, {"backbone": "mlp"}),           # the default demo's path
+        "bert": run_config(tmp, "bert", baidu, {"backbone": "bert", "bert": {"max_length": 24}}),
+        "lightgbm": {**run_config(tmp, "lightgbm", {"source": "simulate", "simulate": SIM}, {"backbone": "mlp"},
+                                  method="lightgbm_lambdarank"),
+                     "baselines": {"lightgbm_rounds": 5, "lightgbm_min_data_in_leaf": 2}},
+    }
+    return {name: run_pipeline(config_from_dict(cfg), client=dask_client).run_dir for name, cfg in configs.items()}
+
+
+@pytest.fixture(scope="module")
+def exports(runs, tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("exports")
+    return {name: export_run(run, out / name) for name, run in runs.items()}
+
+
+def _input_file(run: Path, baidu_logs: Path) -> Path:
+    """What a user scores: the Baidu annotation file for token runs, the run's annotation table otherwise."""
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    return baidu_logs / "annotations.tsv.gz" if config["data"]["source"] == "baidu" else run / S.ANNOTATIONS
+
+
+@pytest.mark.parametrize("name", ["lexical", "bert", "lightgbm"])
+def test_export_then_score_gives_the_runs_own_test_scores(name, runs, baidu_logs, tmp_path):
+    run = runs[name]
+    cli = CliRunner()
+    exported = tmp_path / "model"
+    result = cli.invoke(app, ["export", str(run), "--out", str(exported)])
+    assert result.exit_code == 0, result.output
+    names = {p.name for p in exported.iterdir()}
+    assert {"config.json", "model.safetensors", "export.json"} <= names
+    assert (LEXICAL_DIR in names) == (name == "lexical")  # the feature state travels with the MLP on tokens
+    out = tmp_path / "scores.parquet"
+    result = cli.invoke(app, ["score", str(exported), str(_input_file(run, baidu_logs)), "--out", str(out),
+                              "--batch-size", "32"])
+    assert result.exit_code == 0, result.output
+    mine = pd.read_parquet(out)
+    theirs = pd.read_parquet(run / S.TEST_SCORES)
+    assert len(theirs) > 0 and mine["doc_id"].notna().all()
+    both = theirs.merge(mine, on=["query_id", "doc_id", "label"], suffixes=("_run", "_export"),
+                        validate="one_to_one")
+    assert len(both) == len(theirs)  # every test row of the run is scored by the export
+    np.testing.assert_array_equal(both["score_export"].to_numpy(), both["score_run"].to_numpy())
+
+
+# ---------------------------------------------------------------------------------------------
+# Tampered exports: each one ExportError, never another exception
+# ---------------------------------------------------------------------------------------------
+def _edit_config(edit):
+    def tamper(model: Path) -> None:
+        config = json.loads((model / CONFIG_FILE).read_text())
+        edit(config)
+        (model / CONFIG_FILE).write_text(json.dumps(config))
+    return tamper
+
+
+def _set_arg(key, value):
+    return _edit_config(lambda c: c["args"].__setitem__(key, value))
+
+
+def _set_bert(key, value):
+    return _edit_config(lambda c: c["args"]["bert_config"].__setitem__(key, value))
+
+
+def _edit_weights(edit):
+    def tamper(model: Path) -> None:
+        state = load_file(str(model / WEIGHTS_FILE))
+        edit(state)
+        save_file(state, str(model / WEIGHTS_FILE))
+    return tamper
+
+
+def _first_weight(state: dict) -> str:
+    return next(k for k in state if k.endswith("weight"))
+
+
+def _write(name: str, data: bytes | str):
+    def tamper(model: Path) -> None:
+        path = model / name
+        path.write_bytes(data) if isinstance(data, bytes) else path.write_text(data)
+    return tamper
+
+
+def _truncate(name: str, keep: float):
+    def tamper(model: Path) -> None:
+        path = model / name
+        path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
+    return tamper
+
+
+def _remove(name: str):
+    def tamper(model: Path) -> None:
+        path = model / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return tamper
+
+
+def _huge_header(model: Path) -> None:
+    data = (model / WEIGHTS_FILE).read_bytes()
+    (model / WEIGHTS_FILE).write_bytes((2 ** 62).to_bytes(8, "little") + data[8:])
+
+
+def _lexical_unsorted(model: Path) -> None:
+    path = model / LEXICAL_DIR / "lexical_featurizer.npz"
+    with np.load(path) as arrays:
+        state = {k: arrays[k] for k in arrays.files}
+    key = next(k for k in state if k.endswith("token_ids"))
+    state[key] = state[key][::-1].copy()
+    np.savez(path, **state)
+
+
+def _garbage_model_text(model: Path) -> None:
+    state = load_file(str(model / WEIGHTS_FILE))
+    state["model_text"] = torch.frombuffer(bytearray(b"tree\nversion=v4\nnot a model at all\n" * 3), dtype=torch.uint8)
+    save_file(state, str(model / WEIGHTS_FILE))
+    _set_arg("model_bytes", int(state["model_text"].numel()))(model)
+
+
+def _non_utf8_model_text(model: Path) -> None:
+    state = load_file(str(model / WEIGHTS_FILE))
+    state["model_text"] = torch.full_like(state["model_text"], 0xFF)
+    save_file(state, str(model / WEIGHTS_FILE))
+
+
+TAMPERS = {
+    # files missing, unreadable, or of another format
+    "no directory": ("lexical", lambda m: shutil.rmtree(m)),
+    "missing config": ("lexical", _remove(CONFIG_FILE)),
+    "missing weights": ("lexical", _remove(WEIGHTS_FILE)),
+    "config is a directory": ("lexical", lambda m: ((m / CONFIG_FILE).unlink(), (m / CONFIG_FILE).mkdir())),
+    "invalid JSON": ("lexical", _write(CONFIG_FILE, '{"format": "wpultr.ranker/1", "kind": ')),
+    "JSON not an object": ("lexical", _write(CONFIG_FILE, "[1, 2, 3]")),
+    "deeply nested JSON": ("lexical", _write(CONFIG_FILE, "[" * 100_000 + "]" * 100_000)),
+    "huge config file": ("lexical", _write(CONFIG_FILE, " " * (2 << 20) + "{}")),
+    "non-UTF-8 config": ("lexical", _write(CONFIG_FILE, b"\xff\xfe{}")),
+    "wrong format version": ("lexical", _edit_config(lambda c: c.__setitem__("format", "wpultr.ranker/9"))),
+    "unknown kind": ("lexical", _edit_config(lambda c: c.__setitem__("kind", "__import__('os')"))),
+    "args not an object": ("lexical", _edit_config(lambda c: c.__setitem__("args", [1]))),
+    "missing arg": ("lexical", _edit_config(lambda c: c["args"].pop("n_features"))),
+    "extra arg": ("lexical", _set_arg("device", "cuda")),
+    "export.json other version": ("lexical", _write("export.json", '{"format": "wpultr.export/0"}')),
+    "export.json invalid": ("lexical", _write("export.json", "{nope")),
+    # types and ranges of every field
+    "negative n_features": ("lexical", _set_arg("n_features", -3)),
+    "huge n_features": ("lexical", _set_arg("n_features", 10 ** 12)),
+    "n_features as text": ("lexical", _set_arg("n_features", "17")),
+    "n_features as bool": ("lexical", _set_arg("n_features", True)),
+    "n_features as float": ("lexical", _set_arg("n_features", 17.0)),
+    "negative head size": ("lexical", _set_arg("hidden", [-5])),
+    "huge head size": ("lexical", _set_arg("hidden", [10 ** 9])),
+    "head size in range, not in weights": ("lexical", _set_arg("hidden", [60_000])),
+    "head of 1000 layers": ("lexical", _set_arg("hidden", [4] * 1000)),
+    "head not a list": ("lexical", _set_arg("hidden", "512")),
+    "dropout 1.5": ("lexical", _set_arg("dropout", 1.5)),
+    "dropout NaN": ("lexical", _write(CONFIG_FILE, '{"format": "wpultr.ranker/1", "kind": "mlp", "args": '
+                                                   '{"n_features": 17, "hidden": [16], "dropout": NaN}}')),
+    # the weights against what the config implies
+    "truncated weights": ("lexical", _truncate(WEIGHTS_FILE, 0.7)),
+    "weights cut inside the header": ("lexical", _truncate(WEIGHTS_FILE, 0.01)),
+    "empty weights": ("lexical", _write(WEIGHTS_FILE, b"")),
+    "non-safetensors bytes": ("lexical", _write(WEIGHTS_FILE, bytes(range(256)) * 64)),
+    "a pickle instead": ("lexical", lambda m: torch.save({"x": torch.zeros(2)}, m / WEIGHTS_FILE)),
+    "header length beyond the file": ("lexical", _huge_header),
+    "weights with a wrong shape": ("lexical", _edit_weights(
+        lambda s: s.__setitem__(_first_weight(s), torch.zeros(3, 3)))),
+    "weights with a wrong dtype": ("lexical", _edit_weights(
+        lambda s: s.__setitem__(_first_weight(s), s[_first_weight(s)].double()))),
+    "extra tensor": ("lexical", _edit_weights(lambda s: s.__setitem__("net.9.weight", torch.zeros(2)))),
+    "missing tensor": ("lexical", _edit_weights(lambda s: s.pop(_first_weight(s)))),
+    "config n_features differs from weights": ("lexical", _set_arg("n_features", 5)),
+    # the lexical feature state
+    "lexical state missing a file": ("lexical", _remove(f"{LEXICAL_DIR}/lexical_featurizer.npz")),
+    "lexical JSON garbage": ("lexical", _write(f"{LEXICAL_DIR}/lexical_featurizer.json", "{]")),
+    "lexical NPZ garbage": ("lexical", _write(f"{LEXICAL_DIR}/lexical_featurizer.npz", b"PK\x03\x04garbage")),
+    "lexical statistics unsorted": ("lexical", _lexical_unsorted),
+    "lexical state is a file": ("lexical", lambda m: (_remove(LEXICAL_DIR)(m), _write(LEXICAL_DIR, "{}")(m))),
+    # BERT: sizes bounded before anything is allocated
+    "absurd max_length": ("bert", _set_arg("max_length", 10 ** 9)),
+    "max_length beyond positions": ("bert", _set_arg("max_length", 4096)),
+    "million encoder layers": ("bert", _set_bert("num_hidden_layers", 10 ** 6)),
+    "huge vocabulary": ("bert", _set_bert("vocab_size", 10 ** 12)),
+    "vocabulary in range, not in weights": ("bert", _set_bert("vocab_size", 4096)),
+    "width not a multiple of heads": ("bert", _set_bert("num_attention_heads", 5)),
+    "unknown activation": ("bert", _set_bert("hidden_act", "os.system")),
+    "unknown encoder key": ("bert", _set_bert("torch_dtype", "float16")),
+    "special id beyond vocabulary": ("bert", _edit_config(lambda c: c["args"]["special_tokens"].__setitem__("cls", 10 ** 6))),
+    "special ids missing": ("bert", _set_arg("special_tokens", {"pad": 0})),
+    "freeze flag as text": ("bert", _set_arg("freeze_encoder", "yes")),
+    # LightGBM: the model text
+    "lightgbm model string garbage": ("lightgbm", _garbage_model_text),
+    "lightgbm model text not UTF-8": ("lightgbm", _non_utf8_model_text),
+    "lightgbm features differ from model": ("lightgbm", _set_arg("n_features", 3)),
+    "lightgbm without a model": ("lightgbm", _set_arg("model_bytes", 0)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERS))
+def test_tampered_export_is_one_export_error(case, exports, runs, tmp_path):
+    source, tamper = TAMPERS[case]
+    model = tmp_path / "model"
+    shutil.copytree(exports[source], model)
+    table = pd.read_parquet(runs[source] / S.ANNOTATIONS).head(20)
+    load_export(model)  # the untouched copy loads
+    tamper(model)
+    with pytest.raises(ExportError) as err:
+        score_table(model, table)
+    message = str(err.value)
+    assert "\n" not in message and len(message) < 600, message
+    assert str(model) in message  # names the file at fault
+
+
+def test_cli_shows_a_tampered_export_as_one_line(exports, baidu_logs, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(exports["lexical"], model)
+    _set_arg("hidden", [-5])(model)
+    result = CliRunner().invoke(app, ["score", str(model), str(baidu_logs / "annotations.tsv.gz"),
+                                      "--out", str(tmp_path / "s.parquet")])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        f"error: {model / CONFIG_FILE}: args.hidden[0] is -5, expected an integer in [1, 65536]")
+
+
+def test_export_refuses_a_run_without_a_ranker(tmp_path):
+    with pytest.raises(ExportError, match="no trained ranker"):
+        export_run(tmp_path, tmp_path / "out")
+
+
+def test_read_input_table_names_an_unreadable_parquet(tmp_path):
+    bad = tmp_path / "t.parquet"
+    bad.write_text("not parquet")
+    with pytest.raises(Exception) as err:
+        read_input_table(bad)
+    assert type(err.value).__name__ == "SchemaError" and str(bad) in str(err.value)
