@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from wpultr.config import RunConfig
+from wpultr.config import BaselinesConfig, RunConfig
 from wpultr.methods.registry import get_method
 from wpultr.simulate import SimulateConfig, simulate
 
@@ -64,7 +64,7 @@ def main() -> None:
         cfg.train.epochs = args.epochs
         cfg.train.batch_size = args.batch_size
         cfg.train.device = "cpu"
-        cfg.baselines = {"lightgbm_rounds": args.rounds, "lightgbm_num_threads": args.threads}
+        cfg.baselines = BaselinesConfig(lightgbm_rounds=args.rounds, lightgbm_num_threads=args.threads)
         return cfg
 
     # warm-up (lazy imports, allocator, first-call costs), not timed

@@ -1,8 +1,17 @@
-"""The run config: defaults, safe YAML, and errors that name the key and the allowed values."""
+"""The run config: defaults, safe YAML, every key checked at load, and paths made absolute on the client."""
+import dataclasses
+import glob
+import os
+import typing
+from pathlib import Path
+
 import pytest
 import yaml
 
-from wpultr.config import ConfigError, config_from_dict, dump_config, load_config
+from wpultr.config import (BaselinesConfig, ConfigError, RunConfig, config_from_dict, dump_config, load_config,
+                           parse_overrides, to_dict)
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_defaults_resolve_and_round_trip_through_yaml():
@@ -24,7 +33,9 @@ def test_defaults_resolve_and_round_trip_through_yaml():
     ({"data": {"source": "baidu", "train": ["x.gz"]}}, "data.annotations"),
     ({"data": {"simulate": {"n_sessions": -1}}}, "data.simulate.n_sessions"),
     ({"data": {"simulate": {"media_type_consistency": 2}}}, "data.simulate.media_type_consistency"),
-    ({"bal": {"click_model": {"max_rows": 0}}}, "bal.click_model.max_rows: expected > 0 or null, got 0"),
+    ({"bal": {"click_model": {"max_rows": 0}}}, "bal.click_model.max_rows: must be > 0 or null, got 0"),
+    ({"train": {"select_metric": "DCG@20"}}, "train.select_metric: 'DCG@20' is not allowed; allowed values: DCG@1"),
+    ({"bal": {"features": ["colour"]}}, "bal.features: ['colour'] are not declared page features"),
 ])
 def test_bad_values_name_the_key(values, fragment):
     with pytest.raises(ConfigError) as err:
@@ -32,14 +43,193 @@ def test_bad_values_name_the_key(values, fragment):
     assert fragment in str(err.value)
 
 
+# The probes of issue 15 item 9, given as the CLI gives them (--set KEY=VALUE over a YAML file): each
+# passed validation before and failed later; now each fails at load with the key and what is allowed.
+@pytest.mark.parametrize("override, message", [
+    ("ranker.head=[-5]", "ranker.head: must be a list of layer widths >= 1 (empty: a linear head), got [-5]"),
+    ("ranker.dropout=1.5", "ranker.dropout: must be in [0, 1), got 1.5"),
+    ("seed=-1", "seed: must be an integer in [0, 2**32 - 1], got -1"),
+    ("run_dir=runs/{0}", "run_dir: must be a non-empty path; placeholders allowed: {name}, {seed}, got 'runs/{0}'"),
+    ("cluster.memory_limit=lots", "cluster.memory_limit: must be a size such as '4GiB' or '500MB', or 'auto', "
+                                  "got 'lots'"),
+    ("cluster.scheduler=notanaddress", "cluster.scheduler: must be null (a LocalCluster) or a scheduler address: "
+                                       "tcp://host:port"),
+    ("train.weight_decay=-1", "train.weight_decay: must be a finite number >= 0, got -1.0"),
+    ("data.max_sessions=0", "data.max_sessions: must be null (every session) or an integer >= 1, got 0"),
+    ("baselines.propensity_clip=5", "baselines.propensity_clip: must be in (0, 1], got 5.0"),
+    ("baselines.dla_max_weight=0.1", "baselines.dla_max_weight: must be a finite number > 1, got 0.1"),
+    ("baselines.rem_step_size=-3", "baselines.rem_step_size: must be in (0, 1], got -3.0"),
+    ("baselines.lightgbm_rounds=0", "baselines.lightgbm_rounds: must be an integer >= 1, got 0"),
+])
+def test_issue_probes_fail_at_load_with_the_key_and_the_allowed_values(tmp_path, override, message):
+    path = tmp_path / "run.yaml"
+    path.write_text("name: probe\ntrain: {epochs: 1}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, parse_overrides([override]))
+    assert str(err.value).startswith(message)
+
+
+# One bad value for every key that has a range, format or set of allowed values (booleans are
+# type-checked only). `test_every_key_has_a_bad_value_here` keeps this table complete: a new key
+# needs a check and an entry here.
+BAD: dict[str, typing.Any] = {
+    "name": "..", "seed": 2 ** 32, "run_dir": "runs/{name!r}",
+    "data.source": "hdfs", "data.train": [""], "data.annotations": "", "data.valid_fraction": 1.0,
+    "data.page_features": {"position": "ordinall"}, "data.max_sessions": 0, "data.partition_rows": 0,
+    "data.simulate.n_queries": 5, "data.simulate.docs_per_query": 0, "data.simulate.n_sessions": 0,
+    "data.simulate.n_annotated_queries": 0, "data.simulate.results_per_page": 0, "data.simulate.vocab_size": 10,
+    "data.simulate.n_dense_features": 0, "data.simulate.zipf_exponent": -1.0, "data.simulate.logging_noise": -1.0,
+    "data.simulate.user_model": "dbn", "data.simulate.user_model_params": {"nope": 1},
+    "data.simulate.n_context_factors": -1, "data.simulate.context_levels": 1, "data.simulate.context_strength": 1.0,
+    "data.simulate.media_type_probs": [0.5, 0.2, 0.2, 0.2], "data.simulate.media_type_consistency": 2.0,
+    "data.simulate.media_heights": [0.0, 1.0, 1.0, 1.0], "data.simulate.height_spread": -1.0,
+    "data.simulate.logging_media_boost": [0.0], "data.simulate.screen_height": 0.0,
+    "data.simulate.scroll_screens": -1.0,
+    "cluster.scheduler": "tcp://host", "cluster.n_workers": 0, "cluster.threads_per_worker": 0,
+    "cluster.memory_limit": "0", "cluster.connect_timeout": 0.0, "cluster.no_worker_timeout": -1.0,
+    "ranker.backbone": "gpt", "ranker.head": [0], "ranker.dropout": 1.0, "ranker.bert.path": "",
+    "ranker.bert.max_length": 4, "ranker.bert.special_tokens": {"pad": 0}, "ranker.bert.hidden_size": 0,
+    "ranker.bert.num_hidden_layers": 0, "ranker.bert.num_attention_heads": 0, "ranker.bert.intermediate_size": 0,
+    "ranker.lightgbm.rounds_per_epoch": 0, "ranker.lightgbm.learning_rate": 2.0, "ranker.lightgbm.num_leaves": 1,
+    "ranker.lightgbm.min_data_in_leaf": 0, "ranker.lightgbm.num_threads": -1,
+    "train.method": "magic", "train.loss": "hinge", "train.epochs": 0, "train.warmup_epochs": -1,
+    "train.mlm_probability": 1.0, "train.mlm_weight": -1.0, "train.select_metric": "AUC", "train.batch_size": 0,
+    "train.learning_rate": float("inf"), "train.weight_decay": float("nan"), "train.device": "tpu",
+    "evaluation.ks": [3, 3],
+    "discovery.n_sessions": 0, "discovery.n_strata": 0, "discovery.ci_test": "gsq", "discovery.alpha": 1.0,
+    "discovery.click_rows": 5, "discovery.click_knots": 2, "discovery.near_deterministic": 0.0,
+    "discovery.max_depth": -1, "discovery.n_bootstrap": -1, "discovery.seed_offset": -1,
+    "discovery.kci.kernel": "Cosine", "discovery.kci.est_width": "mean", "discovery.kci.polyd": 0,
+    "discovery.kci.engine": "fast", "discovery.kci.cache_mib": 0, "discovery.rcit.approx": "exact",
+    "discovery.rcit.num_f": 0, "discovery.rcit.num_f2": 0, "discovery.fastkci.n_clusters": 0,
+    "discovery.fastkci.n_repeats": 0, "discovery.preprocess.bradley_terry_ridge": 0.0,
+    "discovery.preprocess.embedding_dim": 0, "discovery.preprocess.seed": -1,
+    "baselines.propensity_source": "oracle", "baselines.propensity_table": {"0": 1.0},
+    "baselines.propensity_clip": 0.0, "baselines.randomisation_sessions": 0, "baselines.harvest_iterations": 0,
+    "baselines.rem_step_size": 1.5, "baselines.dla_ranker_loss_weight": -1.0,
+    "baselines.dla_propensity_learning_rate": 0.0, "baselines.dla_max_weight": 1.0,
+    "baselines.pairwise_regularization_p": 0.0, "baselines.pairwise_step_size": 0.0, "baselines.lightgbm_rounds": 0,
+    "baselines.lightgbm_learning_rate": 0.0, "baselines.lightgbm_num_leaves": 1,
+    "baselines.lightgbm_min_data_in_leaf": 0, "baselines.lightgbm_position_bias_regularization": -1.0,
+    "baselines.lightgbm_num_threads": -1, "baselines.lightgbm_eval_points": 0,
+    "bal.graph": "learned", "bal.features": [], "bal.estimator_rows": 0,
+    "bal.click_model.form": "linear", "bal.click_model.hidden": [0], "bal.click_model.embedding_dim": 0,
+    "bal.click_model.epochs": 0, "bal.click_model.learning_rate": 0.0, "bal.click_model.batch_size": 0,
+    "bal.click_model.max_rows": 0,
+    "bal.influence.hidden": [0], "bal.influence.epochs": 0, "bal.influence.patience": 0,
+    "bal.influence.min_delta": -1.0, "bal.influence.learning_rate": 0.0, "bal.influence.weight_decay": -1.0,
+    "bal.influence.lr_decay": 0.0, "bal.influence.lr_patience": -1, "bal.influence.batch_size": 0,
+    "bal.influence.valid_fraction": 1.0, "bal.influence.min_std": 0.0, "bal.influence.numerator": "ratio",
+    "bal.influence.device": "tpu",
+    "bal.weights.n_permutations": 0, "bal.weights.max_weight": 0.5, "bal.weights.clip_quantile": 0.0,
+}
+
+
+def _leaf_keys(cls: type, prefix: str = "") -> list[str]:
+    """Dotted keys of every non-section field of a config dataclass, booleans left out."""
+    hints = typing.get_type_hints(cls)
+    keys = []
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(hints[f.name]):
+            keys += _leaf_keys(hints[f.name], key + ".")
+        elif hints[f.name] is not bool:
+            keys.append(key)
+    return keys
+
+
+def test_every_key_has_a_bad_value_here():
+    assert sorted(set(_leaf_keys(RunConfig)) - set(BAD)) == []
+    assert sorted(set(BAD) - set(_leaf_keys(RunConfig))) == []
+
+
+def _nested(dotted: str, value: typing.Any) -> dict:
+    for part in reversed(dotted.split(".")):
+        value = {part: value}
+    return value
+
+
+@pytest.mark.parametrize("key", sorted(BAD))
+def test_every_key_rejects_a_bad_value_naming_itself(key):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(_nested(key, BAD[key]))
+    message = str(err.value)
+    assert message.startswith(key) and message[len(key)] in ":.[", message
+    assert any(word in message for word in ("must", "allowed", "expected", "one of", "needs")), message
+
+
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:8786", "tls://scheduler.example.org:8786", "localhost:8786",
+                                     "tcp://[::1]:8786", "inproc://10.0.0.1/1234/1", "ucx://10.1.1.1:13337"])
+def test_scheduler_addresses_in_dask_forms_are_accepted(address):
+    assert config_from_dict({"cluster": {"scheduler": address}}).cluster.scheduler == address
+
+
+@pytest.mark.parametrize("address", ["tcp://host:0", "tcp://host:70000", "http//host:1", "host", "tcp://:8786"])
+def test_malformed_scheduler_addresses_are_rejected(address):
+    with pytest.raises(ConfigError, match="cluster.scheduler"):
+        config_from_dict({"cluster": {"scheduler": address}})
+
+
+def test_bert_heads_must_divide_the_hidden_size():
+    with pytest.raises(ConfigError, match=r"ranker.bert.hidden_size: must be a multiple of num_attention_heads \(3\)"):
+        config_from_dict({"ranker": {"bert": {"num_attention_heads": 3}}})
+
+
+def test_memory_limits_parse_as_dask_sizes():
+    assert config_from_dict({"cluster": {"memory_limit": "500MB"}}).cluster.memory_limit == "500MB"
+    assert config_from_dict({"cluster": {"memory_limit": "auto"}}).cluster.memory_limit == "auto"
+
+
+def test_baselines_settings_are_one_validated_dataclass():
+    with pytest.raises(ConfigError, match=r"baselines.propensity_clip: must be in \(0, 1\]"):
+        BaselinesConfig(propensity_clip=5.0)
+    assert config_from_dict({"baselines": {"lightgbm_rounds": 7}}).baselines == BaselinesConfig(lightgbm_rounds=7)
+
+
 def test_load_config_uses_safe_yaml_and_overrides(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("name: x\ntrain:\n  epochs: 2\n")
     cfg = load_config(path, {"train.learning_rate": 0.01})
     assert (cfg.name, cfg.train.epochs, cfg.train.learning_rate) == ("x", 2, 0.01)
+    assert cfg.source == path.resolve()
     path.write_text("!!python/object/apply:os.system ['echo unsafe']\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(path)
+
+
+# --------------------------------------------------------------------------------------------- paths
+def test_relative_paths_are_made_absolute_against_the_working_directory(tmp_path, monkeypatch):
+    project = tmp_path / "pro{j}ect"          # braces: run_dir is a format template
+    (project / "conf").mkdir(parents=True)
+    path = project / "conf" / "run.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "r1", "run_dir": "out/{name}-{seed}",
+        "data": {"source": "baidu", "train": ["logs/*.gz", "/abs/x.gz", "s3://bucket/y.gz"],
+                 "annotations": "labels/a.tsv.gz"},
+        "ranker": {"bert": {"path": "~/ckpt"}}}))
+    monkeypatch.chdir(project)
+    cfg = load_config(Path("conf/run.yaml"), parse_overrides(["data.annotations=other/b.tsv"]))
+    monkeypatch.chdir(tmp_path)               # a worker elsewhere sees the same files
+    assert cfg.data.train == [str(project / "logs/*.gz"), "/abs/x.gz", "s3://bucket/y.gz"]
+    assert cfg.data.annotations == str(project / "other/b.tsv")
+    assert cfg.ranker.bert.path == str(Path.home() / "ckpt")
+    assert cfg.resolved_run_dir == project / "out" / "r1-0"
+    again = config_from_dict(yaml.safe_load(dump_config(cfg)))   # what a worker rebuilds: unchanged
+    assert dump_config(again) == dump_config(cfg)
+
+
+@pytest.mark.parametrize("pipeline", sorted(p.name for p in (REPO / "pipelines").glob("*.yaml")))
+def test_repository_pipelines_resolve_to_the_same_places_from_the_repository_root(pipeline, monkeypatch):
+    monkeypatch.chdir(REPO)
+    raw = yaml.safe_load((REPO / "pipelines" / pipeline).read_text())
+    cfg = load_config(Path("pipelines") / pipeline)
+    assert cfg.resolved_run_dir == REPO / raw.get("run_dir", "runs/{name}").format(name=cfg.name, seed=cfg.seed)
+    for pattern in cfg.data.train:
+        assert os.path.isabs(pattern) and glob.glob(pattern), pattern
+    if cfg.data.annotations:
+        assert Path(cfg.data.annotations) == REPO / raw["data"]["annotations"] and Path(cfg.data.annotations).is_file()
+    assert all(os.path.isabs(v) for v in [cfg.run_dir, *cfg.data.train] if v)
+    assert to_dict(cfg)["run_dir"] == cfg.run_dir
 
 
 def test_loading_a_config_imports_neither_torch_nor_causal_learn():

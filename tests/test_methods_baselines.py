@@ -14,7 +14,7 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from wpultr.config import ConfigError, RunConfig
+from wpultr.config import BaselinesConfig, ConfigError, RunConfig
 from wpultr.methods.base import FitResult
 from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.methods.propensity import (harvest_propensities, propensity_array, randpair_estimate,
@@ -42,9 +42,8 @@ def run_config(method: str, **baselines) -> RunConfig:
     cfg.train.epochs = EPOCHS.get(method, 1)
     cfg.train.batch_size = 64
     cfg.train.device = "cpu"
-    cfg.baselines = {"randomisation_sessions": 20_000, "lightgbm_rounds": 60, "lightgbm_eval_points": 3,
-                     "lightgbm_num_threads": 1,
-                     **baselines}
+    cfg.baselines = BaselinesConfig(**{"randomisation_sessions": 20_000, "lightgbm_rounds": 60,
+                                       "lightgbm_eval_points": 3, "lightgbm_num_threads": 1, **baselines})
     return cfg
 
 

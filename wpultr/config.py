@@ -1,52 +1,154 @@
 """One validated config describes a whole run (allRank's habit): dataclasses with defaults.
 
-`load_config(path)` parses YAML safely, rejects unknown keys and wrong values with the dotted
-key and the allowed values, and `to_dict` gives back the resolved config written beside a run.
+Every section is a dataclass that checks its own keys when it is built (`__post_init__`, raising
+ConfigError with the dotted key from its `KEY` and the allowed values); the sections of other
+packages (`data.simulate`, `discovery`, `bal`) do the same in their own modules. This module only
+composes them, checks what spans sections (RunConfig), and reads YAML: `load_config(path)` parses it
+with the safe loader and rejects unknown keys and wrong types; `to_dict` gives back the resolved
+config written beside a run.
+
+Paths: a relative path in a run config (`data.train`, `data.annotations`, `ranker.bert.path`,
+`run_dir`), whether written in the YAML file, given with --set or in a mapping, is relative to the
+current working directory when the config is loaded, and is made absolute then, on the client, so
+Dask workers started in other directories read and write the same files. A URL (`s3://…`) is kept.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import re
+import string
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 import yaml
+from dask.utils import parse_bytes
 
-from .causal.discovery_config import DiscoveryConfig, validate_discovery_config
+from .causal.discovery_config import DiscoveryConfig
+from .errors import ConfigError, SchemaError, require
 from .methods.bal_config import BalConfig
-from .schema import BAIDU_PAGE_FEATURES
-from .simulate.spec import SimulateConfig, validate_simulate_config
+from .methods.registry import METHODS
+from .schema import BAIDU_PAGE_FEATURES, page_features_from_config
+from .simulate.spec import SimulateConfig
+
+__all__ = ["BERT_SPECIAL_TOKENS", "BaselinesConfig", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
+           "EvalConfig", "LightGBMBackboneConfig", "RankerConfig", "RunConfig", "TrainConfig", "config_from_dict",
+           "dump_config", "from_mapping", "load_config", "parse_overrides", "read_yaml_mapping", "set_dotted",
+           "to_dict"]
+
+BERT_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask", "unk")   # ids a BERT checkpoint's vocabulary must give
+MAX_NAME_LENGTH = 128
+RUN_DIR_FIELDS = ("name", "seed")                          # the placeholders run_dir may hold
+_HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)"
+_SCHEDULER = re.compile(rf"((tcp|tls|ws|wss|ucx)://)?{_HOST}:(?P<port>[0-9]{{1,5}})/?|inproc://\S+")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_METRIC = re.compile(r"(DCG|ERR|nDCG)@[1-9][0-9]*|MAP")
 
 
-class ConfigError(ValueError):
-    """A config key has a value wpultr cannot use; the message names the key and what is allowed."""
+def _finite(value: Any, low: float, high: float = math.inf, *, low_open: bool = False,
+            high_open: bool = True) -> bool:
+    """`value` is a finite number in the interval from `low` to `high` (open or closed at each end)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return False
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    return above and below
+
+
+def _int_at_least(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
 @dataclass
 class ClusterConfig:
+    KEY: ClassVar[str] = "cluster"
+
     scheduler: str | None = None          # address of an existing Dask scheduler; None = LocalCluster
     n_workers: int = 2
     threads_per_worker: int = 1
-    memory_limit: str = "4GiB"            # per LocalCluster worker
+    memory_limit: str = "4GiB"            # per LocalCluster worker: a size ("4GiB", "500MB") or "auto"
+    connect_timeout: float = 10.0         # seconds to reach `scheduler` before giving up
+    no_worker_timeout: float = 60.0       # seconds a stage may wait on a cluster with no workers
+
+    def __post_init__(self) -> None:
+        k = self.KEY
+        require(self.scheduler is None or _scheduler_address(self.scheduler), f"{k}.scheduler",
+                "null (a LocalCluster) or a scheduler address: tcp://host:port, tls://host:port, host:port "
+                "or inproc://…", self.scheduler)
+        require(_int_at_least(self.n_workers, 1), f"{k}.n_workers", "an integer >= 1", self.n_workers)
+        require(_int_at_least(self.threads_per_worker, 1), f"{k}.threads_per_worker", "an integer >= 1",
+                self.threads_per_worker)
+        require(self.memory_limit == "auto" or _size(self.memory_limit) > 0, f"{k}.memory_limit",
+                "a size such as '4GiB' or '500MB', or 'auto'", self.memory_limit)
+        require(_finite(self.connect_timeout, 0, low_open=True), f"{k}.connect_timeout", "a number of seconds > 0",
+                self.connect_timeout)
+        require(_finite(self.no_worker_timeout, 0, low_open=True), f"{k}.no_worker_timeout",
+                "a number of seconds > 0", self.no_worker_timeout)
+
+
+def _scheduler_address(address: str) -> bool:
+    """`address` looks like a Dask scheduler address (checked by its form only: no network call)."""
+    match = _SCHEDULER.fullmatch(address.strip())
+    return bool(match) and (match.group("port") is None or 1 <= int(match.group("port")) <= 65535)
+
+
+def _size(text: Any) -> int:
+    """Bytes of a size string ('4GiB'); 0 when it is not one."""
+    try:
+        return int(parse_bytes(text)) if isinstance(text, str) else 0
+    except (ValueError, TypeError):
+        return 0
 
 
 @dataclass
 class DataConfig:
+    KEY: ClassVar[str] = "data"
+
     source: Literal["simulate", "baidu", "parquet"] = "simulate"
     train: list[str] = field(default_factory=list)        # files / globs of session logs
     annotations: str | None = None                       # annotation file (Baidu) or table
     valid_fraction: float = 0.1                          # of annotated queries, held out for model selection
     page_features: dict[str, str] = field(
         default_factory=lambda: {f.name: f.kind.value for f in BAIDU_PAGE_FEATURES})
-    max_sessions: int | None = None
+    max_sessions: int | None = None                      # read at most this many sessions (None: all)
     partition_rows: int = 200_000                        # rows per Parquet partition written by ingest
     simulate: SimulateConfig = field(default_factory=SimulateConfig)
+
+    def __post_init__(self) -> None:
+        k = self.KEY
+        require(self.source in ("simulate", "baidu", "parquet"), f"{k}.source", "one of 'simulate', 'baidu', "
+                "'parquet'", self.source)
+        require(all(isinstance(t, str) and t.strip() for t in self.train), f"{k}.train",
+                "a list of non-empty file paths or globs", self.train)
+        require(self.source == "simulate" or bool(self.train), f"{k}.train",
+                f"at least one log path for source {self.source!r}", self.train)
+        require(self.annotations is None or (isinstance(self.annotations, str) and self.annotations.strip() != ""),
+                f"{k}.annotations", "null or a file path", self.annotations)
+        require(self.source != "baidu" or self.annotations is not None, f"{k}.annotations",
+                "the annotation file for source 'baidu'", self.annotations)
+        require(_finite(self.valid_fraction, 0.0, 1.0), f"{k}.valid_fraction", "in [0, 1)", self.valid_fraction)
+        self.declared_page_features()
+        require(self.max_sessions is None or _int_at_least(self.max_sessions, 1), f"{k}.max_sessions",
+                "null (every session) or an integer >= 1", self.max_sessions)
+        require(_int_at_least(self.partition_rows, 1), f"{k}.partition_rows", "an integer >= 1",
+                self.partition_rows)
+
+    def declared_page_features(self) -> list[str]:
+        """Names of the declared page features; ConfigError when the declaration is malformed."""
+        try:
+            return [f.name for f in page_features_from_config(self.page_features, f"{self.KEY}.page_features")]
+        except SchemaError as e:
+            raise ConfigError(str(e)) from None
 
 
 @dataclass
 class BertConfig:
+    KEY: ClassVar[str] = "ranker.bert"
+
     path: str | None = None               # local config or checkpoint directory (never a hub name)
     max_length: int = 64
     freeze_encoder: bool = False
@@ -58,18 +160,74 @@ class BertConfig:
     num_attention_heads: int = 2
     intermediate_size: int = 64
 
+    def __post_init__(self) -> None:
+        k = self.KEY
+        require(self.path is None or (isinstance(self.path, str) and self.path.strip() != ""), f"{k}.path",
+                "null (a tiny encoder built in process) or a local directory", self.path)
+        # [CLS] q [SEP] t [SEP] a [SEP]: four special tokens and at least one query token
+        require(_int_at_least(self.max_length, 5) and self.max_length <= 8192, f"{k}.max_length",
+                "an integer in [5, 8192]", self.max_length)
+        tokens = self.special_tokens
+        require(tokens is None or (set(tokens) == set(BERT_SPECIAL_TOKENS)
+                                   and all(_int_at_least(v, 0) for v in tokens.values())
+                                   and len(set(tokens.values())) == len(tokens)),
+                f"{k}.special_tokens", f"null or distinct ids >= 0 for exactly {', '.join(BERT_SPECIAL_TOKENS)}",
+                tokens)
+        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+            require(_int_at_least(getattr(self, name), 1), f"{k}.{name}", "an integer >= 1", getattr(self, name))
+        require(self.hidden_size % self.num_attention_heads == 0, f"{k}.hidden_size",
+                f"a multiple of num_attention_heads ({self.num_attention_heads})", self.hidden_size)
+
+
+@dataclass
+class LightGBMBackboneConfig:
+    """The LightGBM ranker backbone (`ranker.backbone: lightgbm`, methods bal and naive): trees per epoch and their shape."""
+
+    KEY: ClassVar[str] = "ranker.lightgbm"
+
+    rounds_per_epoch: int = 50            # boosting rounds each (warm-up, BAL or naive) epoch adds to the booster
+    learning_rate: float = 0.05
+    num_leaves: int = 31
+    min_data_in_leaf: int = 20
+    num_threads: int = 0                  # 0 = LightGBM's default (all cores)
+
+    def __post_init__(self) -> None:
+        k = self.KEY
+        require(_int_at_least(self.rounds_per_epoch, 1), f"{k}.rounds_per_epoch", "an integer >= 1",
+                self.rounds_per_epoch)
+        require(_finite(self.learning_rate, 0, 1, low_open=True, high_open=False), f"{k}.learning_rate",
+                "a number in (0, 1]", self.learning_rate)
+        require(_int_at_least(self.num_leaves, 2), f"{k}.num_leaves", "an integer >= 2", self.num_leaves)
+        require(_int_at_least(self.min_data_in_leaf, 1), f"{k}.min_data_in_leaf", "an integer >= 1",
+                self.min_data_in_leaf)
+        require(_int_at_least(self.num_threads, 0), f"{k}.num_threads", "an integer >= 0 (0 = all cores)",
+                self.num_threads)
+
 
 @dataclass
 class RankerConfig:
-    backbone: Literal["mlp", "bert"] = "mlp"
+    KEY: ClassVar[str] = "ranker"
+
+    backbone: Literal["mlp", "bert", "lightgbm"] = "mlp"   # lightgbm: a booster (train.method bal or naive)
     head: list[int] = field(default_factory=lambda: [512, 256, 128])   # BAL §4.1: MLP 512-256-128
     dropout: float = 0.1
     bert: BertConfig = field(default_factory=BertConfig)
+    lightgbm: LightGBMBackboneConfig = field(default_factory=LightGBMBackboneConfig)
+
+    def __post_init__(self) -> None:
+        k = self.KEY
+        require(self.backbone in ("mlp", "bert", "lightgbm"), f"{k}.backbone", "one of 'mlp', 'bert', 'lightgbm'",
+                self.backbone)
+        require(all(_int_at_least(h, 1) for h in self.head), f"{k}.head",
+                "a list of layer widths >= 1 (empty: a linear head)", self.head)
+        require(_finite(self.dropout, 0.0, 1.0), f"{k}.dropout", "in [0, 1)", self.dropout)
 
 
 @dataclass
 class TrainConfig:
-    method: str = "naive"                 # a name of wpultr.methods.base.METHODS (checked up front)
+    KEY: ClassVar[str] = "train"
+
+    method: str = "naive"                 # a name of wpultr.methods.registry.METHODS
     loss: Literal["pointwise", "listwise"] = "pointwise"
     epochs: int = 3
     warmup_epochs: int = 0                # BAL §4.1 warm-up: naive click loss (+ masked LM for BERT)
@@ -81,43 +239,110 @@ class TrainConfig:
     weight_decay: float = 0.0
     device: Literal["cpu", "cuda", "auto"] = "auto"
 
+    def __post_init__(self) -> None:
+        k = self.KEY
+        require(self.method in METHODS, f"{k}.method", f"one of {', '.join(map(repr, sorted(METHODS)))}",
+                self.method)
+        require(self.loss in ("pointwise", "listwise"), f"{k}.loss", "'pointwise' or 'listwise'", self.loss)
+        require(_int_at_least(self.epochs, 1), f"{k}.epochs", "> 0", self.epochs)
+        require(_int_at_least(self.warmup_epochs, 0), f"{k}.warmup_epochs", ">= 0", self.warmup_epochs)
+        require(_finite(self.mlm_probability, 0.0, 1.0, low_open=True), f"{k}.mlm_probability", "in (0, 1)",
+                self.mlm_probability)
+        require(_finite(self.mlm_weight, 0.0), f"{k}.mlm_weight", "a finite number >= 0", self.mlm_weight)
+        require(isinstance(self.select_metric, str) and bool(_METRIC.fullmatch(self.select_metric)),
+                f"{k}.select_metric", "DCG@k, ERR@k or nDCG@k with k in evaluation.ks, or MAP", self.select_metric)
+        require(_int_at_least(self.batch_size, 1), f"{k}.batch_size", "> 0", self.batch_size)
+        require(_finite(self.learning_rate, 0.0, low_open=True), f"{k}.learning_rate", "a finite number > 0",
+                self.learning_rate)
+        require(_finite(self.weight_decay, 0.0), f"{k}.weight_decay", "a finite number >= 0", self.weight_decay)
+        require(self.device in ("cpu", "cuda", "auto"), f"{k}.device", "one of 'cpu', 'cuda', 'auto'", self.device)
+
 
 @dataclass
 class BaselinesConfig:
-    """Settings of the position-based baselines (IPW, Regression-EM, DLA, pairwise debiasing, LightGBM)."""
+    """Settings of the position-based baselines (IPW, Regression-EM, DLA, pairwise debiasing, LightGBM).
+
+    The one definition of these keys and defaults: the methods read them as `config.baselines.<key>`.
+    """
+
+    KEY: ClassVar[str] = "baselines"
 
     propensity_source: Literal["auto", "randomisation", "harvest", "table"] = "auto"
-    propensity_table: dict[str, float] | None = None   # position -> propensity (relative to position 1)
-    propensity_clip: float = 0.05
+    propensity_table: dict[str, float] | None = None   # position -> propensity (relative to position 1);
+    #                                                    used by source 'table' (and 'auto' when set)
+    propensity_clip: float = 0.05                      # propensities raised to at least this: IPW weights <= 1 / clip
     randomisation_sessions: int = 20000                # RandPair sessions simulated for IPW's propensities
-    harvest_iterations: int = 200
-    rem_step_size: float = 0.1
-    rem_sample_labels: bool = False
-    dla_ranker_loss_weight: float = 1.0
-    dla_propensity_learning_rate: float = 0.02
-    dla_max_weight: float = 20.0
-    pairwise_regularization_p: float = 1.0
-    pairwise_step_size: float = 0.1
-    lightgbm_rounds: int = 200
+    harvest_iterations: int = 200                      # EM iterations of the harvesting estimator
+    rem_step_size: float = 0.1                         # Regression-EM: step of θ towards each batch's M-step estimate
+    rem_sample_labels: bool = False                    # Regression-EM: sample binary labels (paper), not posteriors
+    dla_ranker_loss_weight: float = 1.0                # DLA: weight of the ranking loss against the propensity loss
+    dla_propensity_learning_rate: float = 0.02         # DLA: Adam step of the per-position logits
+    dla_max_weight: float = 20.0                       # DLA: clip of both inverse-ratio weights
+    pairwise_regularization_p: float = 1.0             # Unbiased LambdaMART's p (L_p regulariser of t+ and t-)
+    pairwise_step_size: float = 0.1                    # pairwise debiasing: EMA step of the t+/t- statistics
+    lightgbm_rounds: int = 200                         # boosting rounds
     lightgbm_learning_rate: float = 0.05
     lightgbm_num_leaves: int = 31
     lightgbm_min_data_in_leaf: int = 20
-    lightgbm_position_bias_regularization: float = 0.0
+    lightgbm_position_bias_regularization: float = 0.0  # LightGBM's lambdarank_position_bias_regularization
     lightgbm_num_threads: int = 0                      # 0 = LightGBM's default (all cores)
-    lightgbm_eval_points: int = 10
+    lightgbm_eval_points: int = 10                     # boosting checkpoints scored on validation
+
+    def __post_init__(self) -> None:
+        k = self.KEY
+        require(self.propensity_source in ("auto", "randomisation", "harvest", "table"), f"{k}.propensity_source",
+                "one of 'auto', 'randomisation', 'harvest', 'table'", self.propensity_source)
+        require(self.propensity_table is None or _propensity_table(self.propensity_table), f"{k}.propensity_table",
+                "null or a non-empty mapping {position >= 1: propensity > 0}", self.propensity_table)
+        require(self.propensity_source != "table" or bool(self.propensity_table), f"{k}.propensity_table",
+                "a mapping {position: propensity} for propensity_source 'table'", self.propensity_table)
+        require(_finite(self.propensity_clip, 0.0, 1.0, low_open=True, high_open=False), f"{k}.propensity_clip",
+                "in (0, 1]", self.propensity_clip)
+        for name in ("randomisation_sessions", "harvest_iterations", "lightgbm_rounds", "lightgbm_min_data_in_leaf",
+                     "lightgbm_eval_points"):
+            require(_int_at_least(getattr(self, name), 1), f"{k}.{name}", "an integer >= 1", getattr(self, name))
+        require(_int_at_least(self.lightgbm_num_leaves, 2), f"{k}.lightgbm_num_leaves", "an integer >= 2",
+                self.lightgbm_num_leaves)
+        require(_int_at_least(self.lightgbm_num_threads, 0), f"{k}.lightgbm_num_threads",
+                "an integer >= 0 (0 = all cores)", self.lightgbm_num_threads)
+        for name in ("rem_step_size", "pairwise_step_size"):
+            require(_finite(getattr(self, name), 0.0, 1.0, low_open=True, high_open=False), f"{k}.{name}",
+                    "in (0, 1]", getattr(self, name))
+        for name in ("dla_propensity_learning_rate", "pairwise_regularization_p", "lightgbm_learning_rate"):
+            require(_finite(getattr(self, name), 0.0, low_open=True), f"{k}.{name}", "a finite number > 0",
+                    getattr(self, name))
+        for name in ("dla_ranker_loss_weight", "lightgbm_position_bias_regularization"):
+            require(_finite(getattr(self, name), 0.0), f"{k}.{name}", "a finite number >= 0", getattr(self, name))
+        require(_finite(self.dla_max_weight, 1.0, low_open=True), f"{k}.dla_max_weight", "a finite number > 1",
+                self.dla_max_weight)
+
+
+def _propensity_table(table: Mapping[Any, Any]) -> bool:
+    try:
+        return bool(table) and all(int(p) >= 1 and _finite(float(v), 0.0, low_open=True) for p, v in table.items())
+    except (TypeError, ValueError):
+        return False
 
 
 @dataclass
 class EvalConfig:
+    KEY: ClassVar[str] = "evaluation"
+
     ks: list[int] = field(default_factory=lambda: [1, 3, 5, 10])
     discover_graph: bool = True           # discover the click graph under the trained ranker (methods that learn none)
+
+    def __post_init__(self) -> None:
+        require(bool(self.ks) and all(_int_at_least(k, 1) for k in self.ks) and len(set(self.ks)) == len(self.ks),
+                f"{self.KEY}.ks", "a non-empty list of distinct cutoffs >= 1", self.ks)
 
 
 @dataclass
 class RunConfig:
-    name: str = "run"
+    """A whole run; checks the run's name, seed and directory and what spans sections."""
+
+    name: str = "run"                     # one path component: the run directory's name under runs/
     seed: int = 0
-    run_dir: str = "runs/{name}"
+    run_dir: str = "runs/{name}"          # may hold {name} and {seed}
     data: DataConfig = field(default_factory=DataConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     ranker: RankerConfig = field(default_factory=RankerConfig)
@@ -126,12 +351,51 @@ class RunConfig:
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     baselines: BaselinesConfig = field(default_factory=BaselinesConfig)
     bal: BalConfig = field(default_factory=BalConfig)
+    source: ClassVar[Path | None] = None  # the YAML file it was loaded from (set per instance by load_config)
+
+    def __post_init__(self) -> None:
+        require(_safe_name(self.name), "name", f"one path component: 1–{MAX_NAME_LENGTH} characters, no '/' or "
+                "'\\', not '.' or '..', no control characters", self.name)
+        require(_int_at_least(self.seed, 0) and self.seed < 2 ** 32, "seed", "an integer in [0, 2**32 - 1]",
+                self.seed)
+        require(_run_dir_template(self.run_dir), "run_dir", "a non-empty path; placeholders allowed: "
+                f"{', '.join('{' + f + '}' for f in RUN_DIR_FIELDS)}", self.run_dir)
+        allowed_metrics = [f"{m}@{k}" for m in ("DCG", "ERR", "nDCG") for k in self.evaluation.ks] + ["MAP"]
+        if self.train.select_metric not in allowed_metrics:
+            raise ConfigError(f"train.select_metric: {self.train.select_metric!r} is not allowed; allowed values: "
+                              f"{', '.join(allowed_metrics)}")
+        names = self.data.declared_page_features()
+        unknown = [f for f in self.bal.features or [] if f not in names]
+        if unknown:
+            raise ConfigError(f"bal.features: {unknown} are not declared page features; allowed values: "
+                              f"{', '.join(names)}")
+        if self.bal.graph == "position" and "position" not in (self.bal.features or names):
+            raise ConfigError("bal.graph: 'position' needs the page feature 'position' among bal.features")
 
     @property
     def resolved_run_dir(self) -> Path:
-        return Path(self.run_dir.format(name=self.name))
+        return Path(self.run_dir.format(name=self.name, seed=self.seed))
 
 
+def _safe_name(name: Any) -> bool:
+    """`name` is one safe path component: a run directory can never be its parent or a sibling's."""
+    return (isinstance(name, str) and 0 < len(name) <= MAX_NAME_LENGTH and name not in (".", "..")
+            and not any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name))
+
+
+def _run_dir_template(template: Any) -> bool:
+    if not isinstance(template, str) or not template.strip() or "\x00" in template:
+        return False
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError:
+        return False
+    return all(f is None or (f in RUN_DIR_FIELDS and not spec and conversion is None)
+               for _, f, spec, conversion in fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building from a mapping
 # ---------------------------------------------------------------------------------------------
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
@@ -146,7 +410,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return tp()
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return _build(tp, value, key)
+        return from_mapping(tp, value, key)
     if origin is Literal:
         if value not in args:
             raise ConfigError(f"{key}: {value!r} is not allowed; allowed values: {', '.join(map(repr, args))}")
@@ -192,86 +456,55 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported config type {_type_name(tp)}")
 
 
-def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
+def from_mapping(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
+    """Build the dataclass `cls` from a mapping: unknown keys and wrong types raise ConfigError under `prefix`;
+    the dataclass's own `__post_init__` checks its values (ConfigError naming its dotted key)."""
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = sorted(set(values) - set(names))
     if unknown:
         where = f"{prefix}." if prefix else ""
-        raise ConfigError(f"unknown config key(s) {', '.join(where + u for u in unknown)}; "
+        raise ConfigError(f"unknown config key(s) {', '.join(where + str(u) for u in unknown)}; "
                           f"allowed keys{' under ' + prefix if prefix else ''}: {', '.join(sorted(names))}")
     kwargs = {name: _coerce(v, hints[name], f"{prefix}.{name}" if prefix else name) for name, v in values.items()}
-    try:
-        return cls(**kwargs)
-    except ValueError as e:   # a section's own __post_init__ check: name it by its full dotted key
-        if isinstance(e, ConfigError):
-            raise
-        message = str(e)
-        if prefix and not message.startswith(prefix):
-            section = prefix.rsplit(".", 1)[-1]
-            message = f"{prefix}.{message[len(section) + 1:]}" if message.startswith(section + ".") \
-                else f"{prefix}: {message}"
-        raise ConfigError(message) from None
+    return cls(**kwargs)
 
 
-def _check_ranges(cfg: RunConfig) -> None:
-    positive = {
-        "train.epochs": cfg.train.epochs, "train.batch_size": cfg.train.batch_size,
-        "cluster.n_workers": cfg.cluster.n_workers, "cluster.threads_per_worker": cfg.cluster.threads_per_worker,
-        "data.partition_rows": cfg.data.partition_rows, "data.simulate.n_queries": cfg.data.simulate.n_queries,
-        "data.simulate.n_sessions": cfg.data.simulate.n_sessions,
-        "data.simulate.results_per_page": cfg.data.simulate.results_per_page,
-    }
-    for key, value in positive.items():
-        if value <= 0:
-            raise ConfigError(f"{key}: must be > 0, got {value}")
-    if not 0.0 <= cfg.data.valid_fraction < 1.0:
-        raise ConfigError(f"data.valid_fraction: must be in [0, 1), got {cfg.data.valid_fraction}")
-    from .methods.registry import METHODS
-    if cfg.train.method not in METHODS:
-        raise ConfigError(f"train.method: {cfg.train.method!r} is not allowed; allowed values: "
-                          f"{', '.join(map(repr, sorted(METHODS)))}")
-    if cfg.train.warmup_epochs < 0:
-        raise ConfigError(f"train.warmup_epochs: must be >= 0, got {cfg.train.warmup_epochs}")
-    if not 0.0 < cfg.train.mlm_probability < 1.0:
-        raise ConfigError(f"train.mlm_probability: must be in (0, 1), got {cfg.train.mlm_probability}")
-    allowed_metrics = [f"{m}@{k}" for m in ("DCG", "ERR", "nDCG") for k in cfg.evaluation.ks] + ["MAP"]
-    if cfg.train.select_metric not in allowed_metrics:
-        raise ConfigError(f"train.select_metric: {cfg.train.select_metric!r} is not allowed; allowed values: "
-                          f"{', '.join(allowed_metrics)}")
-    if cfg.ranker.bert.special_tokens is not None:
-        from .rankers.bert import SPECIAL_NAMES
-        missing = [n for n in SPECIAL_NAMES if n not in cfg.ranker.bert.special_tokens]
-        if missing:
-            raise ConfigError(f"ranker.bert.special_tokens: missing {missing}; needs ids for {', '.join(SPECIAL_NAMES)}")
-    if cfg.train.learning_rate <= 0:
-        raise ConfigError(f"train.learning_rate: must be > 0, got {cfg.train.learning_rate}")
-    if any(k <= 0 for k in cfg.evaluation.ks):
-        raise ConfigError(f"evaluation.ks: cutoffs must be > 0, got {cfg.evaluation.ks}")
-    if cfg.data.source in ("baidu", "parquet") and not cfg.data.train:
-        raise ConfigError(f"data.train: source {cfg.data.source!r} needs at least one log path")
-    if cfg.data.source == "baidu" and not cfg.data.annotations:
-        raise ConfigError("data.annotations: source 'baidu' needs the annotation file")
-    from .schema import page_features_from_config, SchemaError
-    try:
-        declared = page_features_from_config(cfg.data.page_features, "data.page_features")
-    except SchemaError as e:
-        raise ConfigError(str(e)) from None
-    if cfg.data.source == "simulate":
-        validate_simulate_config(cfg.data.simulate)
-    validate_discovery_config(cfg.discovery)
-    names = [f.name for f in declared]
-    unknown = [f for f in cfg.bal.features or [] if f not in names]
-    if unknown:
-        raise ConfigError(f"bal.features: {unknown} are not declared page features; allowed values: {', '.join(names)}")
-    if cfg.bal.graph == "position" and "position" not in (cfg.bal.features or names):
-        raise ConfigError("bal.graph: 'position' needs the page feature 'position' among bal.features")
+# ---------------------------------------------------------------------------------------------
+# Paths: absolute on the client
+# ---------------------------------------------------------------------------------------------
+def _absolute(path: str, base: Path) -> str:
+    """`path` made absolute against `base` (a URL or an absolute path is kept as written)."""
+    if _URL.match(path):
+        return path
+    path = os.path.expanduser(path)
+    return path if os.path.isabs(path) else os.path.normpath(os.path.join(base, path))
 
 
-def config_from_dict(values: Mapping[str, Any] | None) -> RunConfig:
-    cfg = _build(RunConfig, values or {}, "")
-    _check_ranges(cfg)
+def absolute_paths(cfg: RunConfig, base: str | Path | None = None) -> RunConfig:
+    """Make every path of `cfg` absolute against `base` (default: the current working directory), in place.
+
+    Dask workers may run in other directories (or on other machines sharing a filesystem): the config
+    they receive must name the same files as on the client.
+    """
+    base = Path(base) if base is not None else Path.cwd()
+    data = cfg.data
+    data.train = [_absolute(p, base) for p in data.train]
+    if data.annotations is not None:
+        data.annotations = _absolute(data.annotations, base)
+    if cfg.ranker.bert.path is not None:
+        cfg.ranker.bert.path = _absolute(cfg.ranker.bert.path, base)
+    escaped = str(base).replace("{", "{{").replace("}", "}}")   # run_dir is a format template
+    cfg.run_dir = _absolute(cfg.run_dir, Path(escaped))
     return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+def config_from_dict(values: Mapping[str, Any] | None) -> RunConfig:
+    """A validated RunConfig from a mapping, its relative paths made absolute against the working directory."""
+    return absolute_paths(from_mapping(RunConfig, values or {}))
 
 
 def read_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
@@ -304,7 +537,9 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
     values = read_yaml_mapping(path)
     for dotted, v in (overrides or {}).items():
         set_dotted(values, dotted, v)
-    return config_from_dict(values)
+    cfg = config_from_dict(values)
+    cfg.source = Path(path).resolve()
+    return cfg
 
 
 def set_dotted(values: dict, dotted: str, value: Any) -> None:

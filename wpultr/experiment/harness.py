@@ -43,7 +43,8 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import yaml
 
-from ..config import ConfigError, _build, config_from_dict, dump_config, read_yaml_mapping, set_dotted, to_dict
+from ..config import (ConfigError, config_from_dict, dump_config, from_mapping, read_yaml_mapping, set_dotted,
+                      to_dict)
 
 EXPERIMENT_FILE = "experiment.yaml"     # the resolved experiment, written beside its runs
 RUNS_JSON = "runs.json"                 # one record per run: status, seconds, error
@@ -87,7 +88,7 @@ class SignificanceSpec:
 
 @dataclass
 class ExperimentSpec:
-    """The raw, type-checked experiment YAML (the loader's `_build` names unknown or ill-typed keys)."""
+    """The raw, type-checked experiment YAML (`from_mapping` names unknown or ill-typed keys)."""
     name: str | None = None
     out_dir: str = "runs/experiments/{name}"
     base: Any = None
@@ -204,7 +205,7 @@ def experiment_from_dict(values: Mapping[str, Any], source: Path | None = None) 
     """Validate an experiment mapping and expand it into run specs; ConfigError names the key at fault."""
     if not isinstance(values, Mapping):
         raise ConfigError("experiment: top level must be a mapping of experiment keys")
-    spec: ExperimentSpec = _build(ExperimentSpec, values, "")
+    spec: ExperimentSpec = from_mapping(ExperimentSpec, values, "")
     name = spec.name or (source.stem if source else "experiment")
     if not spec.methods:
         raise _error("methods", "give at least one method: a list of {label, overrides}")
@@ -397,6 +398,8 @@ def run_experiment(exp: Experiment, client: Any, *, parallel: int | None = None,
         by_future[future] = spec
         return future
 
+    from ..progress import progress as progress_bar
+    bar = progress_bar(total=len(todo), desc=f"experiment {exp.name}", unit="run")
     pending = as_completed([submit(todo.popleft()) for _ in range(min(parallel, len(todo)))])
     for future in pending:
         spec = by_future.pop(future)
@@ -410,8 +413,11 @@ def run_experiment(exp: Experiment, client: Any, *, parallel: int | None = None,
         timing = f" in {seconds:.1f}s" if seconds is not None else ""
         say(f"{outcome['status']:8s} {_run_name(spec)}{timing}"
             + (f": {outcome['error']}" if outcome.get("error") else ""))
+        bar.set_postfix(failed=sum(r.status == "failed" for r in records.values()), refresh=False)
+        bar.update()
         if todo:
             pending.add(submit(todo.popleft()))
+    bar.close()
     ordered = [records[spec.key] for spec in exp.runs]
     write_records(exp, ordered)
     if report:

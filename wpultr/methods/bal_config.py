@@ -15,8 +15,9 @@ r̂ → every page feature → click (every feature confounded, case 1).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
+from ..errors import require
 from ..propensity.config import InfluenceConfig, WeightConfig
 
 VARIANTS: dict[str, dict[str, object]] = {
@@ -32,6 +33,8 @@ VARIANTS: dict[str, dict[str, object]] = {
 class ClickModelConfig:
     """The click model p(c | parents of c) of Eq. 10 (parameters φ_c)."""
 
+    KEY: ClassVar[str] = "bal.click_model"   # dotted key of this section in a run config (names its errors)
+
     form: Literal["multiplicative", "additive"] = "multiplicative"   # σ(u)·σ(v) or σ(u + v)
     hidden: list[int] = field(default_factory=lambda: [32, 16])      # page-feature branch MLP
     embedding_dim: int = 4                                             # per categorical page feature
@@ -42,21 +45,36 @@ class ClickModelConfig:
     #                                    a few hundred parameters need no more, and the ranker step still sees every row
 
     def __post_init__(self) -> None:
-        checks = {"form": (self.form in ("multiplicative", "additive"), "one of 'multiplicative', 'additive'"),
-                  "hidden": (all(int(h) > 0 for h in self.hidden), "positive widths"),
-                  "embedding_dim": (self.embedding_dim > 0, "> 0"), "epochs": (self.epochs > 0, "> 0"),
-                  "learning_rate": (self.learning_rate > 0, "> 0"), "batch_size": (self.batch_size > 0, "> 0"),
-                  "max_rows": (self.max_rows is None or self.max_rows > 0, "> 0 or null")}
-        for key, (ok, expected) in checks.items():
-            if not ok:
-                raise ValueError(f"click_model.{key}: expected {expected}, got {getattr(self, key)!r}")
+        k = self.KEY
+        require(self.form in ("multiplicative", "additive"), f"{k}.form", "one of 'multiplicative', 'additive'",
+                self.form)
+        require(all(int(h) > 0 for h in self.hidden), f"{k}.hidden", "a list of positive widths", self.hidden)
+        require(self.embedding_dim > 0, f"{k}.embedding_dim", "> 0", self.embedding_dim)
+        require(self.epochs > 0, f"{k}.epochs", "> 0", self.epochs)
+        require(0.0 < self.learning_rate < float("inf"), f"{k}.learning_rate", "a finite number > 0",
+                self.learning_rate)
+        require(self.batch_size > 0, f"{k}.batch_size", "> 0", self.batch_size)
+        require(self.max_rows is None or self.max_rows > 0, f"{k}.max_rows", "> 0 or null", self.max_rows)
 
 
 @dataclass
 class BalConfig:
+    """BAL's settings (run config key `bal`); whether `features` are declared page features is checked by
+    the run config, which knows `data.page_features`."""
+
+    KEY: ClassVar[str] = "bal"
+
     graph: Literal["discovered", "position", "all_features"] = "discovered"
     features: list[str] | None = None          # page features BAL sees (None: every declared one)
     estimator_rows: int = 20_000               # rows sampled to fit the influence estimators each epoch
     click_model: ClickModelConfig = field(default_factory=ClickModelConfig)
     influence: InfluenceConfig = field(default_factory=InfluenceConfig)
     weights: WeightConfig = field(default_factory=WeightConfig)
+
+    def __post_init__(self) -> None:
+        require(self.graph in ("discovered", "position", "all_features"), f"{self.KEY}.graph",
+                "one of 'discovered', 'position', 'all_features'", self.graph)
+        require(self.features is None or (len(self.features) > 0 and len(set(self.features)) == len(self.features)),
+                f"{self.KEY}.features", "null (every declared page feature) or a non-empty list of distinct names",
+                self.features)
+        require(self.estimator_rows > 0, f"{self.KEY}.estimator_rows", "> 0", self.estimator_rows)

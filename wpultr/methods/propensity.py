@@ -2,8 +2,8 @@
 
 What lives here:
 
-* the baselines' settings, read from the run config's `baselines` section when it exists and from
-  `DEFAULTS` otherwise (`setting(config, name)`), so the methods run before the config grows the section;
+* `setting(config, name)`: a baselines setting, read from the run config's `baselines` section (the
+  dataclass `wpultr.config.BaselinesConfig` defines and validates every key and default);
 * propensity tables (position -> examination propensity, relative to position 1) and their clipping;
 * three ways to obtain a table for IPW, chosen by `baselines.propensity_source`:
     - ``randomisation``: a result-randomisation experiment. RandPair (Joachims et al. 2017 §5, the swap
@@ -24,13 +24,15 @@ What lives here:
 """
 from __future__ import annotations
 
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ..config import BaselinesConfig
+from ..errors import ConfigError
 from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, SchemaError
 
 if TYPE_CHECKING:
@@ -45,45 +47,14 @@ RANDPAIR_CHUNK = 50_000                  # sessions simulated at once by simulat
 
 SOURCES = ("auto", "randomisation", "harvest", "table")
 
-# The `baselines` config section's keys and defaults (see the module docstring of each method).
-DEFAULTS: dict[str, Any] = {
-    "propensity_source": "auto",          # auto | randomisation | harvest | table
-    "propensity_table": None,             # {position: propensity}, used by source 'table' (and 'auto' when set)
-    "propensity_clip": 0.05,              # propensities are raised to at least this: IPW weights <= 1 / clip
-    "randomisation_sessions": 20_000,     # sessions of the simulated RandPair experiment
-    "harvest_iterations": 200,            # EM iterations of the harvesting estimator
-    "rem_step_size": 0.1,                 # Regression-EM: step of θ towards each batch's M-step estimate
-    "rem_sample_labels": False,           # Regression-EM: sample binary labels (paper) instead of soft posteriors
-    "dla_ranker_loss_weight": 1.0,        # DLA: weight of the ranking loss against the propensity loss
-    "dla_propensity_learning_rate": 0.02, # DLA: Adam step of the per-position logits (ULTRA propensity_learning_rate)
-    "dla_max_weight": 20.0,               # DLA: clip of both inverse-ratio weights (ULTRA max_propensity_weight)
-    "pairwise_regularization_p": 1.0,     # Unbiased LambdaMART's p (L_p regulariser of t+ and t-)
-    "pairwise_step_size": 0.1,            # pairwise debiasing: EMA step of the t+/t- sufficient statistics
-    "lightgbm_rounds": 200,               # boosting rounds
-    "lightgbm_learning_rate": 0.05,
-    "lightgbm_num_leaves": 31,
-    "lightgbm_min_data_in_leaf": 20,
-    "lightgbm_position_bias_regularization": 0.0,   # LightGBM's lambdarank_position_bias_regularization
-    "lightgbm_num_threads": 0,            # LightGBM threads; 0 = LightGBM's default (OpenMP: all cores)
-    "lightgbm_eval_points": 10,           # how many boosting checkpoints are scored on validation
-}
-
 
 def setting(config: "RunConfig", name: str) -> Any:
-    """`baselines.<name>` from the config when the section exists, else the module default."""
-    if name not in DEFAULTS:
-        raise KeyError(f"baselines.{name}: not a baselines setting; known: {', '.join(sorted(DEFAULTS))}")
-    section = getattr(config, "baselines", None)
-    if section is None:
-        return DEFAULTS[name]
-    if isinstance(section, Mapping):
-        return section.get(name, DEFAULTS[name])
-    return getattr(section, name, DEFAULTS[name])
-
-
-def _config_error(message: str) -> Exception:
-    from ..config import ConfigError
-    return ConfigError(message)
+    """`baselines.<name>` of the run config; its `baselines` must be a BaselinesConfig (validated when built)."""
+    section = config.baselines
+    if not isinstance(section, BaselinesConfig):
+        raise TypeError(f"config.baselines must be a BaselinesConfig (built and validated), "
+                        f"got {type(section).__name__}")
+    return getattr(section, name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,15 +82,15 @@ def propensity_array(table: Mapping[Any, float], max_position: int, clip: float,
     by position 1's, so an IPW weight never exceeds 1 / clip.
     """
     if not table:
-        raise _config_error(f"{key}: empty; expected {{position: propensity}} for positions 1..{max_position}")
+        raise ConfigError(f"{key}: empty; expected {{position: propensity}} for positions 1..{max_position}")
     parsed: dict[int, float] = {}
     for k, v in table.items():
         try:
             position, value = int(k), float(v)
         except (TypeError, ValueError):
-            raise _config_error(f"{key}.{k}: expected an integer position and a number, got {k!r}: {v!r}") from None
+            raise ConfigError(f"{key}.{k}: expected an integer position and a number, got {k!r}: {v!r}") from None
         if position < 1 or not np.isfinite(value) or value <= 0:
-            raise _config_error(f"{key}.{k}: expected a position >= 1 and a propensity > 0, got {value!r}")
+            raise ConfigError(f"{key}.{k}: expected a position >= 1 and a propensity > 0, got {value!r}")
         parsed[position] = value
     known = np.array(sorted(parsed))
     first = parsed[int(known[0])]
@@ -195,7 +166,7 @@ def simulate_randpair(cfg: "SimulateConfig", seed: int, n_sessions: int) -> pd.D
         np.random.default_rng(s) for s in np.random.SeedSequence([seed, 0x52414E44]).spawn(6))
     k = cfg.results_per_page
     if k < 2:
-        raise _config_error("data.simulate.results_per_page: a RandPair experiment needs at least 2 positions")
+        raise ConfigError("data.simulate.results_per_page: a RandPair experiment needs at least 2 positions")
     parts = []
     for first in range(0, n_sessions, RANDPAIR_CHUNK):         # bounded memory, as the simulator's chunks
         n = min(RANDPAIR_CHUNK, n_sessions - first)
@@ -282,7 +253,7 @@ def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict
     """
     source = setting(config, "propensity_source")
     if source not in SOURCES:
-        raise _config_error(f"baselines.propensity_source: {source!r} is not allowed; allowed values: "
+        raise ConfigError(f"baselines.propensity_source: {source!r} is not allowed; allowed values: "
                             f"{', '.join(map(repr, SOURCES))}")
     table = setting(config, "propensity_table")
     if source == "auto":
@@ -296,7 +267,7 @@ def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict
             source = "harvest"
     if source == "table":
         if not table:
-            raise _config_error("baselines.propensity_table: propensity_source 'table' needs {position: propensity}")
+            raise ConfigError("baselines.propensity_table: propensity_source 'table' needs {position: propensity}")
         return as_table(table), {"source": "table"}
     if source == "harvest":
         info = harvest_propensities(train, int(setting(config, "harvest_iterations")))
@@ -307,11 +278,11 @@ def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict
     elif getattr(getattr(config, "data", None), "source", None) == "simulate":
         n = int(setting(config, "randomisation_sessions"))
         if n <= 0:
-            raise _config_error(f"baselines.randomisation_sessions: must be > 0, got {n}")
+            raise ConfigError(f"baselines.randomisation_sessions: must be > 0, got {n}")
         info = randpair_estimate(simulate_randpair(config.data.simulate, config.seed, n))
         origin = f"simulated RandPair experiment, {n} sessions"
     else:
-        raise _config_error(f"baselines.propensity_source: 'randomisation' needs sessions with {RANDPAIR!r} / "
+        raise ConfigError(f"baselines.propensity_source: 'randomisation' needs sessions with {RANDPAIR!r} / "
                             f"{RANDPAIR_SWAPPED!r} columns or data.source 'simulate'; use 'harvest' or 'table'")
     return info["propensities"], {"source": "randomisation", "experiment": origin,
                                   **{k: v for k, v in info.items() if k != "propensities"}}
@@ -339,8 +310,6 @@ def true_position_examination(truth_sessions: pd.DataFrame, column: str = "exami
     return as_table(dict(zip(means.index.astype(int), relative_to_first(means.to_numpy()))))
 
 
-def config_dict(section: Any) -> dict[str, Any]:
+def config_dict(section: BaselinesConfig) -> dict[str, Any]:
     """The resolved baselines settings (for a FitResult's bias record)."""
-    if section is None:
-        return dict(DEFAULTS)
-    return asdict(section) if is_dataclass(section) else dict(section)
+    return asdict(section)

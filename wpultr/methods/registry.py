@@ -4,6 +4,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from ..errors import ConfigError
+
 # name -> "module:Class" under wpultr.methods, imported on first use.
 METHODS: dict[str, str] = {
     "naive": "naive:Naive",                                  # clicks as labels (BAL Eq. 3)
@@ -20,7 +22,6 @@ METHODS: dict[str, str] = {
 def get_method(name: str) -> Any:
     """A new instance of the method registered under `name`; an unknown name lists the known ones."""
     if name not in METHODS:
-        from ..config import ConfigError
         raise ConfigError(f"train.method: {name!r} is not allowed; allowed values: {', '.join(sorted(METHODS))}")
     module, cls = METHODS[name].split(":")
     return getattr(import_module(f"{__package__}.{module}"), cls)()

@@ -2,6 +2,9 @@
 
 Nothing a stage writes is overwritten in place: every file is written under a temporary name in
 the same directory and renamed, so a run killed mid-write leaves either the old file or none.
+A run directory carries a marker file (`.wpultr-run`) from its creation: `--fresh` deletes only a
+directory that holds one, and never a filesystem root, the home directory or a directory holding the
+working directory, the config file or another run.
 """
 from __future__ import annotations
 
@@ -18,6 +21,10 @@ from typing import Any, Iterator
 
 import pandas as pd
 
+from ..errors import RunDirError
+
+MARKER = ".wpultr-run"                   # in every run directory: what --fresh may delete
+MARKER_FORMAT = 1
 _PACKAGES = ("wpultr", "numpy", "pandas", "pyarrow", "dask", "distributed", "causal-learn", "torch",
              "transformers", "safetensors", "scikit-learn", "scipy", "pyyaml", "typer")
 
@@ -91,6 +98,49 @@ class RunDir:
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
+    @classmethod
+    def create(cls, root: str | Path) -> "RunDir":
+        """Make (or reopen) a run directory and mark it as one.
+
+        Refuses (RunDirError) a filesystem root, the home directory, and a directory that already holds
+        something other than a wpultr run (a run written before markers existed is adopted).
+        """
+        root = Path(root)
+        _check_not_protected(root, holds=())
+        if root.is_dir() and not (root / MARKER).is_file() and any(root.iterdir()):
+            if not _unmarked_run(root):
+                raise RunDirError(f"{root}: exists, is not empty and holds no wpultr run (no {MARKER}); "
+                                  f"choose another run_dir or name")
+        root.mkdir(parents=True, exist_ok=True)
+        if not (root / MARKER).is_file():
+            write_json(root / MARKER, {"wpultr_run": MARKER_FORMAT,
+                                       "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        return cls(root)
+
+    @staticmethod
+    def remove_fresh(root: str | Path, keep: tuple[str | Path | None, ...] = ()) -> bool:
+        """Delete the run directory `root` for `--fresh`; False when there is none.
+
+        Only a directory holding a run's marker (or a run written before markers) is deleted; a root,
+        the home directory, a directory holding the working directory or a path in `keep` (the config
+        file), a symlink or a directory holding another run raise RunDirError and nothing is deleted.
+        """
+        root = Path(root)
+        if not root.exists() and not root.is_symlink():
+            return False
+        _check_not_protected(root, holds=(Path.cwd(), *keep))
+        if root.is_symlink() or not root.is_dir():
+            raise RunDirError(f"{root}: --fresh deletes only a run directory, and this is a "
+                              f"{'symlink' if root.is_symlink() else 'file'}; remove it yourself")
+        if not (is_run_dir(root) or _unmarked_run(root)):
+            raise RunDirError(f"{root}: holds no wpultr run (no {MARKER} marker); --fresh will not delete it. "
+                              f"Remove it yourself or choose another run_dir")
+        nested = next((Path(d) for d, _, files in os.walk(root) if MARKER in files and Path(d) != root), None)
+        if nested is not None:
+            raise RunDirError(f"{root}: holds another run ({nested}); --fresh will not delete it")
+        shutil.rmtree(root)
+        return True
+
     def path(self, *parts: str) -> Path:
         return self.root.joinpath(*parts)
 
@@ -109,3 +159,36 @@ class RunDir:
     def stage_record(self, stage: str) -> dict[str, Any] | None:
         marker = self._marker(stage)
         return read_json(marker) if marker.exists() else None
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """`path` holds a readable wpultr run marker."""
+    marker = Path(path) / MARKER
+    try:
+        return marker.is_file() and read_json(marker).get("wpultr_run") == MARKER_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _unmarked_run(path: Path) -> bool:
+    """`path` holds a run written before markers existed: config.yaml and a versions.json naming wpultr."""
+    try:
+        return (path / "config.yaml").is_file() and "wpultr" in read_json(path / "versions.json")
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _check_not_protected(root: Path, holds: tuple[str | Path | None, ...]) -> None:
+    """RunDirError when `root` is a filesystem root, the home directory, or is or holds one of the paths
+    `holds` (the working directory, the config file)."""
+    target = Path(os.path.abspath(root))
+    real = target.resolve()
+    if target.parent == target or real.parent == real:
+        raise RunDirError(f"{root}: is a filesystem root; a run directory must be a directory of its own")
+    if real == Path.home().resolve():
+        raise RunDirError(f"{root}: is the home directory; a run directory must be a directory of its own")
+    for path in (h for h in holds if h is not None):
+        inner = (Path(os.path.abspath(path)), Path(path).resolve())
+        if any(outer == i or outer in i.parents for outer in (target, real) for i in inner):
+            raise RunDirError(f"{root}: holds {path}; a run directory must be a directory of its own "
+                              f"(check run_dir and name)")

@@ -1,16 +1,24 @@
 """Settings of BAL's influence estimators and importance weights (run config keys `bal.influence`, `bal.weights`).
 
-Kept free of torch so loading a run config (and the CLI) stays fast.
+Kept free of torch so loading a run config (and the CLI) stays fast; each section checks itself when built
+(ConfigError naming its dotted key).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
+
+from ..errors import require
+
+DEVICE = re.compile(r"cpu|auto|cuda(:\d+)?")   # torch device names the estimators accept ("auto": cuda if any)
 
 
 @dataclass
 class InfluenceConfig:
     """Influence-estimator training (run config key `bal.influence`); defaults fit 10k–100k rows in seconds on CPU."""
+
+    KEY: ClassVar[str] = "bal.influence"     # dotted key of this section in a run config (names its errors)
 
     hidden: list[int] = field(default_factory=lambda: [64, 64])  # MLP hidden widths (Eq. 6: W^1 … W^L)
     epochs: int = 200                 # at most this many passes over the training rows
@@ -31,35 +39,40 @@ class InfluenceConfig:
 
     def __post_init__(self) -> None:
         self.hidden = [int(h) for h in self.hidden]
-        checks = {"hidden": all(h > 0 for h in self.hidden), "epochs": self.epochs > 0,
-                  "patience": self.patience > 0, "min_delta": self.min_delta >= 0,
-                  "learning_rate": self.learning_rate > 0, "weight_decay": self.weight_decay >= 0,
-                  "lr_decay": 0.0 < self.lr_decay <= 1.0, "lr_patience": self.lr_patience >= 0,
-                  "batch_size": self.batch_size > 0, "valid_fraction": 0.0 <= self.valid_fraction < 1.0,
-                  "min_std": self.min_std > 0,
-                  "numerator": self.numerator in ("auto", "model", "permutation")}
-        expected = {"hidden": "positive widths", "epochs": "> 0", "patience": "> 0", "min_delta": ">= 0",
-                    "learning_rate": "> 0", "weight_decay": ">= 0", "lr_decay": "in (0, 1]", "lr_patience": ">= 0",
-                    "batch_size": "> 0",
-                    "valid_fraction": "in [0, 1)", "min_std": "> 0",
-                    "numerator": "one of 'auto', 'model', 'permutation'"}
-        for key, ok in checks.items():
-            if not ok:
-                raise ValueError(f"influence.{key}: expected {expected[key]}, got {getattr(self, key)!r}")
+        k = self.KEY
+        require(all(h > 0 for h in self.hidden), f"{k}.hidden", "a list of positive widths", self.hidden)
+        require(self.epochs > 0, f"{k}.epochs", "> 0", self.epochs)
+        require(self.patience > 0, f"{k}.patience", "> 0", self.patience)
+        require(0.0 <= self.min_delta < float("inf"), f"{k}.min_delta", "a finite number >= 0", self.min_delta)
+        require(0.0 < self.learning_rate < float("inf"), f"{k}.learning_rate", "a finite number > 0",
+                self.learning_rate)
+        require(0.0 <= self.weight_decay < float("inf"), f"{k}.weight_decay", "a finite number >= 0",
+                self.weight_decay)
+        require(0.0 < self.lr_decay <= 1.0, f"{k}.lr_decay", "in (0, 1]", self.lr_decay)
+        require(self.lr_patience >= 0, f"{k}.lr_patience", ">= 0", self.lr_patience)
+        require(self.batch_size > 0, f"{k}.batch_size", "> 0", self.batch_size)
+        require(0.0 <= self.valid_fraction < 1.0, f"{k}.valid_fraction", "in [0, 1)", self.valid_fraction)
+        require(0.0 < self.min_std < float("inf"), f"{k}.min_std", "a finite number > 0", self.min_std)
+        require(self.numerator in ("auto", "model", "permutation"), f"{k}.numerator",
+                "one of 'auto', 'model', 'permutation'", self.numerator)
+        require(bool(DEVICE.fullmatch(str(self.device))), f"{k}.device", "'cpu', 'auto', 'cuda' or 'cuda:N'",
+                self.device)
 
 
 @dataclass
 class WeightConfig:
     """Importance-weight settings (run config key `bal.weights`)."""
 
+    KEY: ClassVar[str] = "bal.weights"
+
     n_permutations: int = 16              # K permutations of r̂ for a permutation-averaged numerator
     max_weight: float | None = 20.0       # cap on a self-normalised weight (mean 1); None: no fixed cap
     clip_quantile: float | None = None    # cap at this quantile of the self-normalised weights; None: none
 
     def __post_init__(self) -> None:
-        if self.n_permutations < 1:
-            raise ValueError(f"weights.n_permutations: expected >= 1, got {self.n_permutations!r}")
-        if self.max_weight is not None and not self.max_weight >= 1.0:
-            raise ValueError(f"weights.max_weight: expected >= 1 (weights have mean 1) or null, got {self.max_weight!r}")
-        if self.clip_quantile is not None and not 0.0 < self.clip_quantile <= 1.0:
-            raise ValueError(f"weights.clip_quantile: expected in (0, 1] or null, got {self.clip_quantile!r}")
+        k = self.KEY
+        require(self.n_permutations >= 1, f"{k}.n_permutations", ">= 1", self.n_permutations)
+        require(self.max_weight is None or 1.0 <= self.max_weight < float("inf"), f"{k}.max_weight",
+                "a finite number >= 1 (weights have mean 1) or null", self.max_weight)
+        require(self.clip_quantile is None or 0.0 < self.clip_quantile <= 1.0, f"{k}.clip_quantile",
+                "in (0, 1] or null", self.clip_quantile)
