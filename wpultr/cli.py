@@ -10,6 +10,7 @@ import typer
 import yaml
 
 from .config import ClusterConfig, ConfigError, load_config, parse_overrides
+from .errors import WpultrError
 from .schema import SchemaError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -22,7 +23,7 @@ def _user_errors(fn: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, SchemaError, FileNotFoundError, NotADirectoryError) as e:
+        except (WpultrError, ConfigError, SchemaError, FileNotFoundError, NotADirectoryError) as e:
             typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
             raise typer.Exit(2) from None
     return wrapper
@@ -165,6 +166,16 @@ def score(model: Path = typer.Argument(..., help="an exported ranker (wpultr exp
     scored = score_table(model, read_input_table(input_), batch_size)
     write_parquet(out, scored)
     typer.echo(f"scored {len(scored)} rows -> {out}")
+
+
+@app.command()
+@_user_errors
+def status(path: Path = typer.Argument(..., help="a run directory or an experiment directory"),
+           as_json: bool = typer.Option(False, "--json", help="print the status as JSON")):
+    """Stages done, running, failed or died (with times) of a run; the state of every run of an experiment."""
+    from .pipeline.status import format_status, status_of
+    found = status_of(path)
+    typer.echo(json.dumps(found.to_dict(), indent=2) if as_json else format_status(found))
 
 
 def _mount_experiment() -> None:

@@ -220,7 +220,9 @@ def _evaluate(batch: list[tuple[_Progress, list[tuple[str, CITest]]]], spec: CIT
             client.cancel(pending)
             raise TimeoutError(f"parallel PC: time limit reached during depth {batch[0][0].depth}") from None
     for run, keys, futures in jobs:
-        results = client.gather(futures) if client is not None else futures
+        from ..progress import gather
+        results = gather(client, futures, desc=f"PC depth {run.depth}", unit="test",
+                         weights=[len(k) for k in keys]) if client is not None else futures
         for part_keys, part in zip(keys, results):
             run.test.pvalue_cache.update(zip(part_keys, part))
     seconds = time.perf_counter() - start

@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from ..config import ClusterConfig, ConfigError, parse_overrides
+from ..errors import WpultrError
 from ..schema import SchemaError
 
 
@@ -40,12 +41,13 @@ def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pip
             cluster = ClusterConfig(scheduler=scheduler or base_cluster.scheduler,
                                     n_workers=workers or base_cluster.n_workers,
                                     threads_per_worker=base_cluster.threads_per_worker,
-                                    memory_limit=base_cluster.memory_limit)
+                                    memory_limit=base_cluster.memory_limit,
+                                    connect_timeout=base_cluster.connect_timeout)
             with open_client(cluster) as client:
                 records = run_experiment(exp, client, parallel=parallel,
                                          progress=lambda line: typer.echo(f"[experiment] {line}"))
             path = exp.out_dir / "report.html"
-    except (ConfigError, SchemaError, FileNotFoundError, NotADirectoryError) as e:
+    except (WpultrError, ConfigError, SchemaError, FileNotFoundError, NotADirectoryError) as e:
         typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
     failed = [r for r in records if not r.succeeded]

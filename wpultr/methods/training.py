@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from ..metrics import evaluate as evaluate_scores
+from ..progress import progress
 from ..rankers.base import Inputs, Ranker, resolve_device, score_inputs, take
 from ..schema import CLICK, POSITION, SESSION_ID, SchemaError
 
@@ -118,6 +119,10 @@ def build_ranker(cfg: "RunConfig", train: pd.DataFrame) -> Ranker:
     if r.backbone == "mlp":
         from ..rankers.mlp import MLPRanker
         return MLPRanker.for_table(train, r.head, r.dropout)
+    if r.backbone == "lightgbm":   # a booster has no parameters for this trainer: bal and naive boost it instead
+        from ..errors import ConfigError
+        raise ConfigError(f"ranker.backbone: 'lightgbm' trains with train.method 'bal' or 'naive' only, got "
+                          f"train.method {cfg.train.method!r}; use backbone 'mlp' or 'bert' for it")
     from ..rankers.bert import BertRanker
     b = r.bert
     tiny = {"hidden_size": b.hidden_size, "num_hidden_layers": b.num_hidden_layers,
@@ -165,13 +170,17 @@ class Trainer:
         self.ranker.train()
         totals: dict[str, float] = {}
         n = 0
-        for batch in self.batches(extras):
-            out = loss_fn(self.scores(batch), batch)
-            loss, stats = out if isinstance(out, tuple) else (out, {})
-            self.step(loss)
-            for key, value in {"loss": float(loss.detach()), **stats}.items():
-                totals[key] = totals.get(key, 0.0) + float(value)
-            n += 1
+        n_batches = -(-len(self.lists) // self.cfg.train.batch_size)
+        with progress(total=n_batches, desc=f"train epoch {len(self.history)}", unit="batch") as bar:
+            for batch in self.batches(extras):
+                out = loss_fn(self.scores(batch), batch)
+                loss, stats = out if isinstance(out, tuple) else (out, {})
+                self.step(loss)
+                for key, value in {"loss": float(loss.detach()), **stats}.items():
+                    totals[key] = totals.get(key, 0.0) + float(value)
+                n += 1
+                bar.set_postfix(loss=f"{totals['loss'] / n:.4g}", refresh=False)
+                bar.update()
         return {k: v / max(n, 1) for k, v in totals.items()}
 
     def validate(self) -> dict[str, Any] | None:

@@ -1,12 +1,22 @@
-"""The Dask client every stage runs on: a LocalCluster by default, or an existing scheduler by address."""
+"""The Dask client every stage runs on: a LocalCluster by default, or an existing scheduler by address.
+
+An external cluster can fail in two ways a user can fix, and both end in one `ClusterError` line
+instead of a traceback or a silent hang: the scheduler does not answer within
+`cluster.connect_timeout`, or a stage waits on a cluster that has had no worker for
+`cluster.no_worker_timeout` seconds (the scheduler would otherwise keep the tasks forever).
+"""
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import logging
+import threading
+import time
+from typing import Any, Iterator
 
-from distributed import Client, LocalCluster
+from distributed import Client, Future, LocalCluster
 
 from ..config import ClusterConfig
+from ..errors import ClusterError
 
 
 @contextlib.contextmanager
@@ -14,10 +24,91 @@ def open_client(cfg: ClusterConfig | None = None) -> Iterator[Client]:
     """Yield a Client on `cfg.scheduler` if given, else on a fresh LocalCluster closed on exit."""
     cfg = cfg or ClusterConfig()
     if cfg.scheduler:
-        with Client(cfg.scheduler) as client:
+        client = connect(cfg.scheduler, cfg.connect_timeout)
+        with client:
             yield client
         return
     with LocalCluster(n_workers=cfg.n_workers, threads_per_worker=cfg.threads_per_worker,
                       memory_limit=cfg.memory_limit, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         yield client
+
+
+def connect(address: str, timeout: float) -> Client:
+    """A Client on the scheduler at `address`; ClusterError (one line) when none answers within `timeout` s."""
+    client_log = logging.getLogger("distributed.client")
+    level = client_log.level
+    client_log.setLevel(logging.CRITICAL)   # distributed logs the failed attempt as a traceback: the error says it
+    try:
+        return Client(address, timeout=timeout)
+    except (OSError, TimeoutError):
+        raise ClusterError(f"cluster.scheduler: no Dask scheduler answered at {address} within {timeout:g} s "
+                           f"(cluster.connect_timeout): start one (dask scheduler) or fix the address") from None
+    finally:
+        client_log.setLevel(level)
+
+
+def scheduler_address(client: Any) -> str:
+    """The address workers join, for messages; '?' when the client cannot say."""
+    try:
+        return str(client.scheduler.address)
+    except AttributeError:
+        return "?"
+
+
+class WorkerWatch:
+    """Watches a client's cluster during one stage; after `grace` s without a worker it cancels the pending work.
+
+    Cancelling makes the stage's blocking `gather`/`result` raise at once, so the runner can turn
+    the hang into `self.error` (a ClusterError naming the stage and what to do). A stage that only
+    computes in this process never notices: nothing is pending, nothing is cancelled.
+    """
+
+    def __init__(self, client: Any, stage: str, grace: float, poll: float | None = None,
+                 rerun_hint: str = "rerun the same `wpultr run` (or `wpultr experiment`) command"):
+        self.client, self.stage, self.grace, self.rerun_hint = client, stage, grace, rerun_hint
+        self.poll = poll if poll is not None else min(1.0, grace / 4)
+        self.error: ClusterError | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=f"wpultr-watch-{stage}", daemon=True)
+
+    def __enter__(self) -> "WorkerWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=max(5.0, 2 * self.poll))
+
+    def _workers(self) -> int:
+        try:
+            return len(self.client.nthreads())
+        except Exception:  # noqa: BLE001 - a scheduler that does not answer has no usable worker either
+            return 0
+
+    def _pending(self) -> list[str]:
+        futures = dict(getattr(self.client, "futures", {}) or {})
+        return [key for key, state in futures.items() if getattr(state, "status", None) in ("pending", "lost")]
+
+    def _watch(self) -> None:
+        empty_since: float | None = None
+        while not self._stop.wait(self.poll):
+            if self._workers():
+                empty_since = None
+                continue
+            now = time.monotonic()
+            empty_since = now if empty_since is None else empty_since
+            pending = self._pending()
+            if now - empty_since < self.grace or not pending:
+                continue
+            address = scheduler_address(self.client)
+            self.error = ClusterError(
+                f"stage {self.stage}: the Dask cluster at {address} has had no workers for {self.grace:g} s "
+                f"(cluster.no_worker_timeout); start workers (dask worker {address}) and {self.rerun_hint}: "
+                f"finished stages are kept")
+            self._cancel(pending)
+            return
+
+    def _cancel(self, keys: list[str]) -> None:
+        with contextlib.suppress(Exception):  # the scheduler may be gone too; the stage still unblocks below
+            self.client.cancel([Future(key, self.client) for key in keys], msg=str(self.error))

@@ -10,7 +10,8 @@ from typing import Any, Sequence
 import yaml
 
 from ..config import ConfigError, RunConfig, config_from_dict, dump_config
-from .cluster import open_client
+from . import status
+from .cluster import WorkerWatch, open_client
 from .rundir import RunDir, package_versions, read_json, write_json, write_text
 from .stages import METRICS, REPORT, STAGES, Stage, StageContext
 
@@ -57,11 +58,9 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 def run_pipeline(cfg: RunConfig, *, fresh: bool = False, client: Any = None,
                  stages: Sequence[Stage] = STAGES, progress: bool = False) -> RunResult:
     """Run every stage not yet finished; write config.yaml, versions.json, summary.json and metrics.json."""
-    run = RunDir(cfg.resolved_run_dir)
-    if fresh and run.root.exists():
-        import shutil
-        shutil.rmtree(run.root)
-    run.root.mkdir(parents=True, exist_ok=True)
+    if fresh:   # only a marked run directory, never one holding the config file or the working directory
+        RunDir.remove_fresh(cfg.resolved_run_dir, keep=(cfg.source,))
+    run = RunDir.create(cfg.resolved_run_dir)
     _check_same_config(run, cfg)
     write_text(run.path(CONFIG_FILE), dump_config(cfg))
     write_json(run.path(VERSIONS_FILE), package_versions())
@@ -72,6 +71,7 @@ def run_pipeline(cfg: RunConfig, *, fresh: bool = False, client: Any = None,
 
 
 def _run_stages(cfg: RunConfig, run: RunDir, client: Any, stages: Sequence[Stage], progress: bool) -> RunResult:
+    """Each unfinished stage in order, leaving running/failed records (status.py) and summary.json after each."""
     ran, skipped = [], []
     summary: dict[str, Any] = {"stages": {}}
     ctx = StageContext(config=cfg, run=run, client=client)
@@ -80,19 +80,39 @@ def _run_stages(cfg: RunConfig, run: RunDir, client: Any, stages: Sequence[Stage
         if run.is_done(stage.name, outputs):
             skipped.append(stage.name)
             summary["stages"][stage.name] = run.stage_record(stage.name)
+            write_json(run.path(SUMMARY_FILE), summary)
             if progress:
                 print(f"[wpultr] {stage.name}: done earlier, skipped")
             continue
         if progress:
             print(f"[wpultr] {stage.name} …", flush=True)
-        start = time.perf_counter()
-        info = stage.run(ctx) or {}
-        seconds = time.perf_counter() - start
+        info, seconds = _run_one(ctx, stage, summary)
         run.mark_done(stage.name, outputs, seconds, info)
+        status.mark_finished(run.root, stage.name)
         summary["stages"][stage.name] = run.stage_record(stage.name)
+        write_json(run.path(SUMMARY_FILE), summary)
         ran.append(stage.name)
         if progress:
             print(f"[wpultr] {stage.name}: {seconds:.1f}s {info}", flush=True)
     metrics = read_json(run.path(METRICS)) if run.path(METRICS).exists() else {}
-    write_json(run.path(SUMMARY_FILE), summary)
     return RunResult(run_dir=run.root, ran=ran, skipped=skipped, metrics=metrics)
+
+
+def _run_one(ctx: StageContext, stage: Stage, summary: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """Run one stage under a worker watch; on failure record it (and a lost cluster as ClusterError) and re-raise."""
+    run = ctx.run
+    status.mark_running(run.root, stage.name)
+    start = time.perf_counter()
+    watch = WorkerWatch(ctx.client, stage.name, ctx.config.cluster.no_worker_timeout)
+    try:
+        with watch:
+            info = stage.run(ctx) or {}
+    except BaseException as e:
+        error = watch.error or e
+        status.mark_failed(run.root, stage.name, error, time.perf_counter() - start)
+        summary["failed"] = {"stage": stage.name, "error": f"{type(error).__name__}: {error}"}
+        write_json(run.path(SUMMARY_FILE), summary)
+        if watch.error is not None:
+            raise watch.error from e
+        raise
+    return info, time.perf_counter() - start

@@ -1,0 +1,331 @@
+"""Where a run (or an experiment) stands: stages done, running, failed or died, read from its directory alone.
+
+The runner leaves three kinds of record (JSON) in `stages/`: `<stage>.running` when a stage starts
+(pid, host, start time), `<stage>.json` when it finishes (rundir.RunDir.mark_done) and
+`<stage>.failed` with the error when it raises (not `*.json`: readers of completion records glob those). The newest record of a stage is its state; a
+running record whose process is gone from this host reads as `died` (killed, out of memory, …).
+`wpultr status` prints `format_status(status_of(path))`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import RunDirError
+from .rundir import write_json
+
+STAGES_DIR = "stages"
+RUNNING_SUFFIX = ".running"
+FAILED_SUFFIX = ".failed"
+DONE_SUFFIX = ".json"
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing (the runner)
+# ---------------------------------------------------------------------------------------------
+def _record(root: Path, stage: str, suffix: str) -> Path:
+    return Path(root) / STAGES_DIR / f"{stage}{suffix}"
+
+
+def _now() -> str:
+    return time.strftime(_TIME_FORMAT)
+
+
+def _process_started(pid: int) -> float | None:
+    """The start time of process `pid` (to tell a live run from a reused pid), None if it is gone."""
+    import psutil
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def mark_running(root: Path, stage: str) -> None:
+    """Record that `stage` started in this process; an older failure record of it is superseded."""
+    pid = os.getpid()
+    write_json(_record(root, stage, RUNNING_SUFFIX),
+               {"stage": stage, "pid": pid, "host": socket.gethostname(), "process_started": _process_started(pid),
+                "started_at": _now(), "started": time.time()})
+    _record(root, stage, FAILED_SUFFIX).unlink(missing_ok=True)
+
+
+def mark_finished(root: Path, stage: str) -> None:
+    """Drop the running record of a stage whose completion record has just been written."""
+    _record(root, stage, RUNNING_SUFFIX).unlink(missing_ok=True)
+
+
+def mark_failed(root: Path, stage: str, error: BaseException, seconds: float) -> None:
+    """Record why `stage` failed (the exception's type and message) and drop its running record."""
+    write_json(_record(root, stage, FAILED_SUFFIX),
+               {"stage": stage, "error": f"{type(error).__name__}: {error}", "seconds": round(seconds, 3),
+                "failed_at": _now(), "pid": os.getpid(), "host": socket.gethostname()})
+    _record(root, stage, RUNNING_SUFFIX).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class StageStatus:
+    name: str
+    state: str                      # done | running | failed | died | pending
+    seconds: float | None = None    # run time (done, failed) or time so far (running, died: until now)
+    at: str | None = None           # finished, failed or started at
+    error: str | None = None
+    pid: int | None = None
+    host: str | None = None
+
+
+@dataclass
+class RunStatus:
+    path: str
+    name: str | None
+    state: str                      # finished | running | failed | died | incomplete | not started
+    stages: list[StageStatus] = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        return sum(s.state == "done" for s in self.stages)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "kind": "run", "done": self.done}
+
+
+@dataclass
+class ExperimentRun:
+    key: str                        # setting/label/seed N
+    state: str                      # a RunStatus state, or invalid
+    run: RunStatus | None = None
+    error: str | None = None
+
+
+@dataclass
+class ExperimentStatus:
+    path: str
+    name: str | None
+    runs: list[ExperimentRun] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.runs:
+            counts[r.state] = counts.get(r.state, 0) + 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "kind": "experiment", "counts": self.counts()}
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(record: dict[str, Any]) -> bool | None:
+    """Whether a running record's process lives: None when it ran on another host (cannot tell)."""
+    if record.get("host") != socket.gethostname():
+        return None
+    pid = record.get("pid")
+    if not isinstance(pid, int):
+        return False
+    started = _process_started(pid)
+    expected = record.get("process_started")
+    return started is not None and (expected is None or abs(started - expected) < 1.0)
+
+
+def _stage_status(stages_dir: Path, name: str) -> StageStatus:
+    """The state of one stage from the newest of its records."""
+    found = []
+    for suffix, state in ((DONE_SUFFIX, "done"), (RUNNING_SUFFIX, "running"), (FAILED_SUFFIX, "failed")):
+        path = stages_dir / f"{name}{suffix}"
+        if path.exists():
+            found.append((path.stat().st_mtime_ns, state, path))
+    if not found:
+        return StageStatus(name, "pending")
+    _, state, path = max(found)
+    record = _read(path) or {}
+    if state == "done":
+        return StageStatus(name, "done", record.get("seconds"), record.get("finished_at"))
+    if state == "failed":
+        return StageStatus(name, "failed", record.get("seconds"), record.get("failed_at"), record.get("error"),
+                           record.get("pid"), record.get("host"))
+    started = record.get("started")
+    elapsed = round(time.time() - started, 1) if isinstance(started, (int, float)) else None
+    alive = _alive(record)
+    return StageStatus(name, "died" if alive is False else "running", elapsed, record.get("started_at"),
+                       None if alive is not False else "its process is gone (killed or out of memory?)",
+                       record.get("pid"), record.get("host"))
+
+
+def _stage_names(stages_dir: Path) -> list[str]:
+    """The pipeline's stages in order, then any other stage that left a record (custom stage lists)."""
+    from .stages import STAGES
+    names = [s.name for s in STAGES]
+    if stages_dir.is_dir():
+        for path in sorted(stages_dir.iterdir()):
+            for suffix in (DONE_SUFFIX, RUNNING_SUFFIX, FAILED_SUFFIX):
+                stem = path.name[: -len(suffix)]
+                if path.name.endswith(suffix) and stem not in names and not stem.startswith("."):
+                    names.append(stem)
+    return names
+
+
+def _run_name(root: Path) -> str | None:
+    import yaml
+    try:
+        values = yaml.safe_load((root / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return values.get("name") if isinstance(values, dict) else None
+
+
+def is_run_dir(path: Path) -> bool:
+    from .rundir import MARKER
+    return (path / MARKER).is_file() or (path / "config.yaml").is_file() or (path / STAGES_DIR).is_dir()
+
+
+def run_status(path: str | Path) -> RunStatus:
+    """The status of the run directory `path` (which need not exist yet: then nothing has started)."""
+    root = Path(path)
+    stages_dir = root / STAGES_DIR
+    stages = [_stage_status(stages_dir, name) for name in _stage_names(stages_dir)]
+    states = {s.state for s in stages}
+    if "running" in states:
+        state = "running"
+    elif "failed" in states:
+        state = "failed"
+    elif "died" in states:
+        state = "died"
+    elif states == {"done"}:
+        state = "finished"
+    elif "done" in states:
+        state = "incomplete"
+    else:
+        state = "not started"
+    return RunStatus(str(root), _run_name(root), state, stages)
+
+
+def experiment_status(path: str | Path) -> ExperimentStatus:
+    """The status of every run of the experiment directory `path`, in the experiment's order.
+
+    The run list comes from the resolved `experiment.yaml` (so runs not started yet are listed);
+    when it cannot be read, from the run directories under `runs/`.
+    """
+    root = Path(path)
+    name, runs = None, []
+    expected = _expected_runs(root)
+    if expected is not None:
+        name, specs = expected
+        for key, run_dir, invalid in specs:
+            if invalid:
+                runs.append(ExperimentRun(key, "invalid", error=invalid))
+            else:
+                status = run_status(run_dir)
+                runs.append(ExperimentRun(key, status.state, status))
+    else:
+        for run_dir in sorted(p.parent for p in (root / "runs").glob("**/config.yaml")):
+            status = run_status(run_dir)
+            runs.append(ExperimentRun(str(run_dir.relative_to(root / "runs")), status.state, status))
+    return ExperimentStatus(str(root), name, runs)
+
+
+def _expected_runs(root: Path) -> tuple[str, list[tuple[str, Path, str | None]]] | None:
+    """(name, [(setting/label/seed N, run directory under `root`, invalid reason)]) from experiment.yaml."""
+    import yaml
+    from ..errors import WpultrError
+    from ..experiment.harness import EXPERIMENT_FILE, experiment_from_dict
+    try:
+        values = yaml.safe_load((root / EXPERIMENT_FILE).read_text())
+        exp = experiment_from_dict(values)
+    except (OSError, yaml.YAMLError, WpultrError, ValueError):
+        return None
+    specs = []
+    for spec in exp.runs:
+        try:   # the directory may have moved since: locate runs relative to where it is now
+            run_dir = root / spec.run_dir.relative_to(exp.out_dir)
+        except ValueError:
+            run_dir = spec.run_dir
+        specs.append((f"{spec.setting}/{spec.label}/seed {spec.seed}", run_dir, spec.invalid))
+    return exp.name, specs
+
+
+def is_experiment_dir(path: Path) -> bool:
+    from ..experiment.harness import EXPERIMENT_FILE, RUNS_JSON
+    return (path / EXPERIMENT_FILE).is_file() or (path / RUNS_JSON).is_file()
+
+
+def status_of(path: str | Path) -> RunStatus | ExperimentStatus:
+    """The status of a run directory or an experiment directory; RunDirError if `path` is neither."""
+    root = Path(path)
+    if not root.is_dir():
+        raise RunDirError(f"{root}: no such directory (give a run directory or an experiment directory)")
+    if is_experiment_dir(root):
+        return experiment_status(root)
+    if is_run_dir(root):
+        return run_status(root)
+    raise RunDirError(f"{root}: neither a run directory (config.yaml, stages/) nor an experiment directory "
+                      f"(experiment.yaml)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------------------------
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return ""
+    if value < 120:
+        return f"{value:.1f} s"
+    minutes, secs = divmod(int(round(value)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _stage_line(s: StageStatus) -> str:
+    if s.state == "done":
+        detail = f"{_seconds(s.seconds):>9s}  finished {s.at or '?'}"
+    elif s.state == "running":
+        where = f" (pid {s.pid} on {s.host})" if s.pid else ""
+        detail = f"{_seconds(s.seconds):>9s}  since {s.at or '?'}{where}"
+    elif s.state == "died":
+        detail = f"{'':>9s}  started {s.at or '?'}, pid {s.pid} on {s.host}: {s.error}"
+    elif s.state == "failed":
+        detail = f"{_seconds(s.seconds):>9s}  at {s.at or '?'}: {s.error}"
+    else:
+        detail = ""
+    return f"  {s.name:<12s} {s.state:<8s}{detail}".rstrip()
+
+
+def _run_summary(r: RunStatus) -> str:
+    current = next((s for s in r.stages if s.state in ("running", "failed", "died")), None)
+    text = f"{r.done}/{len(r.stages)} stages done"
+    if current is not None:
+        text += f"; {current.name} {current.state}"
+        if current.state == "failed" and current.error:
+            text += f": {current.error}"
+    return text
+
+
+def format_status(status: RunStatus | ExperimentStatus) -> str:
+    """Human-readable lines: one per stage of a run, one per run of an experiment."""
+    if isinstance(status, RunStatus):
+        lines = [f"run {status.path}" + (f" ({status.name})" if status.name else "") + f": {status.state}, "
+                 f"{status.done} of {len(status.stages)} stages done"]
+        lines += [_stage_line(s) for s in status.stages]
+        return "\n".join(lines)
+    counts = status.counts()
+    order = ("finished", "running", "failed", "died", "incomplete", "not started", "invalid")
+    tally = ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k))
+    lines = [f"experiment {status.path}" + (f" ({status.name})" if status.name else "")
+             + f": {len(status.runs)} runs" + (f": {tally}" if tally else "")]
+    width = max((len(r.key) for r in status.runs), default=0)
+    for r in status.runs:
+        detail = r.error if r.state == "invalid" else (_run_summary(r.run) if r.run else "")
+        lines.append(f"  {r.key:<{width}s}  {r.state:<11s} {detail}".rstrip())
+    return "\n".join(lines)
