@@ -18,19 +18,25 @@ Parts (each prints its own lines; --json adds a machine-readable copy), run in t
            click's parents, wall time. The speed part's KCI run is reused for its seed.
   scale    KCI and RCIT: the largest n of a ladder that our discovery finishes within --budget s
            (a run past the budget is stopped there and the workers restarted).
+  compare  KCI at --n rows against the hybrid test (`discovery.ci_test: hybrid`, its default config: KCI on
+           n_sessions = 1000 one-per-session rows, click tests on --click-rows shown results of whole
+           sessions): click parents exactly right per seed, SHD, seconds per graph.
 
-The user model's effects are set so that every true click parent is detectable at n = 2000
-(BENCH_USER_MODEL / BENCH_SIMULATE; --user-model-params '{}' --simulate-params '{}' gives the simulator's
-defaults). With the defaults two edges are near-unfaithful at this n: a media type almost fixes a
-result's height (log-normal spread 0.25 around well-separated means), so media ⟂ click | height nearly
-holds; and a result's on-screen height adds little to position and height when 1/p examination is steep
-and half of examination ignores it. The bench widens the height spread, strengthens the media and
-visibility effects and flattens the position curve.
+The world is the simulator's default whole-page world unless --user-model-params / --simulate-params say
+otherwise. BENCH_USER_MODEL / BENCH_SIMULATE hold the world an earlier version of this bench used by
+default, tuned so that every true click parent is detectable by KCI at n = 2000. With the defaults two
+edges are near-unfaithful at that n: a media type almost fixes a result's height (log-normal spread 0.25
+around well-separated means), so media ⟂ click | height nearly holds; and a result's on-screen height
+adds little to position and height when 1/p examination is steep and half of examination ignores it.
+The tuned world widens the height spread, strengthens the media and visibility effects and flattens the
+position curve. The hybrid test (compare part) is meant to work on the defaults: its click tests read
+~10^5 shown results.
 
 Wall times share the CPU with whatever else runs on the machine: the ratio is taken within one run,
 and the load average is printed beside every part.
 
-    .venv/bin/python bench/discovery.py                 # all three parts, ~15 min on 2 idle cores
+    .venv/bin/python bench/discovery.py                 # all four parts, ~20 min on 2 idle cores
+    .venv/bin/python bench/discovery.py --part compare --seeds 3
     .venv/bin/python bench/discovery.py --part speed --n 1000 --json out.json
 """
 from __future__ import annotations
@@ -48,7 +54,7 @@ from threadpoolctl import threadpool_info
 
 from wpultr.causal.biases import identify_biases
 from wpultr.causal.discovery import (DiscoveryConfig, DiscoveryResult, ci_test_spec, discover, node_order,
-                                     one_row_per_session, prior_knowledge, sample_session_ids)
+                                     one_row_per_session, prior_knowledge, sample_click_rows, sample_session_ids)
 from wpultr.causal.graph import GraphEdge, structural_hamming_distance
 from wpultr.causal.kci import clear_store
 from wpultr.config import ClusterConfig
@@ -70,6 +76,7 @@ class Sample:
     nodes: pd.DataFrame
     truth_edges: tuple[GraphEdge, ...]
     truth_click_parents: set[str]
+    click_nodes: pd.DataFrame | None = None    # every shown result of whole sessions, with session_id
 
 
 BENCH_USER_MODEL = {"position_power": 0.7, "visibility_weight": 0.9, "readable_height": 300.0,
@@ -77,24 +84,38 @@ BENCH_USER_MODEL = {"position_power": 0.7, "visibility_weight": 0.9, "readable_h
 BENCH_SIMULATE = {"height_spread": 0.6}
 USER_MODEL_PARAMS: dict = {}   # --user-model-params: whole_page parameters other than the simulator's defaults
 SIMULATE_PARAMS: dict = {}     # --simulate-params: other SimulateConfig fields (page presentation, logging ranker)
-_SAMPLES: dict[tuple[int, int], Sample] = {}
+_SAMPLES: dict[tuple[int, int, int], Sample] = {}
 
 
-def make_sample(seed: int, n_rows: int) -> Sample:
-    """Simulate, fit the encoder on every session, draw n_rows results as the discover stage does."""
-    if (seed, n_rows) in _SAMPLES:
-        return _SAMPLES[seed, n_rows]
-    logs = simulate(SimulateConfig(**{"n_sessions": max(int(1.5 * n_rows), 20_000), **SIMULATE_PARAMS,
-                                      "user_model_params": dict(USER_MODEL_PARAMS)}), seed=seed)
+def _node_frame(rows: pd.DataFrame, encoder: PageFeatureEncoder) -> pd.DataFrame:
+    return pd.concat([pd.DataFrame({RELEVANCE_SCORE: rows["_score"].to_numpy()}, index=rows.index),
+                      encoder.transform(rows), rows[[CLICK]].astype(float)], axis=1).reset_index(drop=True)
+
+
+def make_sample(seed: int, n_rows: int, click_rows: int = 0) -> Sample:
+    """Simulate, fit the encoder on every session, draw n_rows results as the discover stage does.
+
+    With `click_rows`, also every shown result of about click_rows / 10 further-sampled whole sessions
+    (what the hybrid test's click tests read, drawn by `sample_click_rows` as the discover stage draws them).
+    """
+    if (seed, n_rows, click_rows) in _SAMPLES:
+        return _SAMPLES[seed, n_rows, click_rows]
+    logs = simulate(SimulateConfig(**{"n_sessions": max(int(1.5 * n_rows), 20_000, int(1.2 * click_rows / 10)),
+                                      **SIMULATE_PARAMS, "user_model_params": dict(USER_MODEL_PARAMS)}), seed=seed)
     columns = [SESSION_ID, "query_id", POSITION, CLICK] + [f.name for f in FEATURES if f.name != POSITION]
     sessions = logs.sessions[columns].merge(logs.truth_sessions[[SESSION_ID, POSITION, TRUE_LABEL]],
                                             on=[SESSION_ID, POSITION])
+    rng = np.random.default_rng([seed, 99])
+    sessions["_score"] = sessions[TRUE_LABEL] + SCORE_NOISE * rng.normal(size=len(sessions))
     encoder = PageFeatureEncoder(FEATURES).fit(sessions)
     ids = sample_session_ids(sessions, n_rows, stratify=True, n_strata=4, seed=seed)
     rows = one_row_per_session(sessions[sessions[SESSION_ID].isin(ids)], seed)
-    rng = np.random.default_rng([seed, 99])
-    nodes = pd.concat([pd.DataFrame({RELEVANCE_SCORE: rows[TRUE_LABEL] + SCORE_NOISE * rng.normal(size=len(rows))}),
-                       encoder.transform(rows), rows[[CLICK]].astype(float)], axis=1)
+    nodes = _node_frame(rows, encoder)
+    click_nodes = None
+    if click_rows:
+        chosen = sample_click_rows(sessions[[SESSION_ID, "query_id"]], click_rows, n_strata=4, seed=seed + 7)
+        whole = sessions[sessions[SESSION_ID].isin(chosen)].sort_values([SESSION_ID, POSITION])
+        click_nodes = _node_frame(whole, encoder).assign(**{SESSION_ID: whole[SESSION_ID].to_numpy()})
     graph = logs.truth["graph"]
     rename = {graph["relevance_node"]: RELEVANCE_SCORE}
     edges = tuple(GraphEdge(rename.get(e["from"], e["from"]), rename.get(e["to"], e["to"]), e["type"])
@@ -103,8 +124,8 @@ def make_sample(seed: int, n_rows: int) -> Sample:
     if len(nodes) != n_rows:
         raise RuntimeError(f"sample of {len(nodes)} rows, wanted {n_rows}")
     if n_rows <= 10_000:                       # the quality and speed samples are reused; ladder ones are not
-        _SAMPLES[seed, n_rows] = Sample(nodes, edges, parents)
-    return Sample(nodes, edges, parents)
+        _SAMPLES[seed, n_rows, click_rows] = Sample(nodes, edges, parents, click_nodes)
+    return Sample(nodes, edges, parents, click_nodes)
 
 
 def _load() -> str:
@@ -199,6 +220,46 @@ def part_quality(client, seeds: range, n: int, out: dict, reuse: dict[int, Disco
     out["quality"] = rows
 
 
+def part_compare(client, seeds: range, kci_n: int, hybrid_cfg: DiscoveryConfig, out: dict) -> None:
+    """KCI on --n one-per-session rows against the hybrid test at its default config (click tests on whole sessions)."""
+    names = node_order(FEATURES)
+    print(f"\n== compare: KCI at n = {kci_n} rows vs hybrid (KCI on {hybrid_cfg.n_sessions} rows, click tests on "
+          f"{hybrid_cfg.click_rows} shown results of whole sessions), whole_page world "
+          f"{USER_MODEL_PARAMS or '(simulator defaults)'}, simulator {SIMULATE_PARAMS or '(defaults)'}, "
+          f"alpha 0.05, no bootstrap == [{_load()}]")
+    print(f"{'test':<7}{'seed':>5}{'SHD':>5}{'exact':>7}{'seconds':>9}  click parents found")
+    rows, truth = [], set()
+    for seed in seeds:
+        for test in ("kci", "hybrid"):
+            if test == "kci":
+                sample, cfg, extra = make_sample(seed, kci_n), DiscoveryConfig(ci_test="kci", n_bootstrap=0), {}
+            else:
+                sample = make_sample(seed, hybrid_cfg.n_sessions, hybrid_cfg.click_rows)
+                cfg, extra = hybrid_cfg, {"click_nodes": sample.click_nodes}
+            truth = sample.truth_click_parents
+            _cold(client)
+            start = time.perf_counter()
+            result = discover(sample.nodes, FEATURES, cfg, client=client, seed=seed, **extra)
+            seconds = time.perf_counter() - start
+            found = set(identify_biases(result.graph).click_parents)
+            shd = structural_hamming_distance(result.graph.edges, sample.truth_edges, names)
+            evidence = {e["node"]: {"in_graph": e["in_graph"], "p_value": e["p_value"],
+                                    "loglik_gain_per_row": (e["effect"] or {}).get("loglik_gain_per_row")}
+                        for e in result.graph.meta["click_evidence"]}
+            rows.append({"test": test, "seed": seed, "shd": shd, "exact": found == truth, "seconds": seconds,
+                         "found": sorted(found), "evidence": evidence,
+                         "near_deterministic": result.graph.meta["near_deterministic"]["pairs"]})
+            print(f"{test:<7}{seed:>5}{shd:>5}{str(found == truth):>7}{seconds:>9.1f}  {', '.join(sorted(found))}"
+                  f"  [{_load()}]", flush=True)
+    print(f"true click parents: {', '.join(sorted(truth))}")
+    for test in ("kci", "hybrid"):
+        mine = [r for r in rows if r["test"] == test]
+        print(f"{test}: click's parents exactly right in {sum(r['exact'] for r in mine)}/{len(mine)} seeds; "
+              f"mean SHD {np.mean([r['shd'] for r in mine]):.1f}; seconds per graph "
+              f"{np.mean([r['seconds'] for r in mine]):.1f} (max {max(r['seconds'] for r in mine):.1f})")
+    out["compare"] = rows
+
+
 def part_scale(cluster: ClusterConfig, seed: int, budget: float, ladders: dict[str, tuple[int, ...]], out: dict,
                known: dict[tuple[str, int], float]) -> None:
     """Each test's ladder on a fresh cluster: one stopped at the budget is closed with its workers."""
@@ -233,14 +294,18 @@ def part_scale(cluster: ClusterConfig, seed: int, budget: float, ladders: dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", action="append", choices=["quality", "speed", "scale"],
-                        help="default: all three")
+    parser.add_argument("--part", action="append", choices=["quality", "speed", "scale", "compare"],
+                        help="default: all four")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--user-model-params", default=json.dumps(BENCH_USER_MODEL),
-                        help="JSON of whole_page parameters ('{}': the simulator's defaults)")
-    parser.add_argument("--simulate-params", default=json.dumps(BENCH_SIMULATE),
-                        help="JSON of other simulator settings (e.g. height_spread, media_heights)")
+    parser.add_argument("--user-model-params", default="{}",
+                        help="JSON of whole_page parameters (default '{}': the simulator's defaults; the world "
+                             f"tuned for KCI at n = 2000 is {json.dumps(BENCH_USER_MODEL)})")
+    parser.add_argument("--simulate-params", default="{}",
+                        help="JSON of other simulator settings (default '{}'; the tuned world adds "
+                             f"{json.dumps(BENCH_SIMULATE)})")
+    parser.add_argument("--click-rows", type=int, default=DiscoveryConfig().click_rows,
+                        help="compare: the hybrid test's click rows (default: the config default)")
     parser.add_argument("--n", type=int, default=2000, help="rows of the quality part")
     parser.add_argument("--speed-n", type=int, default=600,
                         help="rows of the speed part (causal-learn's serial KCI is cubic in n: ~5 min at 600)")
@@ -250,7 +315,7 @@ def main() -> None:
     parser.add_argument("--rcit-ladder", default=",".join(map(str, RCIT_LADDER)), help="sample sizes tried for RCIT")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
-    parts = args.part or ["speed", "quality", "scale"]
+    parts = args.part or ["speed", "quality", "scale", "compare"]
     USER_MODEL_PARAMS.update(json.loads(args.user_model_params))
     SIMULATE_PARAMS.update(json.loads(args.simulate_params))
     out: dict = {"cpu_count": os.cpu_count(), "workers": args.workers, "score": f"true grade + N(0, {SCORE_NOISE}^2)",
@@ -268,6 +333,9 @@ def main() -> None:
                 reuse[args.first_seed] = ours
         if "quality" in parts:
             part_quality(client, range(args.first_seed, args.first_seed + args.seeds), args.n, out, reuse)
+        if "compare" in parts:
+            part_compare(client, range(args.first_seed, args.first_seed + args.seeds), args.n,
+                         DiscoveryConfig(ci_test="hybrid", n_bootstrap=0, click_rows=args.click_rows), out)
     if "scale" in parts:
         ladders = {"kci": tuple(int(v) for v in args.kci_ladder.split(",") if v),
                    "rcit": tuple(int(v) for v in args.rcit_ladder.split(",") if v)}

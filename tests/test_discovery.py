@@ -340,6 +340,24 @@ def test_discover_stage_writes_epoch_artifacts(tmp_path, dask_client):
         discover_epoch(sessions_dir, "no_such_scores", FEATURES, cfg, tmp_path, 1, encoder_dir=tmp_path / "features")
 
 
+def test_discover_stage_hybrid_reads_whole_sessions_for_click_tests(tmp_path, dask_client):
+    sessions_dir = tmp_path / "data" / "sessions"
+    write_sessions(sessions_dir, 600, seed=1)
+    from wpultr.features.encoders import PreprocessConfig
+    fit_page_encoder(sessions_dir, FEATURES, PreprocessConfig(), tmp_path / "features", dask_client)
+    cfg = DiscoveryConfig(n_sessions=150, ci_test="hybrid", click_rows=1500, n_bootstrap=1, max_depth=1)
+    result = discover_epoch(sessions_dir, "score", FEATURES, cfg, tmp_path, 0, encoder_dir=tmp_path / "features",
+                            client=dask_client, seed=5)
+    meta = DiscoveredGraph.load(tmp_path / "epoch_0" / "graph.json").meta
+    assert meta["click_rows"] == {"n_rows": 1500, "n_sessions": 300, "source": "every shown result of the sampled sessions"}
+    assert meta["sample"]["n_rows"] == 150 and meta["test"]["name"] == "hybrid"
+    evidence = {e["node"]: e for e in meta["click_evidence"]}
+    assert set(evidence) == {RELEVANCE_SCORE, POSITION, "media_type", "serp_height"}
+    assert all(e["effect"]["rows"] == 1500 and e["stability"] in (0.0, 1.0) for e in evidence.values())
+    assert evidence["media_type"]["in_graph"] and evidence["media_type"]["p_value"] < 1e-6
+    assert result.graph.adjacent("media_type", CLICK)
+
+
 def test_discover_command_writes_graph_and_biases(tmp_path, dask_client):
     """`wpultr discover`: sessions directory + scores (a column, then a file) + page features from a config."""
     import json

@@ -148,3 +148,28 @@ def test_graph_diff_and_errors(tmp_path):
     assert missing.exit_code == 2 and "epoch 1 has no graph; epochs with a graph: [0, 2]" in missing.output
     assert runner.invoke(graph_app, ["show", str(tmp_path / "nowhere")]).exit_code == 2
     assert load_epoch_graph(run)[0] == 2
+
+
+def test_graph_show_prints_click_evidence_and_near_deterministic_pairs(tmp_path):
+    graph = sample_graph()
+    graph.meta.update({
+        "click_rows": {"n_rows": 100000, "n_sessions": 10000, "source": "every shown result of the sampled sessions"},
+        "click_evidence": [
+            {"node": "position", "in_graph": True, "by_prior": False, "pc_tests": 3, "p_value": 1.5e-30,
+             "given": [R], "decision": "kept: every test rejected independence", "stability": 0.8,
+             "proxies_left_out": ["serp_height"],
+             "effect": {"given": [R], "p_value": 2e-31, "statistic": 150.0, "df": 9, "loglik_gain_per_row": 0.0123,
+                        "click_rate_change": 0.0456, "rows": 100000, "sessions": 10000}},
+            {"node": "media_type", "in_graph": False, "by_prior": False, "pc_tests": 0, "p_value": None,
+             "given": None, "decision": "not tested: constant in the sample", "stability": None, "effect": None}],
+        "near_deterministic": {"threshold": 0.9, "pairs": [
+            {"feature": "media_type", "proxy": "serp_height", "determination": 0.97, "reverse": 0.95,
+             "measure": "uncertainty coefficient", "handling": "tests of media_type against click leave serp_height out"}]}})
+    graph.save(epoch_dir(tmp_path / "run", 0) / "graph.json")
+    out = CliRunner().invoke(graph_app, ["show", str(tmp_path / "run")]).output
+    assert "edges into click" in out and "100000 rows, 10000 sessions" in out
+    assert re.search(r"position +yes +1\.50e-30 +1\.23e-02 +0\.0456 +2\.00e-31 +0\.80 +kept: every test rejected "
+                     r"independence; proxies left out: serp_height", out)
+    assert re.search(r"media_type +no +- .* not tested: constant in the sample", out)
+    assert "media_type ~ f(serp_height): d = 0.970 (reverse 0.950" in out
+    assert "tests of media_type against click leave serp_height out" in out

@@ -4,8 +4,11 @@ The variables are the ranker's relevance score r̂, the click c and every declar
 (causal-learn, stable, run level-parallel on Dask by `parallel_pc`) uses one of causal-learn's CI
 tests: KCI (the paper's choice; by default computed by `kci.CachedKCI`, which returns causal-learn's
 p-values while computing each kernel once per run), its fast approximations RCIT and FastKCI, or
-Fisher-z. The priors
-of BAL §3.1 enter as causal-learn background knowledge:
+Fisher-z; or, the default, `hybrid_ci.HybridCIT`: edges into click tested on every shown result of
+`click_rows` by a session-robust logistic score test (`click_ci`), the other pairs by KCI, with
+near-deterministic proxies kept out of a feature's click tests (`near_determinism`); the evidence of
+every candidate edge into click goes into graph.json (`click_evidence`). The priors of BAL §3.1
+enter as causal-learn background knowledge:
 
 1. r̂ → c is required (users click only what is relevant);
 2. c is never a parent of a page feature (the page is shown before the click);
@@ -15,8 +18,8 @@ causal-learn's caveats are handled here: a required edge survives only if the sk
 it, and forbidden orientations do not stop the tests, so `enforce_priors` adds or re-orients what
 the priors dictate (marked `enforced`) and `prior_violations` checks every returned graph.
 
-Rows: one displayed result per sampled session. KCI assumes i.i.d. rows and costs O(n³); results of
-one session are dependent (their positions form a permutation), results of different sessions are
+Rows (of every test but hybrid's click tests, which see whole sessions): one displayed result per
+sampled session. KCI assumes i.i.d. rows and costs O(n³); results of one session are dependent (their positions form a permutation), results of different sessions are
 not. Sessions are sampled stratified by query frequency (equal shares for `n_strata` groups of
 queries ranked by their number of sessions), so tail queries are present in every sample.
 """
@@ -40,16 +43,20 @@ from threadpoolctl import threadpool_limits
 
 from ..features.encoders import one_hot
 from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, SchemaError
+from .click_ci import ClickCITest
+from .click_evidence import click_evidence
 from .kci import DEFAULT_CACHE_MIB, CachedKCI
 from .graph import (BIDIRECTED, DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, PairStability,
                     edges_from_matrix, sepsets_from_causallearn)
 from .discovery_config import DiscoveryConfig, validate_discovery_config
+from .hybrid_ci import HybridCIT, resample_sessions, stack_click_rows
+from .near_determinism import find_near_deterministic
 from .parallel_pc import PCRun, CITestSpec, parallel_pc
 
 
 def base_test_options(cfg: DiscoveryConfig) -> dict[str, Any]:
     """The keyword options causal-learn's CIT factory takes for the configured test (they fix the p-values)."""
-    if cfg.ci_test == "kci":
+    if cfg.ci_test in ("kci", "hybrid"):          # hybrid: the options of its KCI part
         k = cfg.kci
         return {"kernelX": k.kernel, "kernelY": k.kernel, "kernelZ": k.kernel, "est_width": k.est_width,
                 "approx": k.approx, "use_gp": k.use_gp, "polyd": k.polyd}
@@ -258,6 +265,33 @@ def sample_session_ids(sessions: pd.DataFrame, n_sessions: int, *, stratify: boo
     return np.sort(np.concatenate(chosen))
 
 
+def sample_click_rows(sessions: pd.DataFrame, click_rows: int | None, *, n_strata: int, seed: int,
+                      stratify: bool = True) -> np.ndarray:
+    """Session ids whose shown results (about `click_rows` rows in all; None: every session) feed hybrid's click tests.
+
+    `sessions` has one row per shown result (session_id, query_id); whole sessions are drawn, as
+    `sample_session_ids` draws them, so the click test's clusters are complete pages.
+    """
+    ids = sessions[SESSION_ID].to_numpy()
+    n_sessions = int(pd.unique(ids).size)
+    if click_rows is None or click_rows >= len(sessions):
+        return np.sort(pd.unique(ids))
+    wanted = max(1, int(np.ceil(click_rows * n_sessions / len(sessions))))
+    return sample_session_ids(sessions, wanted, stratify=stratify, n_strata=n_strata, seed=seed)
+
+
+def click_rows_frame(sessions: pd.DataFrame, nodes: pd.DataFrame, cfg: DiscoveryConfig,
+                     seed: int) -> pd.DataFrame | None:
+    """Hybrid's click rows from in-memory logs: `nodes` (aligned with `sessions`' rows) of the sessions
+    `sample_click_rows` draws, with their session_id; None unless `cfg.ci_test` is hybrid."""
+    if cfg.ci_test != "hybrid":
+        return None
+    ids = sample_click_rows(sessions[[SESSION_ID, QUERY_ID]], cfg.click_rows, n_strata=cfg.n_strata,
+                            seed=seed + 1, stratify=cfg.stratify)
+    chosen = sessions[SESSION_ID].isin(ids).to_numpy()
+    return nodes.loc[chosen].assign(**{SESSION_ID: sessions[SESSION_ID].to_numpy()[chosen]}).reset_index(drop=True)
+
+
 def one_row_per_session(rows: pd.DataFrame, seed: int) -> pd.DataFrame:
     """One displayed result drawn uniformly from each session, in a seeded random row order."""
     ordered = rows.sort_values([SESSION_ID, POSITION], kind="stable").reset_index(drop=True)
@@ -333,12 +367,30 @@ def _to_graph(run: PCRun, names: tuple[str, ...], kinds: dict[str, str], feature
     return enforce_priors(graph, features)
 
 
+def _click_block(click_nodes: pd.DataFrame | None, sample: np.ndarray, wanted: list[str],
+                 keep: list[int]) -> tuple[np.ndarray, np.ndarray, str]:
+    """The hybrid test's click rows and their sessions: `click_nodes` (with session_id), else the sample itself."""
+    if click_nodes is None:
+        return sample, np.arange(len(sample)), "the discovery sample (one shown result per session)"
+    if SESSION_ID not in click_nodes.columns:
+        raise SchemaError(f"discovery: the click rows need a {SESSION_ID!r} column (sessions are the clusters of "
+                          f"the click test); present: {list(click_nodes.columns)}")
+    rows = _check_nodes(click_nodes, wanted)[:, keep]
+    sessions = click_nodes[SESSION_ID].to_numpy()
+    if not np.isin(rows[:, -1], (0.0, 1.0)).all():
+        raise SchemaError(f"discovery: column {CLICK!r} of the click rows must hold 0/1 values")
+    return rows, sessions, "every shown result of the sampled sessions"
+
+
 def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: DiscoveryConfig, *,
-             client: Any = None, seed: int = 0, timeout: float | None = None) -> DiscoveryResult:
+             client: Any = None, seed: int = 0, timeout: float | None = None,
+             click_nodes: pd.DataFrame | None = None) -> DiscoveryResult:
     """PC over r̂, the page features and c (one row per sampled result), plus bootstrap stabilities.
 
     `nodes` holds the encoded columns: relevance_score, each page feature (categorical ones as
     integer codes) and click. A page feature constant in the sample is left out (recorded in meta).
+    With `ci_test: hybrid`, `click_nodes` (the same columns plus session_id, every shown result of
+    whole sessions) feeds the tests of edges into click; without it those tests use `nodes`.
     `timeout` (seconds) makes PC raise TimeoutError when passed (see `parallel_pc`).
     """
     validate_discovery_config(cfg)
@@ -347,27 +399,60 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
     constant = [f.name for f in page_features if np.ptp(data[:, wanted.index(f.name)]) == 0]
     features = [f for f in page_features if f.name not in constant]
     names = tuple(node_order(features))
-    data = data[:, [wanted.index(n) for n in names]]
+    keep = [wanted.index(n) for n in names]
+    data = data[:, keep]
     kinds = {RELEVANCE_SCORE: "relevance", CLICK: "click", **{f.name: f.kind.value for f in features}}
     categorical = [names.index(f.name) for f in features if f.kind is FeatureKind.CATEGORICAL]
-    spec = ci_test_spec(cfg, categorical, seed)
-    rng = np.random.default_rng([seed, 1])
-    resamples = [data[rng.integers(0, len(data), len(data))] for _ in range(cfg.n_bootstrap)]
+    click, relevance = names.index(CLICK), names.index(RELEVANCE_SCORE)
     feature_names = [f.name for f in features]
+    rng = np.random.default_rng([seed, 1])
+    hybrid = cfg.ci_test == "hybrid"
+
+    click_rows, sessions, click_source = _click_block(click_nodes if hybrid else None, data, wanted, keep)
+    pairs = find_near_deterministic(click_rows, names, [names.index(f) for f in feature_names], categorical,
+                                    cfg.near_deterministic, handled=hybrid)
+    protect = [(names.index(p.feature), names.index(p.proxy)) for p in pairs] if hybrid else []
+    if hybrid:
+        spec = CITestSpec(HybridCIT, {"n_sample": len(data), "click": click, "relevance": relevance,
+                                      "categorical": categorical, "protect": protect, "n_knots": cfg.click_knots,
+                                      "seed": seed, "kci_options": base_test_options(cfg), "engine": cfg.kci.engine,
+                                      "cache_mib": cfg.kci.cache_mib})
+        main = stack_click_rows(data, click_rows, sessions, click)
+        resamples = []
+        for _ in range(cfg.n_bootstrap):
+            rows, ids = resample_sessions(click_rows, sessions, rng)
+            resamples.append(stack_click_rows(data[rng.integers(0, len(data), len(data))], rows, ids, click))
+    else:
+        spec = ci_test_spec(cfg, categorical, seed)
+        main = data
+        resamples = [data[rng.integers(0, len(data), len(data))] for _ in range(cfg.n_bootstrap)]
 
     start = time.perf_counter()
-    runs = parallel_pc([data] + resamples, names, cfg.alpha, spec, client=client,
+    runs = parallel_pc([main] + resamples, names, cfg.alpha, spec, client=client,
                        background_knowledge=prior_knowledge(feature_names), max_depth=cfg.max_depth,
                        timeout=timeout)
     seconds = time.perf_counter() - start
     graphs = [_to_graph(run, names, kinds, feature_names) for run in runs]
     graph, pair_stability = _stabilities(graphs[0], graphs[1:])
     graph.pair_stability = pair_stability
+    tester = ClickCITest(click_rows, click, sessions, categorical, relevance, cfg.click_knots)
+    proxies: dict[int, set[int]] = {}
+    for feature, proxy in protect:
+        proxies.setdefault(feature, set()).add(proxy)
+    evidence = click_evidence(graph, runs[0].p_values, graphs[1:], tester, proxies, cfg.alpha,
+                              {name: "constant in the sample" for name in constant})
     graph.meta = {
         "test": {"name": cfg.ci_test, "alpha": cfg.alpha, "options": base_test_options(cfg),
-                 **({"engine": cfg.kci.engine} if cfg.ci_test == "kci" else {}),
+                 **({"engine": cfg.kci.engine} if cfg.ci_test in ("kci", "hybrid") else {}),
+                 **({"click_test": "cluster-robust score test of nested spline-logistic click models "
+                                   f"(wpultr.causal.click_ci, {cfg.click_knots} knots), sessions as clusters",
+                     "other_tests": "kci on the one-result-per-session sample"} if hybrid else {}),
                  "categorical_as": "one-hot groups" if cfg.ci_test != "fisherz" else "codes"},
         "sample": {"n_rows": int(len(data))},
+        "click_rows": {"n_rows": int(len(click_rows)), "n_sessions": int(np.unique(sessions).size),
+                       "source": click_source},
+        "near_deterministic": {"threshold": cfg.near_deterministic, "pairs": [p.to_dict() for p in pairs]},
+        "click_evidence": evidence,
         "n_bootstrap": cfg.n_bootstrap,
         "max_depth": cfg.max_depth,
         "seed": seed,

@@ -4,7 +4,9 @@ An epoch's graph lives in `<run>/epoch_<k>/graph.json`: nodes named after table 
 `relevance_score` and `click`, each edge with its marks (directed, undirected, bidirected), whether a
 prior put it there rather than PC, and its stability over bootstrap resamples; beside them the CI
 test, alpha, sample size and seed used, the separating sets PC found and every pair's bootstrap
-frequencies (so edges that come and go between samples are visible).
+frequencies (so edges that come and go between samples are visible); in `meta`, the evidence of every
+candidate edge into click (`click_evidence`: p-values, effect size, stability, rows) and the
+near-deterministic page-feature pairs with what the tests did about them (`near_deterministic`).
 """
 from __future__ import annotations
 
@@ -260,7 +262,52 @@ def to_text(graph: DiscoveredGraph) -> str:
                      f"{_fraction(e.adjacency)}{flag}")
     if not graph.edges:
         lines.append("(no edges)")
+    lines += _click_evidence_lines(meta) + _near_deterministic_lines(meta)
     return "\n".join(lines)
+
+
+def _p(x: float | None) -> str:
+    return "    -    " if x is None else f"{x:9.2e}"
+
+
+def _click_evidence_lines(meta: dict[str, Any]) -> list[str]:
+    """The evidence of every candidate edge into click (graph.json meta `click_evidence`), one line each."""
+    evidence = meta.get("click_evidence")
+    if not evidence:
+        return []
+    rows = meta.get("click_rows", {})
+    width = max(len(e["node"]) for e in evidence)
+    lines = ["", f"edges into click: PC's largest p (its conditioning set), effect given click's other parents "
+                 f"({rows.get('n_rows', '?')} rows, {rows.get('n_sessions', '?')} sessions: {rows.get('source', '?')})",
+             f"{'node':<{width}}  in graph  {'p (PC)':>9}  {'Δloglik/row':>11}  {'Δclick rate':>11}  {'p (effect)':>10}  "
+             f"stable  decision"]
+    for e in evidence:
+        effect = e.get("effect") or {}
+        gain = f"{effect['loglik_gain_per_row']:11.2e}" if effect else f"{'-':>11}"
+        rate = f"{effect['click_rate_change']:11.4f}" if effect else f"{'-':>11}"
+        flag = "yes (prior)" if e.get("by_prior") else ("yes" if e.get("in_graph") else "no")
+        note = e["decision"] + (f"; proxies left out: {', '.join(e['proxies_left_out'])}"
+                                if e.get("proxies_left_out") else "")
+        if e.get("effect_note"):
+            note += f"; {e['effect_note']}"
+        lines.append(f"{e['node']:<{width}}  {flag:<8}  {_p(e.get('p_value'))}  {gain}  {rate}  "
+                     f"{_p(effect.get('p_value')):>10}  {_fraction(e.get('stability'))}   {note}")
+    return lines
+
+
+def _near_deterministic_lines(meta: dict[str, Any]) -> list[str]:
+    """Near-deterministic page-feature pairs found (graph.json meta `near_deterministic`) and their handling."""
+    section = meta.get("near_deterministic")
+    if not section:
+        return []
+    pairs = section.get("pairs", [])
+    if not pairs:
+        return ["", f"near-deterministic page features (d >= {section.get('threshold')}): none"]
+    lines = ["", f"near-deterministic page features (d >= {section.get('threshold')}):"]
+    for p in pairs:
+        lines.append(f"{p['feature']} ~ f({p['proxy']}): d = {p['determination']:.3f} (reverse {p['reverse']:.3f}, "
+                     f"{p['measure']}); {p['handling']}")
+    return lines
 
 
 _NODE_SHAPES = {"relevance": "doubleoctagon", "click": "box"}

@@ -3,7 +3,8 @@
 * `fit_page_encoder`: sessions Parquet directory → `<out_dir>/page_features.json` + embeddings
   (Bradley–Terry score tables, vocabularies, standardisation), fitted over all partitions on Dask.
 * `discover_epoch`: sessions directory + relevance scores + fitted encoder → `epoch_<k>/graph.json`,
-  `biases.json` and `sample.parquet` (the sampled rows PC saw, before encoding). Every file is
+  `biases.json` and `sample.parquet` (the sampled rows PC saw, before encoding; the hybrid test's click
+  rows, whole sessions, are counted in graph.json, not written). Every file is
   written under a temporary name and renamed; graph.json goes last, so its presence means done.
 """
 from __future__ import annotations
@@ -23,7 +24,8 @@ from ..io.parquet import partition_paths, read_table
 from ..pipeline.rundir import atomic_path, write_json, write_parquet
 from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, PageFeature, SchemaError
 from .biases import identify_biases
-from .discovery import DiscoveryConfig, DiscoveryResult, discover, one_row_per_session, sample_session_ids
+from .discovery import (DiscoveryConfig, DiscoveryResult, discover, one_row_per_session, sample_click_rows,
+                        sample_session_ids)
 from .graph import GRAPH_FILE, epoch_dir
 
 BIASES_FILE = "biases.json"
@@ -100,20 +102,33 @@ def _join_scores(rows: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def sample_rows(sessions_dir: str | Path, scores: str | Path, page_features: Sequence[PageFeature],
-                cfg: DiscoveryConfig, seed: int) -> pd.DataFrame:
+                cfg: DiscoveryConfig, seed: int, *, whole_sessions: bool = False) -> pd.DataFrame:
     """The discovery sample: sessions drawn (stratified) with `seed`, one displayed result each, with r̂.
 
     `scores` names the sessions column holding r̂, or a Parquet file of (session_id, position, relevance_score).
+    With `whole_sessions`, the hybrid test's click rows instead: every shown result of the sessions
+    `sample_click_rows` draws (about `cfg.click_rows` rows), ordered by session and position.
     """
     column = _scores_column(sessions_dir, scores)
     index = read_table(sessions_dir, columns=[SESSION_ID, QUERY_ID])
-    ids = sample_session_ids(index, cfg.n_sessions, stratify=cfg.stratify, n_strata=cfg.n_strata, seed=seed)
+    if whole_sessions:
+        ids = sample_click_rows(index, cfg.click_rows, n_strata=cfg.n_strata, seed=seed, stratify=cfg.stratify)
+    else:
+        ids = sample_session_ids(index, cfg.n_sessions, stratify=cfg.stratify, n_strata=cfg.n_strata, seed=seed)
     columns = list(dict.fromkeys([SESSION_ID, QUERY_ID, POSITION, CLICK] + [f.name for f in page_features]
                                  + ([column] if column else [])))
-    rows = one_row_per_session(_read_sessions(sessions_dir, columns, ids), seed)
+    rows = _read_sessions(sessions_dir, columns, ids)
+    rows = rows.sort_values([SESSION_ID, POSITION], kind="stable").reset_index(drop=True) if whole_sessions \
+        else one_row_per_session(rows, seed)
     if column is None:
         return _join_scores(rows, Path(scores))
     return rows.rename(columns={column: RELEVANCE_SCORE}) if column != RELEVANCE_SCORE else rows
+
+
+def _nodes(rows: pd.DataFrame, encoder: PageFeatureEncoder) -> pd.DataFrame:
+    """r̂, the encoded page features and the click of sampled rows: the columns discovery reads."""
+    return pd.concat([rows[[RELEVANCE_SCORE]].astype("float64"), encoder.transform(rows),
+                      rows[[CLICK]].astype("float64")], axis=1)
 
 
 def discover_epoch(sessions_dir: str | Path, scores: str | Path, page_features: Sequence[PageFeature],
@@ -123,10 +138,12 @@ def discover_epoch(sessions_dir: str | Path, scores: str | Path, page_features: 
     sample_seed = seed + cfg.seed_offset + epoch
     rows = sample_rows(sessions_dir, scores, page_features, cfg, sample_seed)
     encoder = PageFeatureEncoder.load(encoder_dir)
-    encoded = encoder.transform(rows)
-    nodes = pd.concat([rows[[RELEVANCE_SCORE]].astype("float64"), encoded,
-                       rows[[CLICK]].astype("float64")], axis=1)
-    result = discover(nodes, page_features, cfg, client=client, seed=sample_seed)
+    click_nodes = None
+    if cfg.ci_test == "hybrid":
+        whole = sample_rows(sessions_dir, scores, page_features, cfg, sample_seed + 1, whole_sessions=True)
+        click_nodes = _nodes(whole, encoder).assign(**{SESSION_ID: whole[SESSION_ID].to_numpy()})
+    result = discover(_nodes(rows, encoder), page_features, cfg, client=client, seed=sample_seed,
+                      click_nodes=click_nodes)
     result.graph.meta["sample"] = {
         "n_rows": int(len(rows)), "n_sessions_requested": cfg.n_sessions, "stratified": cfg.stratify,
         "n_strata": cfg.n_strata, "n_queries": int(rows[QUERY_ID].nunique()), "seed": sample_seed,
