@@ -1,166 +1,248 @@
-"""BAL against Naive, PB-BAL, FB-BAL and an oracle on the whole-page simulator (MLP ranker), over seeds.
+"""BAL against the strongest baselines on three simulated worlds, with paired tests over test queries.
 
-Prints DCG@1,3,5,10 and ERR@1,3,5,10 (mean ± std over seeds) on held-out annotated queries, the
-share of the Naive → oracle DCG@10 gap BAL closes, seconds per epoch of BAL and Naive on the same
-data (ratio, same run), and one BAL run with the BERT backbone on the bundled sample logs.
+For every world and seed the same simulated logs are given to every method; each trained ranker scores
+the held-out annotated queries, and per seed a paired t-test over those queries compares each method
+with the better Naive (pointwise or listwise, whichever has the higher mean DCG@10 on the test queries
+of that seed: the harder comparison for BAL). Printed per world:
 
-The world (`base_config`) is the simulator's whole-page user model with position and multimedia type
-biasing clicks (examination 1/p · attention[media]; visibility off, so the true click parents are
-relevance, position and media type) and a logging ranker that ranks by noisy relevance and promotes
-videos and ads (relevance → position and media type → position: the confounding BAL cuts). Two
-choices make the media bias both harmful and learnable:
-* the ranker sees each document's own media type (`media_type_features`), as a production ranker
-  does, so Naive learns to promote rich results;
-* presentation varies by impression (`media_type_consistency` 0.5): a document is shown as its own
-  type half the time. If a document's media type never varied, its effect on clicks and its
-  relevance would be confounded for any click model: no method could tell them apart.
-Every query is annotated (80 % test, 20 % validation): with a few hundred test queries the spread
-over seeds is mostly evaluation noise, which the ±1 std comparison would otherwise measure.
-Timing: seconds per trained epoch (warm-up excluded), BAL against Naive on the same data in the same
-run, on a LocalCluster; the per-step split of BAL's epoch is printed too.
+* DCG@1,3,5,10 and ERR@10 (mean ± std over seeds) for every method;
+* per method: seeds significantly better / worse than the best Naive (p < 0.05, two-sided);
+* the share of the Naive → ceiling DCG@10 gap each debiasing method closes (mean and per seed);
+* seconds per trained epoch against Naive's on the same data in the same run (BAL's by step).
 
-    .venv/bin/python bench/bal.py                 # 5 seeds, ~25 min on 2 idle cores
-    .venv/bin/python bench/bal.py --seeds 2 --sessions 30000 --skip-bert   # quicker look
+Reference rankers on the same sessions: **Oracle** = the same ranker trained on the true labels of the
+shown results (listwise softmax on gains), **Ceiling** = the same ranker trained on clicks drawn for the
+same shown results with no bias at all (every result examined, clicked with its relevance's chance),
+which is what a perfect debiaser of these logs could reach.
+
+The worlds (none is built to match BAL's click model; the user models keep their defaults unless said):
+
+* ``default``: the simulator's defaults, only sized (whole-page user model with attractiveness and
+  visibility on; a logging ranker by noisy relevance that slightly promotes videos; every document
+  always shown as its own media type, and the ranker sees no media type).
+* ``production``: what a production results page looks like: the logging ranker promotes videos
+  (+1) and ads (+1.5); presentation varies by impression (a URL is shown as its own type half of the
+  time, as a video card in one session and plain text in the next); the ranker's features include the
+  document's own media type, so they correlate with the presented type; examination by position,
+  on-screen height and media type (videos get about twice the attention of plain results), and
+  attractiveness on, all with the whole-page model's defaults but the attention vector.
+* ``position_only``: PBM (examination 1/p), a logging ranker by noisy relevance, no media effects: the
+  world where position-based methods should do well and BAL must not do worse.
+
+    .venv/bin/python bench/bal.py                                   # 3 worlds x 3 seeds, 50 000 sessions
+    .venv/bin/python bench/bal.py --worlds production --seeds 5 --sessions 100000
+    .venv/bin/python bench/bal.py --methods Naive,Naive-list,BAL --seeds 2 --sessions 20000   # quick look
 """
 from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from wpultr.config import config_from_dict
-from wpultr.methods.bal_config import VARIANTS
-from wpultr.methods.losses import listwise_softmax_loss
+from wpultr.config import config_from_dict, set_dotted
+from wpultr.experiment.tables import paired_test
+from wpultr.methods.losses import click_loss, listwise_softmax_loss
 from wpultr.methods.registry import get_method
 from wpultr.methods.training import Trainer, build_ranker
-from wpultr.metrics import evaluate
+from wpultr.metrics import per_query
 from wpultr.pipeline.cluster import open_client
 from wpultr.rankers.base import score_frame
+from wpultr.schema import CLICK, LABEL, POSITION, QUERY_ID, SESSION_ID
 from wpultr.simulate import simulate
+from wpultr.simulate.user_models import click_relevance
 
-KS = ("DCG@1", "DCG@3", "DCG@5", "DCG@10", "ERR@1", "ERR@3", "ERR@5", "ERR@10")
-REPO = Path(__file__).resolve().parents[1]
+METRICS = ("DCG@1", "DCG@3", "DCG@5", "DCG@10", "ERR@10")
+ALPHA = 0.05
+NAIVES = ("Naive", "Naive-list")
+
+WORLDS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "production": {
+        "media_type_features": True, "media_type_consistency": 0.5,
+        "logging_noise": 1.0, "logging_media_boost": [0.0, 0.0, 1.0, 1.5],
+        "user_model": "whole_page", "user_model_params": {"media_attention": [0.5, 0.7, 1.0, 0.8]},
+    },
+    "position_only": {"user_model": "pbm", "logging_media_boost": [0.0, 0.0, 0.0, 0.0]},
+}
+
+BAL = {"train.method": "bal"}
+METHODS: dict[str, dict[str, Any]] = {
+    "Naive": {"train.method": "naive", "train.loss": "pointwise"},
+    "Naive-list": {"train.method": "naive", "train.loss": "listwise"},
+    "IPW": {"train.method": "ipw"},
+    "DLA": {"train.method": "dla"},
+    "PB-BAL": {**BAL, "bal.graph": "position"},
+    "FB-BAL": {**BAL, "bal.graph": "all_features"},
+    "BAL": BAL,
+    "Naive-GBDT": {"train.method": "naive", "ranker.backbone": "lightgbm"},
+    "BAL-GBDT": {**BAL, "ranker.backbone": "lightgbm"},
+    "LambdaMART-pos": {"train.method": "lightgbm_position"},
+}
+# which Naive each debiaser is judged against for the gap it closes: the neural or the GBDT one
+GBDT_METHODS = ("Naive-GBDT", "BAL-GBDT", "LambdaMART-pos")
 
 
-def base_config(seed: int, sessions: int, epochs: int) -> dict:
+def base_config(seed: int, sessions: int, epochs: int, world: dict[str, Any]) -> dict[str, Any]:
+    """The shared run config: the world's simulator settings, the MLP ranker, BAL's defaults."""
+    simulate_cfg = {"n_queries": 600, "n_sessions": sessions, "n_annotated_queries": 600, **world}
     return {
         "seed": seed,
-        "data": {"simulate": {"n_queries": 600, "n_sessions": sessions, "n_annotated_queries": 600,
-                              "user_model": "whole_page", "media_type_features": True, "media_type_consistency": 0.5,
-                              "user_model_params": {"visibility_weight": 0.0,
-                                                    "media_attention": [0.2, 0.5, 1.0, 1.0],
-                                                    "media_attractiveness": [0.0, 0.0, 0.0, 0.0]},
-                              "logging_noise": 1.0, "logging_media_boost": [0.0, 0.0, 1.0, 2.0]}},
+        "data": {"simulate": simulate_cfg},
         "ranker": {"backbone": "mlp", "head": [64, 32]},
         "train": {"epochs": epochs, "warmup_epochs": 1, "batch_size": 64, "learning_rate": 1e-3, "device": "cpu"},
-        "discovery": {"n_sessions": 1000, "n_bootstrap": 0, "ci_test": "kci", "max_depth": 2},
-        "bal": {"estimator_rows": 8000, "influence": {"epochs": 30, "patience": 4, "numerator": "model"}},
     }
 
 
-def oracle(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -> object:
+def with_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = json.loads(json.dumps(values))
+    for key, value in overrides.items():
+        set_dotted(out, key, value)
+    return out
+
+
+def unbiased_clicks(train: pd.DataFrame, truth: pd.DataFrame, click_noise: float, seed: int) -> np.ndarray:
+    """Clicks for the same shown results with no bias: every result examined, clicked for its relevance."""
+    labels = train[[SESSION_ID, POSITION]].merge(truth[[SESSION_ID, POSITION, "true_label"]],
+                                                 on=[SESSION_ID, POSITION], how="left", validate="one_to_one")
+    chance = click_relevance(labels["true_label"].to_numpy(np.float64), click_noise)
+    return (np.random.default_rng(seed + 7919).random(len(chance)) < chance).astype(np.int8)
+
+
+def oracle(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -> Any:
     """The same ranker trained on the true labels of the shown results (listwise softmax on gains)."""
-    labels = train.merge(truth[["session_id", "position", "true_label"]], on=["session_id", "position"],
-                         how="left", validate="one_to_one")["true_label"].to_numpy(np.float32)
+    labels = train[[SESSION_ID, POSITION]].merge(truth[[SESSION_ID, POSITION, "true_label"]],
+                                                 on=[SESSION_ID, POSITION], how="left", validate="one_to_one")
     trainer = Trainer(build_ranker(cfg, train), train, valid, cfg)
-    gains = trainer.lists.gather(np.exp2(labels) - 1.0)
+    gains = trainer.lists.gather(np.exp2(labels["true_label"].to_numpy(np.float32)) - 1.0)
     return trainer.fit(lambda s, b: listwise_softmax_loss(s, b.extras["gain"], b.mask), extras={"gain": gains},
                        epochs=cfg.train.epochs + cfg.train.warmup_epochs)
 
 
-def one_seed(seed: int, sessions: int, epochs: int, client) -> tuple[dict, dict]:
-    cfg_dict = base_config(seed, sessions, epochs)
-    logs = simulate(config_from_dict(cfg_dict).data.simulate, seed=seed)
-    train, annotations = logs.sessions, logs.annotations
-    queries = np.sort(annotations["query_id"].unique())
+def ceiling(train: pd.DataFrame, clicks: np.ndarray, valid: pd.DataFrame, cfg) -> Any:
+    """The same ranker and loss as the better Naive, on clicks drawn with no bias."""
+    trainer = Trainer(build_ranker(cfg, train), train.assign(**{CLICK: clicks}), valid, cfg)
+    return trainer.fit(lambda s, b: click_loss(cfg.train.loss, s, b.clicks, b.mask),
+                       epochs=cfg.train.epochs + cfg.train.warmup_epochs)
+
+
+def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Every method on one world's logs of one seed: per-query test metrics and seconds per epoch."""
+    values = base_config(seed, args.sessions, args.epochs, WORLDS[world])
+    logs = simulate(config_from_dict(values).data.simulate, seed=seed)
+    train, annotations, truth = logs.sessions, logs.annotations, logs.truth_sessions
+    queries = np.sort(annotations[QUERY_ID].unique())
     valid_q = np.random.default_rng(seed).choice(queries, size=len(queries) // 5, replace=False)
-    valid = annotations[annotations["query_id"].isin(valid_q)]
-    test = annotations[~annotations["query_id"].isin(valid_q)]
-    rows, seconds = {}, {}
-    runs = {"Naive": ("naive", {}), "BAL": ("bal", VARIANTS["bal"]), "PB-BAL": ("bal", VARIANTS["pb_bal"]),
-            "FB-BAL": ("bal", VARIANTS["fb_bal"])}
-    for label, (method, bal) in runs.items():
-        cfg = config_from_dict({**cfg_dict, "train": {**cfg_dict["train"], "method": method},
-                                "bal": {**cfg_dict["bal"], **bal}})
+    valid = annotations[annotations[QUERY_ID].isin(valid_q)]
+    test = annotations[~annotations[QUERY_ID].isin(valid_q)]
+
+    def measured(ranker: Any) -> pd.DataFrame:
+        return per_query(test.assign(score=score_frame(ranker, test)), "score", label_col=LABEL)
+
+    out: dict[str, Any] = {"per_query": {}, "seconds": {}, "steps": {}, "graphs": {}}
+    for label in args.methods:
+        cfg = config_from_dict(with_overrides(values, METHODS[label]))
         start = time.perf_counter()
-        result = get_method(method).fit(train, valid, cfg)
-        scored = test.assign(score=score_frame(result.ranker, test))
-        rows[label] = evaluate(scored, "score")["all"]
-        trained = [e["seconds"] for e in result.history if e.get("phase") != "warmup"]
-        seconds[label] = float(np.mean(trained))
-        if label == "BAL":
-            steps = [e["step_seconds"] for e in result.history if e.get("step_seconds")]
-            seconds["BAL steps"] = {k: float(np.mean([st[k] for st in steps])) for k in steps[0]}
-        print(f"  seed {seed} {label:7s} DCG@10 {rows[label]['DCG@10']:.3f}  {time.perf_counter() - start:.0f}s"
-              f"  graph {result.history[-1].get('graph_edges', '')}", flush=True)
-    cfg = config_from_dict(cfg_dict)
-    ranker = oracle(train, logs.truth_sessions, valid, cfg)
-    rows["Oracle"] = evaluate(test.assign(score=score_frame(ranker, test)), "score")["all"]
-    return rows, seconds
+        result = get_method(cfg.train.method).fit(train, valid, cfg)
+        out["per_query"][label] = measured(result.ranker)
+        trained = [e["seconds"] for e in result.history if e.get("phase") != "warmup" and "seconds" in e]
+        out["seconds"][label] = float(np.mean(trained)) if trained else float("nan")
+        steps = [e["step_seconds"] for e in result.history if e.get("step_seconds")]
+        if steps:
+            out["steps"][label] = {k: float(np.mean([s[k] for s in steps])) for k in steps[0]}
+        edges = [e.get("graph_edges") for e in result.history if e.get("graph_edges")]
+        if edges:
+            out["graphs"][label] = edges[-1]
+        print(f"  {world} seed {seed} {label:14s} DCG@10 {out['per_query'][label]['DCG@10'].mean():.3f}"
+              f"  {time.perf_counter() - start:5.0f}s  {edges[-1] if edges else ''}", flush=True)
+    cfg = config_from_dict(values)
+    out["per_query"]["Oracle"] = measured(oracle(train, truth, valid, cfg))
+    naive = max((m for m in NAIVES if m in out["per_query"]), key=lambda m: out["per_query"][m]["DCG@10"].mean(),
+                default="Naive")
+    loss = "listwise" if naive == "Naive-list" else "pointwise"
+    cfg = config_from_dict(with_overrides(values, {"train.loss": loss}))
+    click_noise = logs.truth["user_model"]["params"].get("click_noise", 0.1)   # the world's own ε
+    out["per_query"]["Ceiling"] = measured(ceiling(train, unbiased_clicks(train, truth, click_noise, seed), valid, cfg))
+    out["best_naive"] = naive
+    for label in ("Oracle", "Ceiling"):
+        print(f"  {world} seed {seed} {label:14s} DCG@10 {out['per_query'][label]['DCG@10'].mean():.3f}", flush=True)
+    return out
 
 
-def bert_on_sample(client) -> dict:
-    from wpultr.pipeline.runner import run_pipeline
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = config_from_dict({
-            "name": "bal-bert", "seed": 0, "run_dir": f"{tmp}/{{name}}",
-            "data": {"source": "baidu", "train": [str(REPO / "data/sample/train/*.gz")],
-                     "annotations": str(REPO / "data/sample/annotations.tsv.gz"), "valid_fraction": 0.3},
-            "ranker": {"backbone": "bert", "head": [64, 32], "bert": {"max_length": 48}},
-            "train": {"method": "bal", "epochs": 2, "warmup_epochs": 1, "batch_size": 64},
-            "discovery": {"n_sessions": 400, "n_bootstrap": 0, "max_depth": 2},
-            "bal": {"estimator_rows": 5000, "influence": {"epochs": 30, "patience": 4}}})
-        start = time.perf_counter()
-        result = run_pipeline(cfg, client=client)
-        history = json.loads((result.run_dir / "train/history.json").read_text())["epochs"]
-        return {"seconds": round(time.perf_counter() - start, 1), "metrics": result.metrics["all"],
-                "graph_last_epoch": history[-1].get("graph_edges")}
+def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    labels = list(seeds[0]["per_query"])
+    print(f"\n## world: {world} ({len(seeds)} seeds, {args.sessions} sessions, {args.epochs} epochs after 1 warm-up)")
+    print("| method | " + " | ".join(METRICS) + " | better / worse than best Naive (seeds) |")
+    print("|---" * (len(METRICS) + 2) + "|")
+    summary: dict[str, Any] = {"methods": {}}
+    for label in labels:
+        means = {m: [s["per_query"][label][m].mean() for s in seeds] for m in METRICS}
+        tests = []
+        for s in seeds:
+            baseline = s["per_query"][s["best_naive"]]
+            p, diff, _ = paired_test(s["per_query"][label], baseline, "DCG@10", "all")
+            tests.append((p, diff))
+        better = sum(1 for p, d in tests if p < ALPHA and d > 0)
+        worse = sum(1 for p, d in tests if p < ALPHA and d < 0)
+        cells = [f"{np.mean(v):.3f} ± {np.std(v):.3f}" for v in means.values()]
+        print(f"| {label} | " + " | ".join(cells) + f" | {better} / {worse} |")
+        summary["methods"][label] = {"mean": {m: float(np.mean(v)) for m, v in means.items()},
+                                     "better": better, "worse": worse,
+                                     "p": [p for p, _ in tests], "diff": [d for _, d in tests]}
+    print("\nshare of the Naive -> ceiling DCG@10 gap closed (mean; per seed):")
+    for label in labels:
+        if label in NAIVES + ("Oracle", "Ceiling", "Naive-GBDT"):
+            continue
+        ref = "Naive-GBDT" if label in GBDT_METHODS and "Naive-GBDT" in labels else None
+        shares = []
+        for s in seeds:
+            naive = s["per_query"][ref or s["best_naive"]]["DCG@10"].mean()
+            gap = s["per_query"]["Ceiling"]["DCG@10"].mean() - naive
+            shares.append((s["per_query"][label]["DCG@10"].mean() - naive) / gap if abs(gap) > 1e-9 else float("nan"))
+        summary["methods"][label]["gap_closed"] = shares
+        print(f"  {label:14s} {np.nanmean(shares):7.1%}  ({', '.join(f'{g:.1%}' for g in shares)})"
+              + (f"  [against {ref}]" if ref else ""))
+    naive_s = np.mean([s["seconds"].get("Naive", np.nan) for s in seeds])
+    print(f"\nseconds per trained epoch (Naive {naive_s:.2f} s):")
+    for label in labels:
+        sec = [s["seconds"][label] for s in seeds if label in s["seconds"]]
+        if sec and label != "Naive":
+            print(f"  {label:14s} {np.mean(sec):7.2f} s  {np.mean(sec) / naive_s:5.2f}x Naive")
+    for label in labels:
+        steps = [s["steps"][label] for s in seeds if label in s["steps"]]
+        if steps:
+            print(f"  {label} by step: " + ", ".join(f"{k} {np.mean([st[k] for st in steps]):.2f}" for k in steps[0]))
+    for label in labels:
+        graphs = [s["graphs"][label] for s in seeds if label in s["graphs"]]
+        if graphs:
+            print(f"  {label} last graph per seed: {graphs}")
+    return summary
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--sessions", type=int, default=100_000)
+    parser.add_argument("--worlds", default=",".join(WORLDS), help=f"comma-separated, of {', '.join(WORLDS)}")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--sessions", type=int, default=50_000)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--skip-bert", action="store_true")
+    parser.add_argument("--json", help="write the summary figures to this file")
     args = parser.parse_args()
-    per_seed, timing = [], []
-    with open_client() as client:
-        for seed in range(args.seeds):
-            rows, seconds = one_seed(seed, args.sessions, args.epochs, client)
-            per_seed.append(rows)
-            timing.append(seconds)
-        bert = None if args.skip_bert else bert_on_sample(client)
-    methods = list(per_seed[0])
-    print(f"\nwhole-page simulator, MLP ranker, {args.seeds} seeds, {args.sessions} sessions, "
-          f"{args.epochs} epochs after 1 warm-up (mean ± std over seeds)")
-    print("| method | " + " | ".join(KS) + " |")
-    print("|---" * (len(KS) + 1) + "|")
-    for m in methods:
-        cells = [f"{np.mean([r[m][k] for r in per_seed]):.3f} ± {np.std([r[m][k] for r in per_seed]):.3f}" for k in KS]
-        print(f"| {m} | " + " | ".join(cells) + " |")
-    d10 = {m: (np.mean([r[m]["DCG@10"] for r in per_seed]), np.std([r[m]["DCG@10"] for r in per_seed])) for m in methods}
-    for other in ("Naive", "PB-BAL"):
-        apart = d10["BAL"][0] - d10["BAL"][1] > d10[other][0] + d10[other][1]
-        print(f"BAL above {other} with non-overlapping ±1 std on DCG@10: {apart} "
-              f"({d10['BAL'][0] - d10['BAL'][1]:.3f} vs {d10[other][0] + d10[other][1]:.3f})")
-    gaps = [(r["BAL"]["DCG@10"] - r["Naive"]["DCG@10"]) / (r["Oracle"]["DCG@10"] - r["Naive"]["DCG@10"])
-            for r in per_seed]
-    print(f"\nshare of the Naive -> oracle DCG@10 gap BAL closes: {np.mean(gaps):.1%} (per seed: "
-          + ", ".join(f"{g:.1%}" for g in gaps) + ")")
-    for m in ("BAL", "PB-BAL", "FB-BAL"):
-        ratio = np.mean([t[m] for t in timing]) / np.mean([t["Naive"] for t in timing])
-        print(f"seconds per epoch: {m} {np.mean([t[m] for t in timing]):.2f}, Naive "
-              f"{np.mean([t['Naive'] for t in timing]):.2f}, ratio {ratio:.2f}x")
-    steps = [t["BAL steps"] for t in timing]
-    print("BAL epoch by step (s): " + ", ".join(f"{k} {np.mean([st[k] for st in steps]):.2f}" for k in steps[0]))
-    if bert:
-        print(f"\nBAL with the BERT backbone on data/sample: {json.dumps(bert)}")
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in args.methods if m not in METHODS] + [w for w in args.worlds.split(",") if w not in WORLDS]
+    if unknown:
+        parser.error(f"unknown method(s) or world(s): {unknown}")
+    summary = {}
+    with open_client():
+        for world in args.worlds.split(","):
+            seeds = [one_seed(world, seed, args) for seed in range(args.seeds)]
+            summary[world] = report(world, seeds, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ Each epoch, with the current ranker f_Θ:
 6. update Θ by the same weighted likelihood with the page-feature path blocked
    (`click_model.ranker_loss`), so the ranker learns only relevance → click.
 The ranker first gets BAL's warm-up (naive click loss, plus masked LM for BERT; `train.warmup_epochs`).
+With `ranker.backbone: lightgbm` (beyond the paper) the ranker is a LightGBM booster: warm-up and step 6
+each add `ranker.lightgbm.rounds_per_epoch` trees fitted to the gradient and Hessian of the same losses
+in r̂ (`gbdt_objectives`, `gbdt_training`).
 Every epoch's graph, biases, weight diagnostics, losses and validation metrics are recorded.
 """
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..causal.biases import BiasReport, identify_biases
-from ..causal.discovery import discover, one_row_per_session, sample_session_ids
+from ..causal.discovery import click_rows_frame, discover, one_row_per_session, sample_session_ids
 from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
 from ..features.encoders import CategoricalEncoder, PageFeatureEncoder
 from ..propensity.influence import fit_influence_estimators
@@ -33,7 +36,6 @@ from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, Fea
 from .base import FitResult
 from .click_model import ClickModel, page_inputs, ranker_loss
 from .training import Trainer, build_ranker
-from .warmup import warm_up
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -105,15 +107,22 @@ class BAL:
         n_categories = {name: len(enc.vocabulary_) + 1 for name, enc in encoder.encoders_.items()
                         if isinstance(enc, CategoricalEncoder)}
         clicks = train[CLICK].to_numpy(np.float32)
-        trainer = Trainer(build_ranker(config, train), train, valid, config)
-        warm_up(trainer)
+        boosted = config.ranker.backbone == "lightgbm"
+        if boosted:
+            trainer = self.booster_trainer(train, valid, config)
+            trainer.warm_up()
+        else:
+            from .warmup import warm_up     # here: it imports transformers, which a booster never needs
+            trainer = Trainer(build_ranker(config, train), train, valid, config)
+            warm_up(trainer)
         client = _current_client() if config.bal.graph == "discovered" else None
         graphs: list[DiscoveredGraph] = []
         for k in range(config.train.epochs):
             start = time.perf_counter()
             clock = StepClock()
             seed = config.seed * 1000 + k
-            r = score_inputs(trainer.ranker, trainer.inputs, config.train.batch_size * 8)        # step 1
+            r = trainer.train_scores().astype(np.float32) if boosted else \
+                score_inputs(trainer.ranker, trainer.inputs, config.train.batch_size * 8)        # step 1
             nodes = encoded.assign(**{RELEVANCE_SCORE: r, CLICK: clicks})
             clock.lap("score")
             graph = self.graph(train, nodes, features, config, seed, client)                   # step 2
@@ -125,10 +134,13 @@ class BAL:
             click_model, cm_stats = self.click_model(r, nodes, clicks, weights, biases, kinds, n_categories,  # step 5
                                                      config, seed, trainer.generator)
             clock.lap("click_model")
-            extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32)),
-                      PAGE_LOGITS: trainer.lists.gather(click_model.page_logits(nodes).astype(np.float32))}
-            stats = trainer.epoch(lambda s, b: ranker_loss(click_model, s, b.extras[PAGE_LOGITS], b.clicks,  # step 6
-                                                           b.extras[WEIGHTS], b.mask), extras)
+            if boosted:                                                                         # step 6
+                stats = self.boost_ranker(trainer, click_model, nodes, weights)
+            else:
+                extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32)),
+                          PAGE_LOGITS: trainer.lists.gather(click_model.page_logits(nodes).astype(np.float32))}
+                stats = trainer.epoch(lambda s, b: ranker_loss(click_model, s, b.extras[PAGE_LOGITS], b.clicks,
+                                                               b.extras[WEIGHTS], b.mask), extras)
             clock.lap("ranker")
             graphs.append(graph)
             trainer.record(len(trainer.history), {**stats, **cm_stats}, time.perf_counter() - start, phase="bal",
@@ -137,11 +149,39 @@ class BAL:
         ranker = trainer.finish()
         bias = {"method": self.name, "graph_mode": config.bal.graph, "features": [f.name for f in features],
                 "best_epoch": trainer.best_epoch, "click_model_form": config.bal.click_model.form,
+                "backbone": config.ranker.backbone,
                 "epochs": [{"epoch": e["bal_epoch"], "biases": e["biases"], "weights": e["weights"]}
                            for e in trainer.history if e.get("phase") == "bal"]}
         return FitResult(ranker, trainer.history, bias, graphs)
 
     # ----------------------------------------------------------------------------------------
+    @staticmethod
+    def booster_trainer(train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> Any:
+        """The LightGBM backbone's trainer; an empty booster scores every result alike, so it needs a warm-up first."""
+        if config.train.warmup_epochs < 1:
+            from ..errors import ConfigError
+            raise ConfigError("train.warmup_epochs: BAL with ranker.backbone 'lightgbm' needs >= 1 (an empty booster "
+                              "gives every result the same r̂, leaving discovery nothing to test), got "
+                              f"{config.train.warmup_epochs}")
+        from .gbdt_training import BoostingTrainer
+        return BoostingTrainer(train, valid, config)
+
+    @staticmethod
+    def boost_ranker(trainer: Any, click_model: ClickModel, nodes: pd.DataFrame,
+                     weights: np.ndarray) -> dict[str, float]:
+        """Step 6 for the LightGBM backbone: rounds_per_epoch trees on the blocked, weighted likelihood of Eq. 10.
+
+        The objective's only variable is r̂: α, β of the relevance term and the page logits v(x) are this
+        epoch's constants (`gbdt_objectives.bal_click_grad_hess`), the importance weights multiply each row.
+        """
+        from . import gbdt_objectives as obj
+        alpha, beta = click_model.relevance_affine()
+        v = trainer.in_dataset_order(click_model.page_logits(nodes).astype(np.float64))
+        w = trainer.in_dataset_order(np.asarray(weights, dtype=np.float64))
+        c, form = trainer.clicks, click_model.form
+        return trainer.boost(lambda f: obj.bal_click_grad_hess(f, v, c, w, alpha, beta, form),
+                             lambda f: obj.bal_click_loss(f, v, c, w, alpha, beta, form))
+
     @staticmethod
     def graph(train: pd.DataFrame, nodes: pd.DataFrame, features: Sequence[PageFeature], config: "RunConfig",
               seed: int, client: Any) -> DiscoveredGraph:
@@ -154,7 +194,8 @@ class BAL:
         chosen = train.loc[train[SESSION_ID].isin(ids), [SESSION_ID, POSITION]].assign(_row=lambda f: f.index)
         rows = one_row_per_session(chosen, seed)["_row"].to_numpy()
         sample = nodes.loc[rows].reset_index(drop=True)
-        graph = discover(sample, features, d, client=client, seed=seed).graph
+        graph = discover(sample, features, d, client=client, seed=seed,
+                         click_nodes=click_rows_frame(train, nodes, d, seed)).graph
         graph.meta["sample"] = {**graph.meta.get("sample", {}), "n_sessions_requested": d.n_sessions,
                                 "stratified": d.stratify, "rows_per": "one displayed result per sampled session"}
         return graph

@@ -11,7 +11,9 @@ Fitting φ_c (`fit`) holds r̂ fixed and maximises the importance-weighted likel
 The ranker step (`ranker_loss`) uses the same weighted likelihood, but v is computed without a
 graph to φ_c (detached) and a, b enter as constants, so the only path from the loss to a trainable
 parameter is r̂ = f_Θ(q, d): the ranker learns relevance → click and nothing of the page. The
-ranker never reads a page feature, so its scores cannot depend on one.
+ranker never reads a page feature, so its scores cannot depend on one. A boosted ranker
+(`ranker.backbone: lightgbm`) takes the same likelihood with α = softplus(a), β = b and v as numbers
+(`relevance_affine`, `page_logits`) in `gbdt_objectives.bal_click_*`.
 """
 from __future__ import annotations
 
@@ -71,6 +73,10 @@ class ClickModel(torch.nn.Module):
     def relevance_term(self, r: torch.Tensor, detached: bool = False) -> torch.Tensor:
         scale, bias = (self.scale.detach(), self.bias.detach()) if detached else (self.scale, self.bias)
         return F.softplus(scale) * r + bias
+
+    def relevance_affine(self) -> tuple[float, float]:
+        """(α, β) of u = α·r̂ + β as plain numbers, α = softplus(a): constants of the boosted ranker's objective."""
+        return float(F.softplus(self.scale.detach())), float(self.bias.detach())
 
     def page_term(self, numeric: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         if self.branch is None:   # no page feature is a parent of c: the page says nothing

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..config import RunConfig
 from ..io.parquet import partition_paths, read_table, sample_sessions
-from ..schema import FEATURES, QUERY_ID, page_features_from_config
+from ..schema import FEATURES, QUERY_ID, QUERY_KEY, page_features_from_config, query_key
 from .rundir import RunDir, read_json, write_json, write_parquet
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class Stage:
 
 def _needs_lexical_features(ctx_or_cfg: RunConfig, run: RunDir) -> bool:
     """The dense MLP needs feature vectors; token-only logs (Baidu layout) get lexical ones."""
-    if ctx_or_cfg.ranker.backbone != "mlp":
+    if ctx_or_cfg.ranker.backbone not in ("mlp", "lightgbm"):
         return False
     summary = read_json(run.path(INGEST_SUMMARY))
     return FEATURES not in summary.get("columns", [])
@@ -98,7 +98,7 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
         annotations = read_annotations_table(data.annotations)
     write_parquet(run.path(ANNOTATIONS), annotations)
     summary["annotation_rows"] = int(len(annotations))
-    summary["annotated_queries"] = int(annotations[QUERY_ID].nunique())
+    summary["annotated_queries"] = int(query_key(annotations).nunique())
     summary["columns"] = sorted(read_table(run.path(SESSIONS_DIR)).columns)
     write_json(run.path(INGEST_SUMMARY), summary)
     return {k: v for k, v in summary.items() if k != "columns"}
@@ -185,12 +185,12 @@ def preprocess(ctx: StageContext) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------
 def split(ctx: StageContext) -> dict[str, Any]:
-    """Hold out a seeded share of annotated queries for model selection; the rest is the test set."""
-    annotations = read_table(ctx.run.path(ANNOTATIONS), columns=[QUERY_ID])
-    queries = np.sort(annotations[QUERY_ID].unique())
+    """Hold out a seeded share of annotated queries (schema.query_key) for model selection; the rest is the test set."""
+    annotations = read_table(ctx.run.path(ANNOTATIONS))
+    queries = np.sort(query_key(annotations).unique())
     rng = np.random.default_rng(ctx.config.seed)
     n_valid = int(round(len(queries) * ctx.config.data.valid_fraction))
-    valid = np.sort(rng.choice(queries, size=n_valid, replace=False)) if n_valid else np.array([], dtype=int)
+    valid = np.sort(rng.choice(queries, size=n_valid, replace=False)) if n_valid else np.array([], dtype=object)
     test = np.setdiff1d(queries, valid)
     write_json(ctx.run.path(SPLIT), {"valid_queries": valid.tolist(), "test_queries": test.tolist(),
                                      "seed": ctx.config.seed})
@@ -199,7 +199,7 @@ def split(ctx: StageContext) -> dict[str, Any]:
 
 def _annotation_split(run: RunDir, annotations: pd.DataFrame, which: str) -> pd.DataFrame:
     queries = read_json(run.path(SPLIT))[f"{which}_queries"]
-    return annotations[annotations[QUERY_ID].isin(queries)].reset_index(drop=True)
+    return annotations[query_key(annotations).isin(queries)].reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,7 +286,8 @@ def evaluate_ranker(ranker_dir: Path, annotations: pd.DataFrame, cfg: RunConfig)
     ks = tuple(cfg.evaluation.ks)
     metrics = evaluate_scores(scored, "score", ks=ks)
     table = per_query(scored, "score", ks=ks)
-    keep = [c for c in (QUERY_ID, "doc_id", "label", "bucket", "score") if c in scored.columns]
+    scored[QUERY_KEY] = query_key(scored)
+    keep = [c for c in (QUERY_ID, QUERY_KEY, "doc_id", "label", "bucket", "score") if c in scored.columns]
     return metrics, table, scored[keep]
 
 

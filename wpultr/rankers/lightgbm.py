@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .base import CONFIG_FILE, RANKER_FORMAT, Inputs, Ranker
-from .mlp import FEATURE_INPUT, feature_inputs
+from .base import CONFIG_FILE, RANKER_FORMAT, Arg, Inputs, Ranker
+from .mlp import FEATURE_INPUT, MAX_FEATURES, feature_inputs
 
 MODEL_TEXT_FILE = "model.txt"
 
@@ -25,6 +25,20 @@ class LightGBMRanker(Ranker):
     """A LightGBM booster as a Ranker: scores = booster.predict(features)."""
 
     kind = "lightgbm"
+    ARGS = {"n_features": Arg("int", 1, MAX_FEATURES), "model_bytes": Arg("int", 1, 1 << 31),
+            "position_aware": Arg("bool")}   # checked when a saved ranker is loaded (rankers.base)
+
+    def check_loaded(self, where: str) -> None:
+        """The loaded model text must be a LightGBM model over `n_features` features (ExportError otherwise)."""
+        from ..errors import ExportError
+        try:
+            found = self.booster.num_feature()
+        except Exception as error:  # UnicodeDecodeError, lightgbm's own LightGBMError
+            raise ExportError(f"{where}: model_text is not a LightGBM model ({type(error).__name__}: "
+                              f"{str(error)[:120]})") from None
+        if found != self.n_features:
+            raise ExportError(f"{where}: the LightGBM model reads {found} features, config n_features is "
+                              f"{self.n_features}")
 
     def __init__(self, n_features: int, model_bytes: int = 0, position_aware: bool = False):
         super().__init__()
