@@ -198,7 +198,8 @@ def test_load_config_uses_safe_yaml_and_overrides(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------- paths
-def test_relative_paths_are_made_absolute_against_the_working_directory(tmp_path, monkeypatch):
+def test_relative_paths_in_a_file_are_relative_to_the_file_and_overrides_to_the_working_directory(
+        tmp_path, monkeypatch):
     project = tmp_path / "pro{j}ect"          # braces: run_dir is a format template
     (project / "conf").mkdir(parents=True)
     path = project / "conf" / "run.yaml"
@@ -208,26 +209,30 @@ def test_relative_paths_are_made_absolute_against_the_working_directory(tmp_path
                  "annotations": "labels/a.tsv.gz"},
         "ranker": {"bert": {"path": "~/ckpt"}}}))
     monkeypatch.chdir(project)
-    cfg = load_config(Path("conf/run.yaml"), parse_overrides(["data.annotations=other/b.tsv"]))
+    cfg = load_config(Path("conf/run.yaml"), parse_overrides(["ranker.bert.path=other/ckpt"]))
     monkeypatch.chdir(tmp_path)               # a worker elsewhere sees the same files
-    assert cfg.data.train == [str(project / "logs/*.gz"), "/abs/x.gz", "s3://bucket/y.gz"]
-    assert cfg.data.annotations == str(project / "other/b.tsv")
-    assert cfg.ranker.bert.path == str(Path.home() / "ckpt")
-    assert cfg.resolved_run_dir == project / "out" / "r1-0"
+    conf = project / "conf"
+    assert cfg.data.train == [str(conf / "logs/*.gz"), "/abs/x.gz", "s3://bucket/y.gz"]
+    assert cfg.data.annotations == str(conf / "labels/a.tsv.gz")
+    assert cfg.ranker.bert.path == str(project / "other/ckpt")          # --set: the working directory
+    assert cfg.resolved_run_dir == conf / "out" / "r1-0"
     again = config_from_dict(yaml.safe_load(dump_config(cfg)))   # what a worker rebuilds: unchanged
     assert dump_config(again) == dump_config(cfg)
+    home = load_config(path, parse_overrides(["data.annotations=~/labels.tsv"]))
+    assert home.data.annotations == str(Path.home() / "labels.tsv")
 
 
 @pytest.mark.parametrize("pipeline", sorted(p.name for p in (REPO / "pipelines").glob("*.yaml")))
-def test_repository_pipelines_resolve_to_the_same_places_from_the_repository_root(pipeline, monkeypatch):
-    monkeypatch.chdir(REPO)
-    raw = yaml.safe_load((REPO / "pipelines" / pipeline).read_text())
-    cfg = load_config(Path("pipelines") / pipeline)
-    assert cfg.resolved_run_dir == REPO / raw.get("run_dir", "runs/{name}").format(name=cfg.name, seed=cfg.seed)
+@pytest.mark.parametrize("cwd", ["repo", "elsewhere"])
+def test_repository_pipelines_resolve_to_the_same_places_from_any_working_directory(pipeline, cwd, tmp_path,
+                                                                                    monkeypatch):
+    monkeypatch.chdir(REPO if cwd == "repo" else tmp_path)
+    cfg = load_config(REPO / "pipelines" / pipeline)
+    assert cfg.resolved_run_dir == REPO / "runs" / cfg.name
     for pattern in cfg.data.train:
         assert os.path.isabs(pattern) and glob.glob(pattern), pattern
     if cfg.data.annotations:
-        assert Path(cfg.data.annotations) == REPO / raw["data"]["annotations"] and Path(cfg.data.annotations).is_file()
+        assert Path(cfg.data.annotations) == REPO / "data/sample/annotations.tsv.gz"
     assert all(os.path.isabs(v) for v in [cfg.run_dir, *cfg.data.train] if v)
     assert to_dict(cfg)["run_dir"] == cfg.run_dir
 

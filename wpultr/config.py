@@ -7,10 +7,11 @@ composes them, checks what spans sections (RunConfig), and reads YAML: `load_con
 with the safe loader and rejects unknown keys and wrong types; `to_dict` gives back the resolved
 config written beside a run.
 
-Paths: a relative path in a run config (`data.train`, `data.annotations`, `ranker.bert.path`,
-`run_dir`), whether written in the YAML file, given with --set or in a mapping, is relative to the
-current working directory when the config is loaded, and is made absolute then, on the client, so
-Dask workers started in other directories read and write the same files. A URL (`s3://…`) is kept.
+Paths (`data.train`, `data.annotations`, `ranker.bert.path`, `run_dir`): a relative path written in
+a YAML config file is relative to that file's directory, so `wpultr run path/to/run.yaml` means the
+same files from any working directory; one given with --set or in a mapping is relative to the
+current working directory. Either way it is made absolute when the config is loaded, on the client,
+so Dask workers started in other directories read and write the same files. A URL (`s3://…`) is kept.
 """
 from __future__ import annotations
 
@@ -532,9 +533,38 @@ def parse_overrides(items: list[str] | None, example: str = "train.epochs=2") ->
     return overrides
 
 
+# The path keys of a run config, as they stand in its YAML mapping.
+PATH_KEYS: tuple[str, ...] = ("data.train", "data.annotations", "ranker.bert.path", "run_dir")
+
+
+def file_relative_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    """`values` (a config mapping read from a file in `base`) with its relative paths made absolute there.
+
+    Values of the wrong type are left alone for validation to name.
+    """
+    escaped = Path(str(base).replace("{", "{{").replace("}", "}}"))   # run_dir is a format template
+    for dotted in PATH_KEYS:
+        *parents, leaf = dotted.split(".")
+        node: Any = values
+        for part in parents:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node[leaf]
+        where = escaped if dotted == "run_dir" else base
+        if isinstance(value, str):
+            node[leaf] = _absolute(value, where)
+        elif isinstance(value, list):
+            node[leaf] = [_absolute(v, where) if isinstance(v, str) else v for v in value]
+    return values
+
+
 def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
-    """Read a YAML run config with the safe loader; `overrides` are dotted keys (``train.epochs``)."""
-    values = read_yaml_mapping(path)
+    """Read a YAML run config with the safe loader; `overrides` are dotted keys (``train.epochs``).
+
+    Relative paths in the file are relative to the file's directory; in `overrides`, to the working one.
+    """
+    values = file_relative_paths(read_yaml_mapping(path), Path(path).resolve().parent)
     for dotted, v in (overrides or {}).items():
         set_dotted(values, dotted, v)
     cfg = config_from_dict(values)
