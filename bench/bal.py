@@ -2,18 +2,20 @@
 
 For every world and seed the same simulated logs are given to every method; each trained ranker scores
 the held-out annotated queries, and per seed a paired t-test over those queries compares each method
-with the better Naive (pointwise or listwise, whichever has the higher mean DCG@10 on the test queries
-of that seed: the harder comparison for BAL). Printed per world:
+with the best baseline of its family (neural rankers: the better of Naive pointwise and listwise;
+gradient-boosted ones: the better of Naive with the LightGBM backbone and plain LambdaMART on clicks),
+whichever has the higher mean DCG@10 on that seed's test queries: the harder comparison for BAL.
+Printed per world:
 
 * DCG@1,3,5,10 and ERR@10 (mean ± std over seeds) for every method;
-* per method: seeds significantly better / worse than the best Naive (p < 0.05, two-sided);
-* the share of the Naive → ceiling DCG@10 gap each debiasing method closes (mean and per seed);
+* per method: seeds significantly better / worse than its family's best baseline (p < 0.05, two-sided);
+* the share of the best-baseline → ceiling DCG@10 gap each debiasing method closes (mean and per seed);
 * seconds per trained epoch against Naive's on the same data in the same run (BAL's by step).
 
 Reference rankers on the same sessions: **Oracle** = the same ranker trained on the true labels of the
-shown results (listwise softmax on gains), **Ceiling** = the same ranker trained on clicks drawn for the
-same shown results with no bias at all (every result examined, clicked with its relevance's chance),
-which is what a perfect debiaser of these logs could reach.
+shown results (listwise softmax on gains), **Ceiling** / **Ceiling-GBDT** = the family's best baseline,
+same method and settings, trained on clicks drawn for the same shown results with no bias at all (every
+result examined, clicked with its relevance's chance): what a perfect debiaser of these logs could reach.
 
 The worlds (none is built to match BAL's click model; the user models keep their defaults unless said):
 
@@ -38,14 +40,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from wpultr.config import config_from_dict, set_dotted
 from wpultr.experiment.tables import paired_test
-from wpultr.methods.losses import click_loss, listwise_softmax_loss
+from wpultr.methods.losses import listwise_softmax_loss
 from wpultr.methods.registry import get_method
 from wpultr.methods.training import Trainer, build_ranker
 from wpultr.metrics import per_query
@@ -55,9 +59,9 @@ from wpultr.schema import CLICK, LABEL, POSITION, QUERY_ID, SESSION_ID
 from wpultr.simulate import simulate
 from wpultr.simulate.user_models import click_relevance
 
+REPO = Path(__file__).resolve().parents[1]
 METRICS = ("DCG@1", "DCG@3", "DCG@5", "DCG@10", "ERR@10")
 ALPHA = 0.05
-NAIVES = ("Naive", "Naive-list")
 
 WORLDS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -82,18 +86,35 @@ METHODS: dict[str, dict[str, Any]] = {
     "BAL-GBDT": {**BAL, "ranker.backbone": "lightgbm"},
     "LambdaMART-pos": {"train.method": "lightgbm_position"},
 }
-# which Naive each debiaser is judged against for the gap it closes: the neural or the GBDT one
-GBDT_METHODS = ("Naive-GBDT", "BAL-GBDT", "LambdaMART-pos")
+METHODS["LambdaMART"] = {"train.method": "lightgbm_lambdarank"}
+# Two families, each judged against its own baselines and ceiling: the neural rankers (MLP) against the
+# better Naive, the gradient-boosted ones against the better of Naive-GBDT and plain LambdaMART.
+FAMILIES: dict[str, dict[str, Any]] = {
+    "neural": {"baselines": ("Naive", "Naive-list"), "ceiling": "Ceiling"},
+    "gbdt": {"baselines": ("Naive-GBDT", "LambdaMART"), "ceiling": "Ceiling-GBDT"},
+}
+GBDT_METHODS = ("Naive-GBDT", "LambdaMART", "BAL-GBDT", "LambdaMART-pos", "Ceiling-GBDT")
+
+
+def family(label: str) -> str:
+    return "gbdt" if label in GBDT_METHODS else "neural"
+
+
+def shipped_defaults() -> dict[str, Any]:
+    """The `discovery` and `bal` sections of pipelines/bal.yaml: the bench measures the defaults users get."""
+    shipped = yaml.safe_load((REPO / "pipelines" / "bal.yaml").read_text())
+    return {key: shipped[key] for key in ("discovery", "bal") if key in shipped}
 
 
 def base_config(seed: int, sessions: int, epochs: int, world: dict[str, Any]) -> dict[str, Any]:
-    """The shared run config: the world's simulator settings, the MLP ranker, BAL's defaults."""
+    """The shared run config: the world's simulator settings, the MLP ranker, BAL's shipped defaults."""
     simulate_cfg = {"n_queries": 600, "n_sessions": sessions, "n_annotated_queries": 600, **world}
     return {
         "seed": seed,
         "data": {"simulate": simulate_cfg},
         "ranker": {"backbone": "mlp", "head": [64, 32]},
         "train": {"epochs": epochs, "warmup_epochs": 1, "batch_size": 64, "learning_rate": 1e-3, "device": "cpu"},
+        **shipped_defaults(),
     }
 
 
@@ -119,13 +140,6 @@ def oracle(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -
     trainer = Trainer(build_ranker(cfg, train), train, valid, cfg)
     gains = trainer.lists.gather(np.exp2(labels["true_label"].to_numpy(np.float32)) - 1.0)
     return trainer.fit(lambda s, b: listwise_softmax_loss(s, b.extras["gain"], b.mask), extras={"gain": gains},
-                       epochs=cfg.train.epochs + cfg.train.warmup_epochs)
-
-
-def ceiling(train: pd.DataFrame, clicks: np.ndarray, valid: pd.DataFrame, cfg) -> Any:
-    """The same ranker and loss as the better Naive, on clicks drawn with no bias."""
-    trainer = Trainer(build_ranker(cfg, train), train.assign(**{CLICK: clicks}), valid, cfg)
-    return trainer.fit(lambda s, b: click_loss(cfg.train.loss, s, b.clicks, b.mask),
                        epochs=cfg.train.epochs + cfg.train.warmup_epochs)
 
 
@@ -160,30 +174,41 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
               f"  {time.perf_counter() - start:5.0f}s  {edges[-1] if edges else ''}", flush=True)
     cfg = config_from_dict(values)
     out["per_query"]["Oracle"] = measured(oracle(train, truth, valid, cfg))
-    naive = max((m for m in NAIVES if m in out["per_query"]), key=lambda m: out["per_query"][m]["DCG@10"].mean(),
-                default="Naive")
-    loss = "listwise" if naive == "Naive-list" else "pointwise"
-    cfg = config_from_dict(with_overrides(values, {"train.loss": loss}))
     click_noise = logs.truth["user_model"]["params"].get("click_noise", 0.1)   # the world's own ε
-    out["per_query"]["Ceiling"] = measured(ceiling(train, unbiased_clicks(train, truth, click_noise, seed), valid, cfg))
-    out["best_naive"] = naive
-    for label in ("Oracle", "Ceiling"):
-        print(f"  {world} seed {seed} {label:14s} DCG@10 {out['per_query'][label]['DCG@10'].mean():.3f}", flush=True)
+    unbiased = train.assign(**{CLICK: unbiased_clicks(train, truth, click_noise, seed)})
+    out["best"] = {}
+    for name, fam in FAMILIES.items():
+        ran = [m for m in fam["baselines"] if m in out["per_query"]]
+        if not ran:
+            continue
+        best = max(ran, key=lambda m: out["per_query"][m]["DCG@10"].mean())
+        out["best"][name] = best
+        # the ceiling: the better baseline's own method and settings, on clicks drawn with no bias
+        overrides = METHODS[best]
+        result = get_method(overrides["train.method"]).fit(unbiased, valid,
+                                                          config_from_dict(with_overrides(values, overrides)))
+        out["per_query"][fam["ceiling"]] = measured(result.ranker)
+    for label in ("Oracle", *(f["ceiling"] for f in FAMILIES.values())):
+        if label in out["per_query"]:
+            print(f"  {world} seed {seed} {label:14s} DCG@10 {out['per_query'][label]['DCG@10'].mean():.3f}",
+                  flush=True)
     return out
 
 
 def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     labels = list(seeds[0]["per_query"])
     print(f"\n## world: {world} ({len(seeds)} seeds, {args.sessions} sessions, {args.epochs} epochs after 1 warm-up)")
-    print("| method | " + " | ".join(METRICS) + " | better / worse than best Naive (seeds) |")
+    print("| method | " + " | ".join(METRICS) + " | better / worse than its family's best baseline (seeds) |")
     print("|---" * (len(METRICS) + 2) + "|")
     summary: dict[str, Any] = {"methods": {}}
     for label in labels:
         means = {m: [s["per_query"][label][m].mean() for s in seeds] for m in METRICS}
+        fam = family(label)
         tests = []
         for s in seeds:
-            baseline = s["per_query"][s["best_naive"]]
-            p, diff, _ = paired_test(s["per_query"][label], baseline, "DCG@10", "all")
+            if fam not in s["best"]:
+                continue
+            p, diff, _ = paired_test(s["per_query"][label], s["per_query"][s["best"][fam]], "DCG@10", "all")
             tests.append((p, diff))
         better = sum(1 for p, d in tests if p < ALPHA and d > 0)
         worse = sum(1 for p, d in tests if p < ALPHA and d < 0)
@@ -192,19 +217,21 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
         summary["methods"][label] = {"mean": {m: float(np.mean(v)) for m, v in means.items()},
                                      "better": better, "worse": worse,
                                      "p": [p for p, _ in tests], "diff": [d for _, d in tests]}
-    print("\nshare of the Naive -> ceiling DCG@10 gap closed (mean; per seed):")
+    print("\nshare of the best-baseline -> ceiling DCG@10 gap closed (mean; per seed):")
     for label in labels:
-        if label in NAIVES + ("Oracle", "Ceiling", "Naive-GBDT"):
+        fam = family(label)
+        if label in FAMILIES[fam]["baselines"] or label in ("Oracle", FAMILIES[fam]["ceiling"]):
             continue
-        ref = "Naive-GBDT" if label in GBDT_METHODS and "Naive-GBDT" in labels else None
         shares = []
         for s in seeds:
-            naive = s["per_query"][ref or s["best_naive"]]["DCG@10"].mean()
-            gap = s["per_query"]["Ceiling"]["DCG@10"].mean() - naive
-            shares.append((s["per_query"][label]["DCG@10"].mean() - naive) / gap if abs(gap) > 1e-9 else float("nan"))
+            if fam not in s["best"]:
+                continue
+            base = s["per_query"][s["best"][fam]]["DCG@10"].mean()
+            gap = s["per_query"][FAMILIES[fam]["ceiling"]]["DCG@10"].mean() - base
+            shares.append((s["per_query"][label]["DCG@10"].mean() - base) / gap if abs(gap) > 1e-9 else float("nan"))
         summary["methods"][label]["gap_closed"] = shares
-        print(f"  {label:14s} {np.nanmean(shares):7.1%}  ({', '.join(f'{g:.1%}' for g in shares)})"
-              + (f"  [against {ref}]" if ref else ""))
+        print(f"  {label:14s} {np.nanmean(shares):7.1%}  ({', '.join(f'{g:.1%}' for g in shares)})  "
+              f"[{fam}: baseline {'/'.join(FAMILIES[fam]['baselines'])}, gap {np.mean([s['per_query'][FAMILIES[fam]['ceiling']]['DCG@10'].mean() - s['per_query'][s['best'][fam]]['DCG@10'].mean() for s in seeds if fam in s['best']]):.3f}]")
     naive_s = np.mean([s["seconds"].get("Naive", np.nan) for s in seeds])
     print(f"\nseconds per trained epoch (Naive {naive_s:.2f} s):")
     for label in labels:

@@ -52,7 +52,7 @@ import pandas as pd
 from causallearn.search.ConstraintBased.PC import pc
 from threadpoolctl import threadpool_info
 
-from wpultr.causal.biases import identify_biases
+from wpultr.bal.biases import identify_biases
 from wpultr.causal.discovery import (DiscoveryConfig, DiscoveryResult, ci_test_spec, discover, node_order,
                                      one_row_per_session, prior_knowledge, sample_click_rows, sample_session_ids)
 from wpultr.causal.graph import GraphEdge, structural_hamming_distance

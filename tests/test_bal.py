@@ -7,14 +7,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from wpultr.causal.biases import identify_biases
+from wpultr.bal.biases import identify_biases
 from wpultr.causal.discovery import prior_violations
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
 from wpultr.cli import app
 from wpultr.config import ConfigError, config_from_dict
-from wpultr.methods.bal import click_model_rows, fixed_graph
-from wpultr.methods.bal_config import VARIANTS, ClickModelConfig
-from wpultr.methods.click_model import ClickModel, PageInputs, log_click_likelihood, ranker_loss
+from wpultr.bal.method import click_model_rows, fixed_graph
+from wpultr.bal.config import VARIANTS, ClickModelConfig
+from wpultr.bal.click_model import ClickModel, PageInputs, log_click_likelihood, ranker_loss
 from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame

@@ -7,13 +7,13 @@ import pytest
 from causallearn.search.ConstraintBased.PC import pc
 from scipy.special import expit
 
-from wpultr.causal.biases import identify_biases
+from wpultr.bal.biases import identify_biases
 from wpultr.causal.discovery import (DiscoveryConfig, PageFeatureCIT, ci_test_spec, discover, enforce_priors,
                                      one_row_per_session, prior_knowledge, prior_violations, query_strata,
                                      sample_session_ids, validate_discovery_config)
 from wpultr.causal.graph import DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge
 from wpultr.causal.parallel_pc import CITestSpec, level_tests, parallel_pc
-from wpultr.causal.stage import discover_epoch, fit_page_encoder
+from wpultr.bal.discover_stage import discover_epoch, fit_page_encoder
 from wpultr.config import ConfigError
 from wpultr.schema import (CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature,
                            SchemaError)

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from wpultr.config import ConfigError
 from wpultr.experiment import experiment_from_dict, load_experiment, run_experiment
 from wpultr.experiment.cli import experiment as experiment_command
+from wpultr.experiment.report import write_experiment_report
 from wpultr.pipeline import stages as S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +54,7 @@ def finished(tmp_path_factory, dask_client):
     exp = experiment_from_dict(experiment_values(out))
     lines = []
     records = run_experiment(exp, dask_client, progress=lines.append)
+    write_experiment_report(exp, records)
     return exp, records, lines
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from wpultr.methods import gbdt_objectives as obj
-from wpultr.methods.click_model import log_click_likelihood
+from wpultr.bal.click_model import log_click_likelihood
 from wpultr.methods.losses import listwise_softmax_loss as torch_listwise
 
 EPS_GRAD, EPS_HESS = 1e-5, 1e-4

@@ -17,12 +17,14 @@ from scipy.stats import spearmanr
 from wpultr.config import BaselinesConfig, ConfigError, RunConfig
 from wpultr.methods.base import FitResult
 from wpultr.rankers.lightgbm import LightGBMRanker
-from wpultr.methods.propensity import (harvest_propensities, propensity_array, randpair_estimate,
-                                       resolve_propensities, simulate_randpair, true_position_examination,
-                                       weighted_softmax_loss)
+from wpultr.methods.losses import weighted_softmax_loss
+from wpultr.methods.position_propensity import (harvest_propensities, propensity_array, randpair_estimate,
+                                                resolve_propensities, simulate_randpair,
+                                                true_position_examination)
 from wpultr.methods.registry import get_method
-from wpultr.rankers import base as rankers_base
-from wpultr.rankers.base import load_ranker, score_frame
+from wpultr.rankers import registry as rankers_registry
+from wpultr.rankers.base import score_frame
+from wpultr.rankers.registry import load_ranker
 from wpultr.simulate import SimulateConfig, simulate
 
 SIM = SimulateConfig(n_queries=60, docs_per_query=12, n_sessions=3000, n_annotated_queries=30,
@@ -160,7 +162,7 @@ def test_lightgbm_anchors_train_and_score(fits, logs):
 
 @pytest.mark.parametrize("method", ALL)
 def test_fit_result_ranker_saves_and_loads_identically(method, fits, logs, tmp_path):
-    assert rankers_base.ranker_classes()[LightGBMRanker.kind] is LightGBMRanker
+    assert rankers_registry.ranker_classes()[LightGBMRanker.kind] is LightGBMRanker
     result = fits[method]
     assert isinstance(result, FitResult) and result.history and result.bias["method"] == method
     result.ranker.save(tmp_path / "ranker")

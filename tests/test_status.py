@@ -11,10 +11,12 @@ from typer.testing import CliRunner
 
 from wpultr.cli import app
 from wpultr.config import config_from_dict
-from wpultr.experiment.harness import experiment_from_dict, write_resolved_experiment
+from wpultr.experiment.harness import write_resolved_experiment
+from wpultr.experiment.spec import experiment_from_dict
+from wpultr.experiment.status import experiment_status, format_experiment_status
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import STAGES, Stage
-from wpultr.pipeline.status import experiment_status, format_status, mark_running, run_status, status_of
+from wpultr.pipeline.status import format_status, mark_running, run_status
 
 NAMES = [s.name for s in STAGES]
 
@@ -99,17 +101,19 @@ def test_an_experiment_directory(tmp_path, dask_client):
         run_pipeline(config_from_dict(runs[1].config), client=dask_client, stages=quick_stages(fail_at="evaluate"))
     except RuntimeError:
         pass
-    status = status_of(exp.out_dir)
+    status = experiment_status(exp.out_dir)
     assert [(r.key, r.state) for r in status.runs] == [("main/Naive/seed 0", "finished"),
                                                         ("main/Naive/seed 1", "failed"),
                                                         ("main/Naive/seed 2", "not started")]
     assert status.counts() == {"finished": 1, "failed": 1, "not started": 1}
-    text = format_status(status)
+    text = format_experiment_status(status)
     assert "3 runs: 1 finished, 1 failed, 1 not started" in text.splitlines()[0]
     assert "evaluate failed: RuntimeError: disk full while writing evaluate" in text
     # a moved experiment directory still finds its runs
     moved = tmp_path / "moved"
     exp.out_dir.rename(moved)
     assert [r.state for r in experiment_status(moved).runs] == ["finished", "failed", "not started"]
+    shown = CliRunner().invoke(app, ["status", str(moved)])      # the CLI dispatches to experiment/status.py
+    assert shown.exit_code == 0 and "3 runs: 1 finished, 1 failed, 1 not started" in shown.output
     result = CliRunner().invoke(app, ["status", str(tmp_path / "nothing")])
     assert result.exit_code == 2 and "no such directory" in result.output

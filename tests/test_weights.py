@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-from wpultr.causal.biases import BiasReport, ConfoundedFeature
-from wpultr.propensity.influence import InfluenceConfig, fit_influence_estimators
-from wpultr.propensity.weights import (WeightConfig, clip_and_normalise, clip_cap, effective_sample_size,
+from wpultr.bal.biases import BiasReport, ConfoundedFeature
+from wpultr.bal.influence import InfluenceConfig, fit_influence_estimators
+from wpultr.bal.weights import (WeightConfig, clip_and_normalise, clip_cap, effective_sample_size,
                                        feature_log_weight, importance_weights, log_mean_exp,
                                        normalised_from_log, self_normalise, total_log_weight)
 from wpultr.schema import RELEVANCE_SCORE

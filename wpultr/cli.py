@@ -1,36 +1,21 @@
 """`wpultr …`: the command line over the pipeline, the simulator, ingest and evaluation."""
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 import typer
 import yaml
 
-from .config import ClusterConfig, ConfigError, load_config, parse_overrides
-from .errors import WpultrError
-from .schema import SchemaError
+from .bal.cli import discover_command, graph_app
+from .cli_support import nest, parse_sets, user_errors
+from .config import ClusterConfig, load_config
+from .errors import ConfigError
+from .experiment.cli import experiment as experiment_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="wpultr: learn an unbiased ranker from biased click logs (BAL and baselines) on Dask.")
-
-
-def _user_errors(fn: Callable) -> Callable:
-    """Turn the errors a user can fix (config, schema, missing file) into one clear line and exit code 2."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (WpultrError, ConfigError, SchemaError, FileNotFoundError, NotADirectoryError) as e:
-            typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
-            raise typer.Exit(2) from None
-    return wrapper
-
-
-def _parse_sets(sets: list[str] | None) -> dict:
-    return parse_overrides(sets)
 
 
 def _cluster(scheduler: str | None, workers: int | None = None) -> ClusterConfig:
@@ -41,14 +26,14 @@ def _cluster(scheduler: str | None, workers: int | None = None) -> ClusterConfig
 
 
 @app.command()
-@_user_errors
+@user_errors
 def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/)"),
         set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set train.epochs=2"),
         scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler"),
         fresh: bool = typer.Option(False, help="delete the run directory first instead of resuming")):
     """Run (or resume) the pipeline a config describes; prints the run directory and report."""
     from .pipeline.runner import run_pipeline
-    overrides = _parse_sets(set_)
+    overrides = parse_sets(set_)
     if scheduler:
         overrides["cluster.scheduler"] = scheduler
     cfg = load_config(config, overrides)
@@ -60,7 +45,7 @@ def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/
 
 
 @app.command()
-@_user_errors
+@user_errors
 def simulate(out: Path = typer.Option(..., help="directory to write the logs, annotations and truth to"),
              config: Optional[Path] = typer.Option(None, help="run config whose data.simulate section to use"),
              fmt: str = typer.Option("baidu", "--format", help="baidu (gzip text) or parquet"),
@@ -71,34 +56,29 @@ def simulate(out: Path = typer.Option(..., help="directory to write the logs, an
     from .simulate import simulate as run_simulator
     if fmt not in ("baidu", "parquet"):
         raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'baidu', 'parquet'")
-    cfg = load_config(config, _parse_sets(set_)) if config else config_from_dict(
-        _nest(_parse_sets(set_)))
+    cfg = load_config(config, parse_sets(set_)) if config else config_from_dict(
+        nest(parse_sets(set_)))
     logs = run_simulator(cfg.data.simulate, seed=seed)
     logs.write(out, fmt=fmt)
     typer.echo(f"wrote {logs.sessions['session_id'].nunique()} sessions, {len(logs.sessions)} results to {out}")
 
 
-def _nest(flat: dict) -> dict:
-    from .config import set_dotted
-    nested: dict = {}
-    for key, value in flat.items():
-        set_dotted(nested, key, value)
-    return nested
-
-
 @app.command()
-@_user_errors
+@user_errors
 def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or Parquet/CSV)"),
            out: Path = typer.Option(..., help="output directory (sessions/ and quarantine/ go under it)"),
-           fmt: str = typer.Option("baidu", "--format", help="baidu or table (Parquet/CSV with declared columns)"),
+           fmt: str = typer.Option("auto", "--format", help="auto (by file name), baidu, or table "
+                                                             "(Parquet/CSV with declared columns)"),
            config: Optional[Path] = typer.Option(None, help="run config declaring the page features (format table)"),
            partition_rows: int = typer.Option(200_000, help="rows per Parquet partition"),
            scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler")):
     """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line."""
     from .pipeline.cluster import open_client
     from .schema import page_features_from_config
-    if fmt not in ("baidu", "table"):
-        raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'baidu', 'table'")
+    if fmt not in ("auto", "baidu", "table"):
+        raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'auto', 'baidu', 'table'")
+    if fmt == "auto":
+        fmt = _log_format(paths)
     with open_client(_cluster(scheduler)) as client:
         if fmt == "baidu":
             from .io.baidu import ingest_baidu
@@ -112,21 +92,33 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
     typer.echo(json.dumps(summary.to_dict(), indent=2))
 
 
+def _log_format(paths: List[str]) -> str:
+    """'table' when every path names a Parquet or CSV table, 'baidu' when none does; a mix is an error."""
+    tables = [p.lower().endswith((".parquet", ".csv", ".csv.gz")) for p in paths]
+    if all(tables):
+        return "table"
+    if any(tables):
+        raise ConfigError("--format: the paths mix tables (.parquet/.csv) and Baidu logs; ingest them separately "
+                          "or give --format baidu|table")
+    return "baidu"
+
+
 @app.command()
-@_user_errors
+@user_errors
 def evaluate(run_dir: Path = typer.Argument(..., help="a finished run directory"),
              annotations: Optional[Path] = typer.Option(None, help="score this annotation table instead "
                                                                     "(Parquet, or a Baidu annotation file)")):
     """Print the metrics of a run's ranker: its held-out queries, or another annotation table."""
     from .config import config_from_dict
     from .io.parquet import read_table
-    from .pipeline import stages as S
+    from .pipeline import layout as L
+    from .pipeline.stages import evaluate_ranker
     from .pipeline.rundir import read_json
-    if not (run_dir / S.RANKER_DIR).is_dir():
-        raise FileNotFoundError(f"{run_dir}: no trained ranker in {S.RANKER_DIR}/ (has the run finished?)")
-    cfg = config_from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    if not (run_dir / L.RANKER_DIR).is_dir():
+        raise FileNotFoundError(f"{run_dir}: no trained ranker in {L.RANKER_DIR}/ (has the run finished?)")
+    cfg = config_from_dict(yaml.safe_load((run_dir / L.CONFIG_FILE).read_text()))
     if annotations is None:
-        typer.echo(json.dumps(read_json(run_dir / S.METRICS), indent=2))
+        typer.echo(json.dumps(read_json(run_dir / L.METRICS), indent=2))
         return
     if annotations.suffix == ".parquet":
         table = read_table(annotations)
@@ -135,17 +127,17 @@ def evaluate(run_dir: Path = typer.Argument(..., help="a finished run directory"
         table, bad = read_baidu_annotations(annotations)
         if len(bad):
             typer.echo(f"{len(bad)} malformed annotation lines set aside", err=True)
-    lexical = run_dir / S.LEXICAL_STATE
+    lexical = run_dir / L.LEXICAL_STATE
     if lexical.exists():
         from .features.lexical import LexicalFeaturizer
         from .schema import FEATURES
         table[FEATURES] = list(LexicalFeaturizer.load(lexical).transform(table))
-    metrics, _, _ = S.evaluate_ranker(run_dir / S.RANKER_DIR, table, cfg)
+    metrics, _, _ = evaluate_ranker(run_dir / L.RANKER_DIR, table, cfg)
     typer.echo(json.dumps(metrics, indent=2))
 
 
 @app.command()
-@_user_errors
+@user_errors
 def export(run_dir: Path = typer.Argument(..., help="a finished run directory"),
            out: Path = typer.Option(..., help="directory to write the exported ranker to")):
     """Write the run's ranker as safetensors weights plus config (and feature state) to ship it."""
@@ -154,7 +146,7 @@ def export(run_dir: Path = typer.Argument(..., help="a finished run directory"),
 
 
 @app.command()
-@_user_errors
+@user_errors
 def score(model: Path = typer.Argument(..., help="an exported ranker (wpultr export) or a run's ranker/ directory"),
           input_: Path = typer.Argument(..., metavar="INPUT", help="annotation file (Baidu layout) or Parquet "
                                                                    "table (sessions or annotations)"),
@@ -169,35 +161,24 @@ def score(model: Path = typer.Argument(..., help="an exported ranker (wpultr exp
 
 
 @app.command()
-@_user_errors
+@user_errors
 def status(path: Path = typer.Argument(..., help="a run directory or an experiment directory"),
            as_json: bool = typer.Option(False, "--json", help="print the status as JSON")):
     """Stages done, running, failed or died (with times) of a run; the state of every run of an experiment."""
+    from .experiment.status import experiment_status, format_experiment_status, is_experiment_dir
     from .pipeline.status import format_status, status_of
-    found = status_of(path)
-    typer.echo(json.dumps(found.to_dict(), indent=2) if as_json else format_status(found))
+    if path.is_dir() and is_experiment_dir(path):
+        found, text = experiment_status(path), format_experiment_status
+    else:
+        found, text = status_of(path), format_status
+    typer.echo(json.dumps(found.to_dict(), indent=2) if as_json else text(found))
 
 
-def _mount_experiment() -> None:
-    from .experiment.cli import experiment as experiment_command
-    app.command("experiment", help="Run methods × seeds (× settings) on Dask and build the tables, figures and "
-                                   "HTML report.")(experiment_command)
-
-
-_mount_experiment()
-
-
-def _mount_optional_apps() -> None:
-    """Commands that live beside their stage: `wpultr discover` and `wpultr graph` (wpultr.causal.cli)."""
-    try:
-        from .causal.cli import discover_command, graph_app
-    except ImportError:
-        return
-    app.command("discover")(discover_command)
-    app.add_typer(graph_app, name="graph", help="inspect the causal graphs a run discovered")
-
-
-_mount_optional_apps()
+app.command("experiment", help="Run methods × seeds (× settings) on Dask and build the tables, figures and "
+                            "HTML report.")(experiment_command)
+# `wpultr discover` and `wpultr graph` live beside their stage (wpultr/bal/cli.py).
+app.command("discover")(discover_command)
+app.add_typer(graph_app, name="graph", help="inspect the causal graphs a run discovered")
 
 if __name__ == "__main__":
     app()

@@ -29,9 +29,9 @@ from typing import Any, ClassVar, Literal, Mapping
 import yaml
 from dask.utils import parse_bytes
 
+from .bal.config import BalConfig
 from .causal.discovery_config import DiscoveryConfig
 from .errors import ConfigError, SchemaError, require
-from .methods.bal_config import BalConfig
 from .methods.registry import METHODS
 from .schema import BAIDU_PAGE_FEATURES, page_features_from_config
 from .simulate.spec import SimulateConfig

@@ -33,22 +33,22 @@ KEY_COLUMNS = (SESSION_ID, QUERY_ID, POSITION, DOC_ID, "label", "bucket")
 def export_run(run_dir: str | Path, out: str | Path) -> Path:
     """Copy a finished run's ranker (and its feature state) to `out`, with its provenance in export.json;
     the copy is checked as `wpultr score` will load it before it is renamed into place."""
-    from .pipeline import stages as S
+    from .pipeline import layout as L
     from .rankers.base import CONFIG_FILE
     run_dir, out = Path(run_dir), Path(out)
-    ranker = run_dir / S.RANKER_DIR
+    ranker = run_dir / L.RANKER_DIR
     if not (ranker / CONFIG_FILE).is_file():
-        raise ExportError(f"{run_dir}: no trained ranker in {S.RANKER_DIR}/ (has the run finished?)")
+        raise ExportError(f"{run_dir}: no trained ranker in {L.RANKER_DIR}/ (has the run finished?)")
     with atomic_path(out) as tmp:
         shutil.copytree(ranker, tmp)
-        lexical = run_dir / S.LEXICAL_STATE
+        lexical = run_dir / L.LEXICAL_STATE
         if lexical.is_dir():
             shutil.copytree(lexical, tmp / LEXICAL_DIR)
         manifest: dict[str, Any] = {"format": EXPORT_FORMAT, "source_run": str(run_dir.resolve())}
-        for key, rel in (("metrics", S.METRICS), ("versions", "versions.json"), ("bias", S.BIAS)):
+        for key, rel in (("metrics", L.METRICS), ("versions", L.VERSIONS_FILE), ("bias", L.BIAS)):
             if (run_dir / rel).exists():
                 manifest[key] = read_json(run_dir / rel)
-        config = run_dir / "config.yaml"
+        config = run_dir / L.CONFIG_FILE
         if config.exists():
             import yaml
             resolved = yaml.safe_load(config.read_text())
@@ -70,7 +70,8 @@ class ExportedModel:
 def load_export(model_dir: str | Path) -> ExportedModel:
     """An exported ranker (or a run's ranker/ directory), every file checked: format versions, config
     fields, weights against the config, the lexical state against the ranker's input width."""
-    from .rankers.base import load_ranker, read_json_bounded
+    from .rankers.base import read_json_bounded
+    from .rankers.registry import load_ranker
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ExportError(f"{model_dir}: no such directory; expected an exported ranker (wpultr export) or a "

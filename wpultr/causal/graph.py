@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from causallearn.graph.Endpoint import Endpoint
 
+from ..errors import WpultrError
 from ..pipeline.rundir import write_json
 
 DIRECTED = "directed"
@@ -29,8 +30,12 @@ GRAPH_FILE = "graph.json"
 _EPOCH_DIR = re.compile(r"^epoch_(\d+)$")
 
 
-class GraphFileError(ValueError):
+class GraphFileError(WpultrError, ValueError):
     """A graph file or run directory does not hold what `wpultr graph` expects; the message names it."""
+
+
+class GraphRenderError(WpultrError, RuntimeError):
+    """Graphviz's `dot` program, needed to draw svg/png, is not installed; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -335,7 +340,7 @@ def render(graph: DiscoveredGraph, fmt: str) -> bytes:
     try:
         return graphviz.Source(to_dot(graph)).pipe(format=fmt)
     except graphviz.ExecutableNotFound:
-        raise RuntimeError(f"rendering {fmt} needs Graphviz's 'dot' program on PATH "
+        raise GraphRenderError(f"rendering {fmt} needs Graphviz's 'dot' program on PATH "
                            "(e.g. apt-get install graphviz); --format dot or text work without it") from None
 
 

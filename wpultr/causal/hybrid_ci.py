@@ -25,6 +25,7 @@ from causallearn.utils.cit import CIT_Base
 
 from .click_ci import ClickCITest
 from .kci import DEFAULT_CACHE_MIB
+from .page_feature_cit import PageFeatureCIT
 
 
 def stack_click_rows(sample: np.ndarray, click_rows: np.ndarray, sessions: np.ndarray, click: int) -> np.ndarray:
@@ -109,7 +110,6 @@ class HybridCIT(CIT_Base):
             p = self.click_test.p_value(other, self.conditioning_for_click(other, S))
         else:
             if self._kci is None:
-                from .discovery import PageFeatureCIT      # here: discovery imports this module
                 self._kci = PageFeatureCIT(np.ascontiguousarray(self.data[:self.n_sample]), base="kci",
                                            categorical=self.categorical, seed=self.seed,
                                            base_options=self.kci_options, engine=self.engine,

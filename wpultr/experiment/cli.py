@@ -7,11 +7,11 @@ from typing import List, Optional
 
 import typer
 
-from ..config import ClusterConfig, ConfigError, parse_overrides
-from ..errors import WpultrError
-from ..schema import SchemaError
+from ..cli_support import parse_sets, user_errors
+from ..config import ClusterConfig
 
 
+@user_errors
 def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pipelines/reproduce/)"),
                scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler "
                                                                   "(default: a LocalCluster as the base config's cluster section says)"),
@@ -24,32 +24,28 @@ def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pip
                                                                              "into the tables, figures and report")):
     """Run methods × seeds (× settings) as Dask tasks, each in its own run directory (finished runs are
     skipped), then write Tables 1–3 (Markdown + CSV), Figs. 3–5 (PNG) and report.html."""
-    from .harness import load_experiment, read_records, run_experiment, write_records, write_resolved_experiment
-    try:
-        exp = load_experiment(config, parse_overrides(set_, "seeds=[0,1] or base.train.epochs=1"))
-        if report_only:
-            from .report import write_experiment_report
-            exp.out_dir.mkdir(parents=True, exist_ok=True)
-            write_resolved_experiment(exp)
-            records = read_records(exp)
-            write_records(exp, records)
-            path = write_experiment_report(exp, records)
-        else:
-            from ..config import config_from_dict
-            from ..pipeline.cluster import open_client
-            base_cluster = config_from_dict({k: v for k, v in exp.base.items() if k == "cluster"}).cluster
-            cluster = ClusterConfig(scheduler=scheduler or base_cluster.scheduler,
-                                    n_workers=workers or base_cluster.n_workers,
-                                    threads_per_worker=base_cluster.threads_per_worker,
-                                    memory_limit=base_cluster.memory_limit,
-                                    connect_timeout=base_cluster.connect_timeout)
-            with open_client(cluster) as client:
-                records = run_experiment(exp, client, parallel=parallel,
-                                         progress=lambda line: typer.echo(f"[experiment] {line}"))
-            path = exp.out_dir / "report.html"
-    except (WpultrError, ConfigError, SchemaError, FileNotFoundError, NotADirectoryError) as e:
-        typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
+    from .harness import read_records, run_experiment, write_records, write_resolved_experiment
+    from .report import write_experiment_report
+    from .spec import load_experiment
+    exp = load_experiment(config, parse_sets(set_, "seeds=[0,1] or base.train.epochs=1"))
+    if report_only:
+        exp.out_dir.mkdir(parents=True, exist_ok=True)
+        write_resolved_experiment(exp)
+        records = read_records(exp)
+        write_records(exp, records)
+    else:
+        from ..config import config_from_dict
+        from ..pipeline.cluster import open_client
+        base_cluster = config_from_dict({k: v for k, v in exp.base.items() if k == "cluster"}).cluster
+        cluster = ClusterConfig(scheduler=scheduler or base_cluster.scheduler,
+                                n_workers=workers or base_cluster.n_workers,
+                                threads_per_worker=base_cluster.threads_per_worker,
+                                memory_limit=base_cluster.memory_limit,
+                                connect_timeout=base_cluster.connect_timeout)
+        with open_client(cluster) as client:
+            records = run_experiment(exp, client, parallel=parallel,
+                                     progress=lambda line: typer.echo(f"[experiment] {line}"))
+    path = write_experiment_report(exp, records)
     failed = [r for r in records if not r.succeeded]
     typer.echo(f"{len(records) - len(failed)} of {len(records)} runs finished"
                + (f"; {len(failed)} failed or invalid (listed in the report)" if failed else ""))

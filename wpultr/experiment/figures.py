@@ -22,16 +22,20 @@ Fig. 3 — the click-model graph BAL discovered at each epoch (`epoch_<k>/graph.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from ..pipeline.stages import SESSIONS_DIR, TEST_SCORES, TRUTH_DIR
+from ..pipeline.layout import SESSIONS_DIR, TEST_SCORES, TRUTH_DIR
 from ..schema import DOC_ID, LABEL, POSITION, QUERY_ID
 from .tables import SettingResults, Table
+
+log = logging.getLogger(__name__)
 
 TRUE_LABELS = "True labels"
 _DOC_KEY = "_doc"
@@ -68,7 +72,9 @@ def logging_order(run_dir: Path) -> pd.DataFrame | None:
     sessions_dir = run_dir / SESSIONS_DIR
     try:
         sessions = read_table(sessions_dir, columns=[QUERY_ID, DOC_ID, POSITION])
-    except Exception:  # noqa: BLE001 - no sessions table or no doc_id column (Baidu layout): not usable
+    except (OSError, pa.ArrowInvalid) as error:   # no sessions table, or no doc_id column (Baidu layout)
+        log.info("Fig. 4: no logged order from %s (%s: %s)", sessions_dir, type(error).__name__,
+                 str(error).splitlines()[0])
         return None
     sessions[_DOC_KEY] = sessions[DOC_ID].astype(str)
     return (sessions.groupby([QUERY_ID, _DOC_KEY], sort=False)[POSITION].mean()

@@ -22,7 +22,7 @@ import yaml
 
 from ..pipeline.rundir import write_text
 from . import figures as F
-from .harness import EXPERIMENT_FILE, Experiment, RunRecord, slug
+from .spec import EXPERIMENT_FILE, Experiment, RunRecord, slug
 from .tables import TITLES, SettingResults, Table, build_table, clear_cache, table_columns
 
 REPORT_FILE = "report.html"

@@ -26,8 +26,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from ..pipeline.layout import METRICS, PER_QUERY
 from ..pipeline.rundir import read_json
-from ..pipeline.stages import METRICS, PER_QUERY
 from ..schema import BUCKET, HIGH_BUCKETS, QUERY_ID, QUERY_KEY, TAIL_BUCKETS
 
 BETTER, WORSE = "↑", "↓"

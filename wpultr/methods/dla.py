@@ -31,7 +31,8 @@ import torch
 
 from ..rankers.base import resolve_device
 from .base import FitResult
-from .propensity import as_table, setting, weighted_softmax_loss
+from .losses import weighted_softmax_loss
+from .position_propensity import as_table, setting
 from .training import ListBatch, SessionLists, Trainer, build_ranker
 from .warmup import warm_up
 
@@ -67,17 +68,11 @@ class DLA:
         trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
         # the propensity logits get their own learning rate (ULTRA's propensity_learning_rate): a handful
         # of parameters that must move by ~log(θ_1/θ_K) need larger steps than the ranker's weights
-        propensity_lr = float(setting(config, "dla_propensity_learning_rate"))
-        if propensity_lr <= 0:
-            from ..config import ConfigError
-            raise ConfigError(f"baselines.dla_propensity_learning_rate: must be > 0, got {propensity_lr}")
+        propensity_lr = float(setting(config, "dla_propensity_learning_rate"))   # > 0: checked at config load
         trainer.optimizer.add_param_group({"params": [logits], "lr": propensity_lr, "weight_decay": 0.0})
         warm_up(trainer)
         weight = float(setting(config, "dla_ranker_loss_weight"))
-        max_weight = float(setting(config, "dla_max_weight"))
-        if max_weight <= 1.0:
-            from ..config import ConfigError
-            raise ConfigError(f"baselines.dla_max_weight: must be > 1, got {max_weight}")
+        max_weight = float(setting(config, "dla_max_weight"))                   # > 1: checked at config load
 
         def loss(scores: torch.Tensor, batch: ListBatch):
             rank_loss, exam_loss = dla_losses(scores, logits, batch, max_weight)

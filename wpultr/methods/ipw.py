@@ -21,8 +21,8 @@ import pandas as pd
 import torch
 
 from .base import FitResult
-from .losses import pointwise_click_loss
-from .propensity import as_table, propensity_array, resolve_propensities, setting, weighted_softmax_loss
+from .losses import pointwise_click_loss, weighted_softmax_loss
+from .position_propensity import as_table, propensity_array, resolve_propensities, setting
 from .training import ListBatch, SessionLists, Trainer, build_ranker
 from .warmup import warm_up
 
@@ -45,10 +45,7 @@ class IPW:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         table, info = resolve_propensities(train, config)
-        clip = float(setting(config, "propensity_clip"))
-        if not 0.0 < clip <= 1.0:
-            from ..config import ConfigError
-            raise ConfigError(f"baselines.propensity_clip: must be in (0, 1], got {clip}")
+        clip = float(setting(config, "propensity_clip"))         # in (0, 1]: checked when the config was loaded
         lists = SessionLists.from_frame(train)
         theta = propensity_array(table, int(lists.positions.max()), clip)
         trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)

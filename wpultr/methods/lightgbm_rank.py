@@ -24,7 +24,7 @@ from ..metrics import evaluate as evaluate_scores
 from ..rankers.lightgbm import LightGBMRanker
 from ..rankers.mlp import feature_matrix
 from .base import FitResult
-from .propensity import setting
+from .position_propensity import setting
 from .training import SessionLists
 
 if TYPE_CHECKING:

@@ -1,7 +1,9 @@
 """Click losses over sessions laid out as lists: tensors (B, K) of scores, clicks and a validity mask.
 
-Pure functions: each takes the list tensors and returns a scalar. Padded slots (mask False) never
-contribute. Shared by every method so that "pointwise" and "listwise" mean one thing everywhere.
+Pure functions of the list tensors. Padded slots (mask False) never contribute. Shared by every method
+so that "pointwise" and "listwise" mean one thing everywhere; the IPW/DLA softmax loss and the pairwise
+debiasing pair terms live here too (BAL's click-model loss is `bal.click_model.ranker_loss`: it needs
+the click model).
 """
 from __future__ import annotations
 
@@ -34,6 +36,32 @@ def listwise_softmax_loss(scores: torch.Tensor, clicks: torch.Tensor, mask: torc
     log_p = log_p.masked_fill(~mask, 0.0)
     per_list = -(target / totals.clamp_min(1e-12) * log_p).sum(dim=1)
     return per_list[has_click].mean()
+
+
+def weighted_softmax_loss(scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor,
+                          weights: torch.Tensor) -> torch.Tensor:
+    """Σ_lists Σ_i c_i w_i (−log softmax(s)_i) / Σ c_i w_i: the IPW softmax loss (Ai et al. 2018 §4.2, ULTRA's
+    softmax_loss). Each click keeps its own weight across lists — normalising per list, as the naive
+    listwise loss does, would re-weight lists and lose the unbiasedness of Σ c_i/θ_i."""
+    target = clicks * weights * mask.float()
+    total = target.sum()
+    if not bool(total > 0):
+        return scores.sum() * 0.0
+    log_p = torch.log_softmax(scores.masked_fill(~mask, float("-inf")), dim=1).masked_fill(~mask, 0.0)
+    return -(target * log_p).sum() / total
+
+
+def pair_terms(scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ℓ(s_i, s_j), k(i), k(j)) of every pair of a clicked i and an unclicked j shown in the same list;
+    ℓ is the logistic pair loss log(1 + e^{-(s_i - s_j)}) (Hu et al. 2019, Unbiased LambdaMART)."""
+    shown = mask
+    clicked = (clicks > 0) & shown
+    unclicked = (clicks <= 0) & shown
+    pairs = clicked[:, :, None] & unclicked[:, None, :]                           # (B, K, K)
+    b, i, j = pairs.nonzero(as_tuple=True)
+    loss = F.softplus(-(scores[b, i] - scores[b, j]))                            # log(1 + e^{-(s_i - s_j)})
+    return loss, positions[b, i], positions[b, j]
 
 
 def click_loss(kind: str, scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor,

@@ -13,7 +13,6 @@ import pandas as pd
 
 from .base import FitResult
 from .losses import click_loss
-from .training import Trainer, build_ranker
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -26,9 +25,8 @@ class Naive:
         kind = config.train.loss
         if config.ranker.backbone == "lightgbm":
             return self.fit_booster(train, valid, config)
-        from .warmup import warm_up         # here: it imports transformers, which a booster never needs
-        trainer = Trainer(build_ranker(config, train), train, valid, config)
-        warm_up(trainer)
+        from .warmup import warmed_up_trainer   # here: it imports transformers, which a booster never needs
+        trainer = warmed_up_trainer(train, valid, config)
         ranker = trainer.fit(lambda scores, batch: click_loss(kind, scores, batch.clicks, batch.mask),
                              first_epoch=len(trainer.history))
         return FitResult(ranker, trainer.history, {"method": self.name, "loss": kind,

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from .base import FitResult
-from .propensity import as_table, setting
-from .training import ListBatch, SessionLists, Trainer, build_ranker
-from .warmup import warm_up
+from .losses import pair_terms
+from .position_propensity import as_table, setting
+from .training import ListBatch
+from .warmup import warmed_up_trainer
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -75,36 +75,18 @@ class PositionRatios:
                 t[1] = 1.0
 
 
-def pair_terms(scores: torch.Tensor, batch: ListBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ℓ(s_i, s_j), k(i), k(j)) of every pair of a clicked i and an unclicked j shown in the same list."""
-    shown = batch.mask
-    clicked = (batch.clicks > 0) & shown
-    unclicked = (batch.clicks <= 0) & shown
-    pairs = clicked[:, :, None] & unclicked[:, None, :]                           # (B, K, K)
-    b, i, j = pairs.nonzero(as_tuple=True)
-    loss = F.softplus(-(scores[b, i] - scores[b, j]))                            # log(1 + e^{-(s_i - s_j)})
-    return loss, batch.positions[b, i], batch.positions[b, j]
-
-
 class PairwiseDebias:
     name = "pairwise_debias"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        lists = SessionLists.from_frame(train)
-        n_positions = int(lists.positions.max())
-        trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
-        warm_up(trainer)
-        p = float(setting(config, "pairwise_regularization_p"))
-        step = float(setting(config, "pairwise_step_size"))
-        from ..config import ConfigError
-        if p <= 0:
-            raise ConfigError(f"baselines.pairwise_regularization_p: must be > 0, got {p}")
-        if not 0.0 < step <= 1.0:
-            raise ConfigError(f"baselines.pairwise_step_size: must be in (0, 1], got {step}")
+        trainer = warmed_up_trainer(train, valid, config)
+        lists, n_positions = trainer.lists, int(trainer.lists.positions.max())
+        p = float(setting(config, "pairwise_regularization_p"))   # > 0 and step in (0, 1]: checked when
+        step = float(setting(config, "pairwise_step_size"))       # the config was loaded (BaselinesConfig)
         ratios = PositionRatios(n_positions, p, step, trainer.device)
 
         def loss(scores: torch.Tensor, batch: ListBatch):
-            pair_loss, pos_i, pos_j = pair_terms(scores, batch)
+            pair_loss, pos_i, pos_j = pair_terms(scores, batch.clicks, batch.mask, batch.positions)
             if pair_loss.numel() == 0:
                 return scores.sum() * 0.0
             out = (pair_loss * ratios.weights(pos_i, pos_j)).sum() / len(batch.index)

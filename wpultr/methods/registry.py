@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import ConfigError
 
-# name -> "module:Class" under wpultr.methods, imported on first use.
+# name -> "module:Class" relative to wpultr.methods (BAL lives in wpultr.bal), imported on first use.
 METHODS: dict[str, str] = {
     "naive": "naive:Naive",                                  # clicks as labels (BAL Eq. 3)
     "ipw": "ipw:IPW",                                        # inverse propensity weighting, position propensities
@@ -15,7 +15,7 @@ METHODS: dict[str, str] = {
     "pairwise_debias": "pairwise_debias:PairwiseDebias",     # Unbiased LambdaMART's t+/t- ratios, Hu et al. 2019
     "lightgbm_lambdarank": "lightgbm_rank:LightGBMLambdaRank",           # plain lambdarank on clicks
     "lightgbm_position": "lightgbm_rank:LightGBMPositionLambdaRank",     # LightGBM's position-aware lambdarank
-    "bal": "bal:BAL",                                        # whole-page BAL (variants: config `bal.variant`)
+    "bal": "..bal.method:BAL",                               # whole-page BAL (variants: config `bal.graph`, `bal.features`)
 }
 
 
@@ -24,4 +24,4 @@ def get_method(name: str) -> Any:
     if name not in METHODS:
         raise ConfigError(f"train.method: {name!r} is not allowed; allowed values: {', '.join(sorted(METHODS))}")
     module, cls = METHODS[name].split(":")
-    return getattr(import_module(f"{__package__}.{module}"), cls)()
+    return getattr(import_module(module if module.startswith(".") else f".{module}", __package__), cls)()

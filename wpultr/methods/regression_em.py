@@ -30,9 +30,9 @@ import torch
 
 from .base import FitResult
 from .losses import pointwise_click_loss
-from .propensity import as_table, relative_to_first, setting
-from .training import ListBatch, SessionLists, Trainer, build_ranker
-from .warmup import warm_up
+from .position_propensity import as_table, relative_to_first, setting
+from .training import ListBatch
+from .warmup import warmed_up_trainer
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -52,14 +52,9 @@ class RegressionEM:
     name = "regression_em"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        lists = SessionLists.from_frame(train)
-        n_positions = int(lists.positions.max())
-        trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
-        warm_up(trainer)
-        step = float(setting(config, "rem_step_size"))
-        if not 0.0 < step <= 1.0:
-            from ..config import ConfigError
-            raise ConfigError(f"baselines.rem_step_size: must be in (0, 1], got {step}")
+        trainer = warmed_up_trainer(train, valid, config)
+        lists, n_positions = trainer.lists, int(trainer.lists.positions.max())
+        step = float(setting(config, "rem_step_size"))          # in (0, 1]: checked when the config was loaded
         sample = bool(setting(config, "rem_sample_labels"))
         # θ starts flat: no position is favoured until the E-steps say so (θ = 1 would be a fixed point
         # of the θ update, and starting from click-through ratios would start from the naive answer)

@@ -1,4 +1,5 @@
-"""The warm-up BAL gives its ranker (§4.1): masked-LM on the result texts plus the naive click loss (Eq. 3).
+"""The warm-up every method gives its ranker before its own loss (BAL §4.1): masked-LM on the result texts
+plus the naive click loss (Eq. 3); it runs on the shared trainer (training.py).
 
 For the BERT backbone each step adds the masked-LM loss of the batch's texts (weight
 `train.mlm_weight`); the dense MLP has no text, so its warm-up is the naive click loss alone.
@@ -7,13 +8,18 @@ Warm-up epochs are recorded in the trainer's history with `"phase": "warmup"`.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
+import pandas as pd
 import torch
 
 from ..rankers.base import take
 from ..rankers.bert import CLS_VECTORS, BertRanker
 from .losses import click_loss
-from .training import ListBatch, Trainer
+from .training import ListBatch, Trainer, build_ranker
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
 
 
 def warm_up(trainer: Trainer, epochs: int | None = None) -> None:
@@ -35,3 +41,10 @@ def warm_up(trainer: Trainer, epochs: int | None = None) -> None:
         start = time.perf_counter()
         stats = trainer.epoch(loss)
         trainer.record(epoch, stats, time.perf_counter() - start, phase="warmup")
+
+
+def warmed_up_trainer(train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> Trainer:
+    """Every neural method's opening: a new ranker for `config` on the shared trainer, warmed up (§4.1)."""
+    trainer = Trainer(build_ranker(config, train), train, valid, config)
+    warm_up(trainer)
+    return trainer

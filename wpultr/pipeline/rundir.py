@@ -22,8 +22,8 @@ from typing import Any, Iterator
 import pandas as pd
 
 from ..errors import RunDirError
+from .layout import CONFIG_FILE, MARKER, VERSIONS_FILE
 
-MARKER = ".wpultr-run"                   # in every run directory: what --fresh may delete
 MARKER_FORMAT = 1
 _PACKAGES = ("wpultr", "numpy", "pandas", "pyarrow", "dask", "distributed", "causal-learn", "torch",
              "transformers", "safetensors", "scikit-learn", "scipy", "pyyaml", "typer")
@@ -173,7 +173,7 @@ def is_run_dir(path: str | Path) -> bool:
 def _unmarked_run(path: Path) -> bool:
     """`path` holds a run written before markers existed: config.yaml and a versions.json naming wpultr."""
     try:
-        return (path / "config.yaml").is_file() and "wpultr" in read_json(path / "versions.json")
+        return (path / CONFIG_FILE).is_file() and "wpultr" in read_json(path / VERSIONS_FILE)
     except (OSError, ValueError, TypeError):
         return False
 

@@ -12,15 +12,11 @@ import yaml
 from ..config import ConfigError, RunConfig, config_from_dict, dump_config
 from . import status
 from .cluster import WorkerWatch, open_client
+from .layout import CONFIG_FILE, METRICS, REPORT, SUMMARY_FILE, VERSIONS_FILE
 from .rundir import RunDir, package_versions, read_json, write_json, write_text
-from .stages import METRICS, REPORT, STAGES, Stage, StageContext
+from .stages import STAGES, Stage, StageContext
 
 log = logging.getLogger(__name__)
-
-CONFIG_FILE = "config.yaml"
-VERSIONS_FILE = "versions.json"
-SUMMARY_FILE = "summary.json"
-
 
 @dataclass
 class RunResult:

@@ -19,28 +19,13 @@ import pandas as pd
 from ..config import RunConfig
 from ..io.parquet import partition_paths, read_table, sample_sessions
 from ..schema import FEATURES, QUERY_ID, QUERY_KEY, page_features_from_config, query_key
+from .layout import (ANNOTATIONS, BIAS, FEATURED_ANNOTATIONS, FEATURED_SESSIONS_DIR, HISTORY,  # noqa: F401
+                     INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
+                     SESSION_SCORES, SESSIONS_DIR, SPLIT, TEST_SCORES, TRUTH_DIR)
 from .rundir import RunDir, read_json, write_json, write_parquet
 
 log = logging.getLogger(__name__)
 
-# Where each table lives inside a run directory: the one place these paths are spelled.
-SESSIONS_DIR = "data/sessions"
-ANNOTATIONS = "data/annotations.parquet"
-INGEST_SUMMARY = "data/ingest.json"
-TRUTH_DIR = "data/truth"
-FEATURED_SESSIONS_DIR = "data/featured/sessions"
-FEATURED_ANNOTATIONS = "data/featured/annotations.parquet"
-LEXICAL_STATE = "data/featured/lexical.json"
-SPLIT = "data/split.json"
-RANKER_DIR = "ranker"
-HISTORY = "train/history.json"
-BIAS = "train/bias.json"
-METRICS = "metrics.json"
-PER_QUERY = "eval/per_query.parquet"
-TEST_SCORES = "eval/scores.parquet"
-REPORT = "report.html"
-PAGE_ENCODER = "data/page_encoder"
-SESSION_SCORES = "data/session_scores.parquet"
 
 
 @dataclass
@@ -170,7 +155,7 @@ def _training_tables(run: RunDir) -> tuple[Path, Path]:
 # ---------------------------------------------------------------------------------------------
 def preprocess(ctx: StageContext) -> dict[str, Any]:
     """Fit the page-feature encoder (Bradley–Terry scores, vocabularies, standardisation) over all partitions."""
-    from ..causal.stage import fit_page_encoder
+    from ..bal.discover_stage import fit_page_encoder
     cfg = ctx.config
     features = page_features_from_config(cfg.data.page_features, "data.page_features")
     encoder = fit_page_encoder(ctx.run.path(SESSIONS_DIR), features, cfg.discovery.preprocess,
@@ -223,7 +208,7 @@ def train(ctx: StageContext) -> dict[str, Any]:
 
 def _write_graphs(run: RunDir, result) -> None:
     """Each epoch's learned graph as epoch_<k>/graph.json and its biases as epoch_<k>/biases.json."""
-    from ..causal.biases import identify_biases
+    from ..bal.biases import identify_biases
     from ..causal.graph import GRAPH_FILE, epoch_dir
     for k, graph in enumerate(result.graphs):
         out = epoch_dir(run.root, k)
@@ -235,7 +220,7 @@ def _write_graphs(run: RunDir, result) -> None:
 def discover(ctx: StageContext) -> dict[str, Any]:
     """The click model's graph under the trained ranker's scores (epoch 0), unless training learned its own."""
     from ..causal.graph import graph_epochs
-    from ..causal.stage import discover_epoch
+    from ..bal.discover_stage import discover_epoch
     cfg, run = ctx.config, ctx.run
     if graph_epochs(run.root):
         return {"skipped": f"training wrote graphs for epochs {graph_epochs(run.root)}"}
@@ -254,7 +239,8 @@ def discover(ctx: StageContext) -> dict[str, Any]:
 
 def _score_partition(path: str, ranker_dir: str, rows_per_batch: int) -> pd.DataFrame:
     """r̂ of every shown result of one partition (runs on a Dask worker)."""
-    from ..rankers.base import load_ranker, score_frame
+    from ..rankers.base import score_frame
+    from ..rankers.registry import load_ranker
     from ..schema import POSITION, RELEVANCE_SCORE, SESSION_ID
     frame = pd.read_parquet(path)
     scores = score_frame(load_ranker(ranker_dir), frame, rows_per_batch)
@@ -279,7 +265,7 @@ def evaluate_ranker(ranker_dir: Path, annotations: pd.DataFrame, cfg: RunConfig)
     """Score `annotations` with the ranker saved in `ranker_dir`: (metrics dict, per-query table, scores)."""
     from ..methods.base import score
     from ..metrics import evaluate as evaluate_scores, per_query
-    from ..rankers.base import load_ranker
+    from ..rankers.registry import load_ranker
     ranker = load_ranker(ranker_dir)
     scored = annotations.copy()
     scored["score"] = score(ranker, annotations, batch_size=cfg.train.batch_size)

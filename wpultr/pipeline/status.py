@@ -1,10 +1,10 @@
-"""Where a run (or an experiment) stands: stages done, running, failed or died, read from its directory alone.
+"""Where a run stands: stages done, running, failed or died, read from its directory alone.
 
 The runner leaves three kinds of record (JSON) in `stages/`: `<stage>.running` when a stage starts
 (pid, host, start time), `<stage>.json` when it finishes (rundir.RunDir.mark_done) and
 `<stage>.failed` with the error when it raises (not `*.json`: readers of completion records glob those). The newest record of a stage is its state; a
 running record whose process is gone from this host reads as `died` (killed, out of memory, …).
-`wpultr status` prints `format_status(status_of(path))`.
+`wpultr status` prints `format_status(status_of(path))` (experiment directories: experiment/status.py).
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunDirError
+from .layout import CONFIG_FILE, MARKER, STAGES_DIR
 from .rundir import write_json
 
-STAGES_DIR = "stages"
 RUNNING_SUFFIX = ".running"
 FAILED_SUFFIX = ".failed"
 DONE_SUFFIX = ".json"
@@ -97,30 +97,6 @@ class RunStatus:
         return {**asdict(self), "kind": "run", "done": self.done}
 
 
-@dataclass
-class ExperimentRun:
-    key: str                        # setting/label/seed N
-    state: str                      # a RunStatus state, or invalid
-    run: RunStatus | None = None
-    error: str | None = None
-
-
-@dataclass
-class ExperimentStatus:
-    path: str
-    name: str | None
-    runs: list[ExperimentRun] = field(default_factory=list)
-
-    def counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for r in self.runs:
-            counts[r.state] = counts.get(r.state, 0) + 1
-        return counts
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "kind": "experiment", "counts": self.counts()}
-
-
 def _read(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text())
@@ -180,15 +156,14 @@ def _stage_names(stages_dir: Path) -> list[str]:
 def _run_name(root: Path) -> str | None:
     import yaml
     try:
-        values = yaml.safe_load((root / "config.yaml").read_text())
+        values = yaml.safe_load((root / CONFIG_FILE).read_text())
     except (OSError, yaml.YAMLError):
         return None
     return values.get("name") if isinstance(values, dict) else None
 
 
 def is_run_dir(path: Path) -> bool:
-    from .rundir import MARKER
-    return (path / MARKER).is_file() or (path / "config.yaml").is_file() or (path / STAGES_DIR).is_dir()
+    return (path / MARKER).is_file() or (path / CONFIG_FILE).is_file() or (path / STAGES_DIR).is_dir()
 
 
 def run_status(path: str | Path) -> RunStatus:
@@ -212,62 +187,11 @@ def run_status(path: str | Path) -> RunStatus:
     return RunStatus(str(root), _run_name(root), state, stages)
 
 
-def experiment_status(path: str | Path) -> ExperimentStatus:
-    """The status of every run of the experiment directory `path`, in the experiment's order.
-
-    The run list comes from the resolved `experiment.yaml` (so runs not started yet are listed);
-    when it cannot be read, from the run directories under `runs/`.
-    """
-    root = Path(path)
-    name, runs = None, []
-    expected = _expected_runs(root)
-    if expected is not None:
-        name, specs = expected
-        for key, run_dir, invalid in specs:
-            if invalid:
-                runs.append(ExperimentRun(key, "invalid", error=invalid))
-            else:
-                status = run_status(run_dir)
-                runs.append(ExperimentRun(key, status.state, status))
-    else:
-        for run_dir in sorted(p.parent for p in (root / "runs").glob("**/config.yaml")):
-            status = run_status(run_dir)
-            runs.append(ExperimentRun(str(run_dir.relative_to(root / "runs")), status.state, status))
-    return ExperimentStatus(str(root), name, runs)
-
-
-def _expected_runs(root: Path) -> tuple[str, list[tuple[str, Path, str | None]]] | None:
-    """(name, [(setting/label/seed N, run directory under `root`, invalid reason)]) from experiment.yaml."""
-    import yaml
-    from ..errors import WpultrError
-    from ..experiment.harness import EXPERIMENT_FILE, experiment_from_dict
-    try:
-        values = yaml.safe_load((root / EXPERIMENT_FILE).read_text())
-        exp = experiment_from_dict(values)
-    except (OSError, yaml.YAMLError, WpultrError, ValueError):
-        return None
-    specs = []
-    for spec in exp.runs:
-        try:   # the directory may have moved since: locate runs relative to where it is now
-            run_dir = root / spec.run_dir.relative_to(exp.out_dir)
-        except ValueError:
-            run_dir = spec.run_dir
-        specs.append((f"{spec.setting}/{spec.label}/seed {spec.seed}", run_dir, spec.invalid))
-    return exp.name, specs
-
-
-def is_experiment_dir(path: Path) -> bool:
-    from ..experiment.harness import EXPERIMENT_FILE, RUNS_JSON
-    return (path / EXPERIMENT_FILE).is_file() or (path / RUNS_JSON).is_file()
-
-
-def status_of(path: str | Path) -> RunStatus | ExperimentStatus:
-    """The status of a run directory or an experiment directory; RunDirError if `path` is neither."""
+def status_of(path: str | Path) -> RunStatus:
+    """The status of a run directory; RunDirError if `path` is none (experiment/status.py reads experiments)."""
     root = Path(path)
     if not root.is_dir():
         raise RunDirError(f"{root}: no such directory (give a run directory or an experiment directory)")
-    if is_experiment_dir(root):
-        return experiment_status(root)
     if is_run_dir(root):
         return run_status(root)
     raise RunDirError(f"{root}: neither a run directory (config.yaml, stages/) nor an experiment directory "
@@ -302,7 +226,8 @@ def _stage_line(s: StageStatus) -> str:
     return f"  {s.name:<12s} {s.state:<8s}{detail}".rstrip()
 
 
-def _run_summary(r: RunStatus) -> str:
+def run_summary(r: RunStatus) -> str:
+    """One line: stages done and the stage that is running, failed or died."""
     current = next((s for s in r.stages if s.state in ("running", "failed", "died")), None)
     text = f"{r.done}/{len(r.stages)} stages done"
     if current is not None:
@@ -312,20 +237,9 @@ def _run_summary(r: RunStatus) -> str:
     return text
 
 
-def format_status(status: RunStatus | ExperimentStatus) -> str:
-    """Human-readable lines: one per stage of a run, one per run of an experiment."""
-    if isinstance(status, RunStatus):
-        lines = [f"run {status.path}" + (f" ({status.name})" if status.name else "") + f": {status.state}, "
-                 f"{status.done} of {len(status.stages)} stages done"]
-        lines += [_stage_line(s) for s in status.stages]
-        return "\n".join(lines)
-    counts = status.counts()
-    order = ("finished", "running", "failed", "died", "incomplete", "not started", "invalid")
-    tally = ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k))
-    lines = [f"experiment {status.path}" + (f" ({status.name})" if status.name else "")
-             + f": {len(status.runs)} runs" + (f": {tally}" if tally else "")]
-    width = max((len(r.key) for r in status.runs), default=0)
-    for r in status.runs:
-        detail = r.error if r.state == "invalid" else (_run_summary(r.run) if r.run else "")
-        lines.append(f"  {r.key:<{width}s}  {r.state:<11s} {detail}".rstrip())
+def format_status(status: RunStatus) -> str:
+    """Human-readable lines: one per stage of a run."""
+    lines = [f"run {status.path}" + (f" ({status.name})" if status.name else "") + f": {status.state}, "
+             f"{status.done} of {len(status.stages)} stages done"]
+    lines += [_stage_line(s) for s in status.stages]
     return "\n".join(lines)

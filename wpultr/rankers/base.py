@@ -2,7 +2,7 @@
 
 A ranker turns a table (sessions or annotations) into tensors once (`prepare`), then scores any
 subset of its rows (`forward(take(inputs, rows))`). Saving writes `config.json` (the kind and the
-constructor arguments) and `model.safetensors`; `load_ranker` rebuilds the module from the JSON and
+constructor arguments) and `model.safetensors`; `registry.load_ranker` rebuilds the module from the JSON and
 loads the tensors with safetensors, so nothing is ever unpickled.
 
 A saved ranker may come from anywhere (`wpultr score` reads exported directories), so loading
@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 import pandas as pd
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from ..errors import ExportError
 
@@ -74,7 +74,7 @@ class Arg:
             return None
         if self.kind == "int_list":
             if not isinstance(value, list) or len(value) > self.max_items:
-                raise ExportError(f"{where} is {_brief(value)}, expected {self.allowed()}")
+                raise ExportError(f"{where} is {brief(value)}, expected {self.allowed()}")
             item = Arg("int", self.low, self.high, self.high_open)
             return [item.check(v, f"{where}[{i}]") for i, v in enumerate(value)]
         ok = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -85,7 +85,7 @@ class Arg:
         if ok and self.kind in ("int", "float"):
             ok = self.low <= value and (value < self.high if self.high_open else value <= self.high)
         if not ok:
-            raise ExportError(f"{where} is {_brief(value)}, expected {self.allowed()}")
+            raise ExportError(f"{where} is {brief(value)}, expected {self.allowed()}")
         return float(value) if self.kind == "float" else value
 
 
@@ -93,7 +93,7 @@ def _number(x: float) -> str:
     return "-inf" if x == -math.inf else "inf" if x == math.inf else f"{x:g}" if isinstance(x, float) else str(x)
 
 
-def _brief(value: Any) -> str:
+def brief(value: Any) -> str:
     """A config value as JSON, cut short: messages stay one readable line whatever was written."""
     text = json.dumps(value) if isinstance(value, (dict, list, str, int, float, bool, type(None))) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -102,7 +102,7 @@ def _brief(value: Any) -> str:
 def check_args(values: Any, spec: Mapping[str, Arg], where: str) -> dict[str, Any]:
     """Every key of `values` checked against `spec` (unknown keys and missing required ones rejected)."""
     if not isinstance(values, dict):
-        raise ExportError(f"{where} is {_brief(values)}, expected a JSON object with keys {sorted(spec)}")
+        raise ExportError(f"{where} is {brief(values)}, expected a JSON object with keys {sorted(spec)}")
     unknown = sorted(set(values) - set(spec))
     if unknown:
         raise ExportError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(spec)}")
@@ -180,14 +180,6 @@ def n_rows(inputs: Inputs) -> int:
     return int(next(iter(inputs.values())).shape[0])
 
 
-def ranker_classes() -> dict[str, type[Ranker]]:
-    """Every ranker kind by name (imported here so that loading needs only this module)."""
-    from .lightgbm import LightGBMRanker
-    from .bert import BertRanker
-    from .mlp import MLPRanker
-    return {MLPRanker.kind: MLPRanker, BertRanker.kind: BertRanker, LightGBMRanker.kind: LightGBMRanker}
-
-
 def read_json_bounded(path: Path, max_bytes: int, what: str) -> Any:
     """A JSON file of at most `max_bytes`, parsed strictly (no NaN/Infinity); ExportError otherwise."""
     if not path.exists():
@@ -205,21 +197,6 @@ def read_json_bounded(path: Path, max_bytes: int, what: str) -> Any:
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
-
-
-def read_ranker_config(directory: str | Path) -> dict[str, Any]:
-    """config.json of a saved ranker, its format version, kind and the shape of its fields checked."""
-    path = Path(directory) / CONFIG_FILE
-    config = read_json_bounded(path, MAX_CONFIG_BYTES, "expected a saved wpultr ranker's config")
-    if not isinstance(config, dict):
-        raise ExportError(f"{path}: holds {_brief(config)}, expected a JSON object")
-    if config.get("format") != RANKER_FORMAT:
-        raise ExportError(f"{path}: format {_brief(config.get('format'))}, expected {_brief(RANKER_FORMAT)} "
-                          f"(a ranker saved by another wpultr version, or not a wpultr ranker)")
-    classes = ranker_classes()
-    if config.get("kind") not in classes:
-        raise ExportError(f"{path}: kind {_brief(config.get('kind'))} is not one of {sorted(classes)}")
-    return config
 
 
 def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -254,7 +231,7 @@ def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]
               and isinstance(entry.get("data_offsets"), list) and len(entry["data_offsets"]) == 2
               and all(isinstance(o, int) and not isinstance(o, bool) for o in entry["data_offsets"]))
         if not ok:
-            raise ExportError(f"{path}: tensor {name!r} has a malformed header entry {_brief(entry)}")
+            raise ExportError(f"{path}: tensor {name!r} has a malformed header entry {brief(entry)}")
         begin, end = entry["data_offsets"]
         itemsize = torch.empty(0, dtype=SAFETENSORS_DTYPES[entry["dtype"]]).element_size()
         if not 0 <= begin <= end or end - begin != math.prod(entry["shape"]) * itemsize:
@@ -271,53 +248,6 @@ def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]
         raise ExportError(f"{path}: the tensors' data does not fill the file exactly ({data_bytes} data bytes, "
                           f"tensors laid out up to byte {position}): truncated or tampered with")
     return tensors
-
-
-def check_saved_ranker(directory: str | Path) -> tuple[type[Ranker], dict[str, Any]]:
-    """Check a saved ranker without building it: config fields, then the weights' tensor names, dtypes and
-    shapes against those of the module the config describes (built on the meta device: nothing allocated)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ExportError(f"{directory}: no such directory; expected a saved ranker ({CONFIG_FILE} + {WEIGHTS_FILE})")
-    config = read_ranker_config(directory)
-    cls = ranker_classes()[config["kind"]]
-    args = cls.checked_args(config.get("args"), f"{directory / CONFIG_FILE}: args")
-    try:
-        with torch.device("meta"):
-            skeleton = cls(**args)
-    except (ValueError, TypeError, RuntimeError) as error:
-        raise ExportError(f"{directory / CONFIG_FILE}: args do not describe a {cls.kind} ranker "
-                          f"({type(error).__name__}: {str(error)[:160]})") from None
-    expected = {name: (t.dtype, tuple(t.shape)) for name, t in skeleton.state_dict().items()}
-    weights = directory / WEIGHTS_FILE
-    found = read_safetensors_header(weights)
-    unexpected = sorted(set(found) - set(expected))
-    missing = sorted(n for n in set(expected) - set(found) if not cls.optional_tensor(n))
-    if unexpected or missing:
-        raise ExportError(f"{weights}: tensors do not fit the {cls.kind} ranker its {CONFIG_FILE} describes "
-                          f"(missing {_brief(missing)}, unexpected {_brief(unexpected)})")
-    for name, (dtype, shape) in found.items():
-        want_dtype, want_shape = expected[name]
-        if SAFETENSORS_DTYPES[dtype] != want_dtype or shape != want_shape:
-            want = next((k for k, v in SAFETENSORS_DTYPES.items() if v == want_dtype), str(want_dtype))
-            raise ExportError(f"{weights}: tensor {name!r} is {dtype} {list(shape)}, the config implies "
-                              f"{want} {list(want_shape)}")
-    return cls, args
-
-
-def load_ranker(directory: str | Path, device: str | torch.device = "cpu") -> Ranker:
-    """Rebuild a saved ranker from config.json and load its safetensors weights (no pickle), everything
-    checked first (`check_saved_ranker`): a tampered or truncated directory is one ExportError."""
-    cls, args = check_saved_ranker(directory)
-    weights = Path(directory) / WEIGHTS_FILE
-    ranker = cls(**args)
-    try:
-        state = load_file(str(weights))
-    except Exception as error:  # safetensors raises its own error type; the header was checked already
-        raise ExportError(f"{weights}: safetensors could not read it ({type(error).__name__}: {error})") from None
-    ranker.load_state_dict(state, strict=False)
-    ranker.check_loaded(str(weights))
-    return ranker.to(device).eval()
 
 
 @torch.no_grad()
@@ -345,6 +275,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        from ..config import ConfigError
+        from ..errors import ConfigError
         raise ConfigError("train.device: 'cuda' requested but no CUDA device is available; use 'cpu' or 'auto'")
     return torch.device(name)

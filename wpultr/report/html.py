@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..pipeline import layout as L
 from ..pipeline.rundir import RunDir, read_json, write_text
 
 
@@ -51,11 +52,10 @@ def _optional_json(run: RunDir, rel: str) -> Any:
 
 
 def render_report(run: RunDir) -> str:
-    from ..pipeline import stages as S
     parts = [f"<h1>wpultr run <code>{html.escape(run.root.name)}</code></h1>"]
-    metrics = _optional_json(run, S.METRICS)
+    metrics = _optional_json(run, L.METRICS)
     parts.append(_section("Metrics on held-out annotated queries", metrics_table(metrics or {})))
-    ingest = _optional_json(run, S.INGEST_SUMMARY)
+    ingest = _optional_json(run, L.INGEST_SUMMARY)
     if ingest:
         rows = [[k, v] for k, v in ingest.items() if k not in ("columns", "reasons", "files")]
         body = _table(rows, ["ingest", "value"])
@@ -63,19 +63,19 @@ def render_report(run: RunDir) -> str:
         if reasons:
             body += "<h3>Quarantined lines by reason</h3>" + _table(sorted(reasons.items()), ["reason", "lines"])
         parts.append(_section("Input", body))
-    history = _optional_json(run, S.HISTORY)
+    history = _optional_json(run, L.HISTORY)
     if history and history.get("epochs"):
         header, rows = history_table(history["epochs"])
         parts.append(_section("Training", _table(rows, header)))
     stage_rows = []
-    for rec in sorted(run.path("stages").glob("*.json")) if run.path("stages").exists() else []:
+    for rec in sorted(run.path(L.STAGES_DIR).glob("*.json")) if run.path(L.STAGES_DIR).exists() else []:
         record = read_json(rec)
         stage_rows.append([record["stage"], record["seconds"], record["finished_at"]])
     parts.append(_section("Stages", _table(stage_rows, ["stage", "seconds", "finished"])))
-    config = run.path("config.yaml")
+    config = run.path(L.CONFIG_FILE)
     if config.exists():
         parts.append(_section("Config (as resolved)", f"<pre>{html.escape(config.read_text())}</pre>"))
-    versions = _optional_json(run, "versions.json")
+    versions = _optional_json(run, L.VERSIONS_FILE)
     if versions:
         parts.append(_section("Versions", f"<pre>{html.escape(json.dumps(versions, indent=2))}</pre>"))
     style = ("body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em}"
@@ -86,7 +86,6 @@ def render_report(run: RunDir) -> str:
 
 
 def write_report(run: RunDir) -> Path:
-    from ..pipeline.stages import REPORT
-    path = run.path(REPORT)
+    path = run.path(L.REPORT)
     write_text(path, render_report(run))
     return path

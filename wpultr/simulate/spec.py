@@ -12,10 +12,7 @@ from typing import Any, ClassVar
 
 from ..errors import ConfigError
 from ..schema import BAIDU_MAX_POSITION
-
-KEY_PREFIX = "data.simulate"
-# Names of the default media types, indexed by the media_type code written to the logs.
-MEDIA_TYPE_NAMES: tuple[str, ...] = ("plain", "image", "video", "ad")
+from .user_model_params import KEY_PREFIX, MEDIA_TYPE_NAMES, resolve_user_model_params  # noqa: F401
 MIN_VOCAB_SIZE = 100          # below this, distinct documents start to share their whole text
 MIN_QUERIES = 10              # one query per frequency bucket at least
 
@@ -63,7 +60,6 @@ def validate_simulate_config(cfg: SimulateConfig) -> None:
 
     Run when a SimulateConfig is built and again by `simulate` (a config may be changed after it was built).
     """
-    from .user_models import make_user_model_spec  # deferred: user_models -> page -> spec
     at_least = {"n_queries": MIN_QUERIES, "docs_per_query": 1, "n_sessions": 1, "n_annotated_queries": 1,
                 "results_per_page": 1, "vocab_size": MIN_VOCAB_SIZE, "n_dense_features": 1,
                 "n_context_factors": 0, "context_levels": 2}
@@ -94,4 +90,4 @@ def validate_simulate_config(cfg: SimulateConfig) -> None:
                               f"got {len(getattr(cfg, key))}")
     if any(h <= 0 for h in cfg.media_heights):
         raise _error("media_heights", f"must all be > 0, got {cfg.media_heights}")
-    make_user_model_spec(cfg.user_model, cfg.user_model_params, n_media_types=len(probs))
+    resolve_user_model_params(cfg.user_model, cfg.user_model_params, n_media_types=len(probs))

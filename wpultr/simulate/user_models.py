@@ -7,8 +7,8 @@ and draw clicks in that order, while `probabilities` gives their exact marginals
 
 Context bias factors act the same way in every model: a result the user reaches is read with the
 product of its context levels' scales (page.context_scale), so examination is scaled by it.
-Parameters come from `data.simulate.user_model_params`; each model documents its keys and defaults in
-its PARAMS table, and a wrong name or value raises ConfigError naming the key and what is allowed.
+Parameters come from `data.simulate.user_model_params`; each model's keys and defaults are documented in
+user_model_params.py (checked there, so the config can check them without importing the models).
 """
 from __future__ import annotations
 
@@ -17,12 +17,9 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from ..errors import ConfigError
 from ..schema import FEATURES, MAX_LABEL, POSITION
 from .page import MEDIA_TYPE, SERP_MAX_SHOW_HEIGHT, Page
-from .spec import KEY_PREFIX, MEDIA_TYPE_NAMES
-
-PARAMS_KEY = f"{KEY_PREFIX}.user_model_params"
+from .user_model_params import MEDIA_TYPE_NAMES, USER_MODEL_PARAMS, Param, resolve_user_model_params
 
 
 class UserModel(Protocol):
@@ -43,15 +40,6 @@ class UserModel(Protocol):
 
 
 @dataclass(frozen=True)
-class Param:
-    """A user-model parameter: its default, the values it accepts and what it means."""
-
-    default: Any
-    kind: str      # probability | non_negative | positive | count | media_probabilities
-    doc: str
-
-
-@dataclass(frozen=True)
 class ModelContext:
     """What models may need beyond their parameters: corpus statistics and a generator for drawn values."""
 
@@ -59,33 +47,6 @@ class ModelContext:
     feature_mean: np.ndarray
     feature_std: np.ndarray
     rng: np.random.Generator
-
-
-def _config_error(key: str, message: str) -> ConfigError:
-    return ConfigError(f"{key}: {message}")
-
-
-def _check_value(key: str, value: Any, param: Param, n_media_types: int) -> Any:
-    """The value converted to the parameter's type; ConfigError naming `key` when it does not fit."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if param.kind == "count":
-        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            raise _config_error(key, f"must be an integer >= 1, got {value!r}")
-        return value
-    if param.kind == "media_probabilities":
-        ok = isinstance(value, (list, tuple)) and len(value) == n_media_types and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in value)
-        if not ok:
-            raise _config_error(key, f"must be a list of {n_media_types} numbers in [0, 1] (one per media type), "
-                                     f"got {value!r}")
-        return [float(v) for v in value]
-    checks = {"probability": (lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]"),
-              "non_negative": (lambda v: 0.0 <= v < float("inf"), "a finite number >= 0"),
-              "positive": (lambda v: 0.0 < v < float("inf"), "a finite number > 0")}
-    accepts, wanted = checks[param.kind]
-    if not (number and accepts(value)):
-        raise _config_error(key, f"must be {wanted}, got {value!r}")
-    return float(value)
 
 
 def click_relevance(label: np.ndarray, click_noise: float) -> np.ndarray:
@@ -127,10 +88,7 @@ class PositionBased(_IndependentClicks):
     """PBM: examination depends on position only, click = examination x relevance (BAL §4.1 remark)."""
 
     name = "pbm"
-    PARAMS = {
-        "position_power": Param(1.0, "non_negative", "examination at position p is 1 / p^position_power"),
-        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
-    }
+    PARAMS = USER_MODEL_PARAMS["pbm"]
 
     def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
         exam = position_examination(page.position, self.p["position_power"]) * page.context_scale
@@ -149,16 +107,7 @@ class WholePage(_IndependentClicks):
     """
 
     name = "whole_page"
-    PARAMS = {
-        "position_power": Param(1.0, "non_negative", "κ: position examination 1 / p^κ"),
-        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
-        "visibility_weight": Param(0.5, "probability", "w: share of examination that needs the result on screen"),
-        "readable_height": Param(100.0, "positive", "px of a result on screen at which it is fully readable"),
-        "media_attention": Param([0.8, 0.9, 1.0, 0.7], "media_probabilities",
-                                 "examination factor of each media type (plain, image, video, ad)"),
-        "media_attractiveness": Param([0.0, 0.05, 0.15, 0.1], "media_probabilities",
-                                      "chance an examined non-relevant result is clicked for its media type"),
-    }
+    PARAMS = USER_MODEL_PARAMS["whole_page"]
 
     def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
         p = self.p
@@ -187,12 +136,7 @@ class TrustBias(_IndependentClicks):
     non-relevant ones with ε-_p = epsilon_negative / p, which falls with position."""
 
     name = "trust"
-    PARAMS = {
-        "position_power": Param(1.0, "non_negative", "κ: position examination 1 / p^κ"),
-        "epsilon_positive": Param(1.0, "probability", "ε+: click chance of an examined relevant result"),
-        "epsilon_negative": Param(0.65, "probability", "ε-_1: click chance of an examined non-relevant result "
-                                                       "at position 1; ε-_p = ε-_1 / p"),
-    }
+    PARAMS = USER_MODEL_PARAMS["trust"]
 
     def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
         p = self.p
@@ -211,11 +155,7 @@ class Cascade(_Model):
     `continue_after_skip` otherwise. (0, 1) is the classic cascade model."""
 
     name = "cascade"
-    PARAMS = {
-        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
-        "continue_after_click": Param(0.5, "probability", "chance to go on to the next result after a click"),
-        "continue_after_skip": Param(0.9, "probability", "chance to go on to the next result without a click"),
-    }
+    PARAMS = USER_MODEL_PARAMS["cascade"]
 
     def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
         relevance = click_relevance(page.label, self.p["click_noise"])
@@ -242,19 +182,14 @@ class Cascade(_Model):
         return (POSITION,) if stops else ()
 
 
-class ContinuousBrowsing(_Model):
+class ContinuousBrowsing(PositionBased):
     """Continuous examination without skipping (004 §4, §6.1): the user reads positions 1..d, where the
-    last read position d has P(d >= i) = 1 / i^κ, and clicks each read result with its relevance."""
+    last read position d has P(d >= i) = 1 / i^κ, and clicks each read result with its relevance.
+    Its marginals are PBM's (P(read i) = 1 / i^κ), so `probabilities` and `click_parents` are inherited;
+    only the draw differs: one walk down the page per session, not independent clicks."""
 
     name = "continuous"
-    PARAMS = {
-        "position_power": Param(1.0, "non_negative", "κ: P(user reads down to position i) = 1 / i^κ"),
-        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
-    }
-
-    def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
-        exam = position_examination(page.position, self.p["position_power"]) * page.context_scale
-        return exam, exam * click_relevance(page.label, self.p["click_noise"])
+    PARAMS = USER_MODEL_PARAMS["continuous"]
 
     def sample_clicks(self, page: Page, rng: np.random.Generator) -> np.ndarray:
         n, k = page.shape
@@ -267,21 +202,13 @@ class ContinuousBrowsing(_Model):
         relevance = click_relevance(page.label, self.p["click_noise"])
         return (read & (rng.random((n, k)) < relevance)).astype(np.int8)
 
-    def click_parents(self) -> tuple[str, ...]:
-        return (POSITION,) if self.p["position_power"] > 0 else ()
-
 
 class RowSkipping(_Model):
     """Row skipping on a grid (Xie et al. 2019, 004 Eq. (22)): before each row the user skips it with
     probability γ, else reads its results left to right and stops after each with probability 1 - C."""
 
     name = "row_skipping"
-    PARAMS = {
-        "columns": Param(2, "count", "results per row of the grid layout"),
-        "skip_row": Param(0.2, "probability", "γ: chance to skip a row"),
-        "continue_prob": Param(0.9, "probability", "C: chance to go on after reading a result"),
-        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
-    }
+    PARAMS = USER_MODEL_PARAMS["row_skipping"]
 
     @property
     def layout_columns(self) -> int:
@@ -326,13 +253,7 @@ class IndividualObservation(_IndependentClicks):
     n_crux dense features and w uniform in [-η, η]; η is the coupling level of relevance and observation."""
 
     name = "lbd"
-    PARAMS = {
-        "position_power": Param(1.0, "non_negative", "κ: position examination v_p = 1 / p^κ"),
-        "eta": Param(0.1, "non_negative", "η: coupling level, crux weights are drawn uniform in [-η, η]"),
-        "n_crux": Param(10, "count", "how many dense features (the first ones) observation depends on; "
-                                      "the default is cut to n_dense_features"),
-        "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
-    }
+    PARAMS = USER_MODEL_PARAMS["lbd"]
 
     def __init__(self, params: dict[str, Any], context: ModelContext):
         super().__init__(params, context)
@@ -362,27 +283,7 @@ USER_MODELS: dict[str, type[_Model]] = {cls.name: cls for cls in (
 def make_user_model_spec(name: str, params: dict[str, Any], n_media_types: int = len(MEDIA_TYPE_NAMES),
                          n_features: int | None = None) -> tuple[type[_Model], dict[str, Any]]:
     """(model class, its parameters with defaults filled in); ConfigError naming the key when one is wrong."""
-    if name not in USER_MODELS:
-        raise _config_error(f"{KEY_PREFIX}.user_model", f"{name!r} is not a user model; allowed values: "
-                                                        f"{', '.join(map(repr, USER_MODELS))}")
-    cls = USER_MODELS[name]
-    unknown = sorted(set(params) - set(cls.PARAMS))
-    if unknown:
-        raise _config_error(f"{PARAMS_KEY}.{unknown[0]}", f"not a parameter of user model {name!r}; "
-                                                           f"allowed keys: {', '.join(cls.PARAMS)}")
-    resolved = {}
-    for key, param in cls.PARAMS.items():
-        default = param.default
-        if param.kind == "media_probabilities" and key not in params and len(default) != n_media_types:
-            raise _config_error(f"{PARAMS_KEY}.{key}", f"the default has {len(default)} media types but "
-                                                       f"media_type_probs has {n_media_types}; set it")
-        resolved[key] = _check_value(f"{PARAMS_KEY}.{key}", params.get(key, default), param, n_media_types)
-    if n_features is not None and "n_crux" in resolved and "n_crux" not in params:
-        resolved["n_crux"] = min(resolved["n_crux"], n_features)      # the default adapts to fewer features
-    if n_features is not None and resolved.get("n_crux", 0) > n_features:
-        raise _config_error(f"{PARAMS_KEY}.n_crux", f"must be <= n_dense_features ({n_features}), "
-                                                    f"got {resolved['n_crux']}")
-    return cls, resolved
+    return USER_MODELS[name], resolve_user_model_params(name, params, n_media_types, n_features)
 
 
 def make_user_model(name: str, params: dict[str, Any], context: ModelContext, n_features: int) -> UserModel:

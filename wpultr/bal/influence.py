@@ -44,9 +44,9 @@ import torch
 from safetensors.numpy import load_file, save_file
 from torch import nn
 
-from ..causal.biases import BiasReport
-from .config import InfluenceConfig
 from ..schema import CLICK, RELEVANCE_SCORE, FeatureKind
+from .biases import BiasReport
+from .weighting_config import InfluenceConfig
 
 DENSITY_FORMAT = "wpultr.conditional_density/1"
 INFLUENCE_FORMAT = "wpultr.influence_estimators/1"
@@ -440,6 +440,15 @@ def _write_pair(directory: Path, json_name: str, meta: Any, tensors_name: str, a
     os.replace(tmp_json, directory / json_name)
 
 
+def _read_pair(directory: Path, json_name: str, fmt: str, tensors_name: str) -> tuple[Path, dict, dict]:
+    """What `_write_pair` wrote: (JSON path, its state with the format checked, the tensors by name)."""
+    path = directory / json_name
+    state = json.loads(path.read_text())
+    if state.get("format") != fmt:
+        raise ValueError(f"{path}: format {state.get('format')!r} is not {fmt!r}")
+    return path, state, load_file(str(directory / tensors_name))
+
+
 # ---------------------------------------------------------------------------------------------
 # Every confounded feature of a BiasReport
 # ---------------------------------------------------------------------------------------------
@@ -539,12 +548,8 @@ def save_influence_estimators(estimators: Mapping[str, FeatureInfluence], direct
 
 
 def load_influence_estimators(directory: str | Path) -> dict[str, FeatureInfluence]:
-    directory = Path(directory)
-    path = directory / INFLUENCE_JSON
-    state = json.loads(path.read_text())
-    if state.get("format") != INFLUENCE_FORMAT:
-        raise ValueError(f"{path}: format {state.get('format')!r} is not {INFLUENCE_FORMAT!r}")
-    tensors = load_file(str(directory / INFLUENCE_TENSORS))
+    """The estimators `save_influence_estimators` wrote to `directory`, by feature name."""
+    path, state, tensors = _read_pair(Path(directory), INFLUENCE_JSON, INFLUENCE_FORMAT, INFLUENCE_TENSORS)
     out: dict[str, FeatureInfluence] = {}
     for i, entry in enumerate(state["features"]):
         models = {}

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ..rankers.mlp import mlp
-from .bal_config import ClickModelConfig
+from .config import ClickModelConfig
 
 
 @dataclass(frozen=True)

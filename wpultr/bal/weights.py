@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from ..schema import RELEVANCE_SCORE
-from .config import WeightConfig
 from .influence import FeatureInfluence
+from .weighting_config import WeightConfig
 
 
 # ---------------------------------------------------------------------------------------------

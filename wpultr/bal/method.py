@@ -18,29 +18,32 @@ Every epoch's graph, biases, weight diagnostics, losses and validation metrics a
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ..causal.biases import BiasReport, identify_biases
 from ..causal.discovery import click_rows_frame, discover, one_row_per_session, sample_session_ids
 from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
 from ..features.encoders import CategoricalEncoder, PageFeatureEncoder
-from ..propensity.influence import fit_influence_estimators
-from ..propensity.weights import importance_weights
+from ..methods.base import FitResult
+from ..methods.training import Trainer, build_ranker
 from ..rankers.base import score_inputs
 from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, \
     page_features_from_config
-from .base import FitResult
+from .biases import BiasReport, identify_biases
 from .click_model import ClickModel, page_inputs, ranker_loss
-from .training import Trainer, build_ranker
+from .influence import fit_influence_estimators
+from .weights import importance_weights
 
 if TYPE_CHECKING:
     from ..config import RunConfig
 
 WEIGHTS, PAGE_LOGITS = "weights", "page_logits"
+
+log = logging.getLogger(__name__)
 
 
 def bal_features(config: "RunConfig") -> tuple[PageFeature, ...]:
@@ -87,11 +90,14 @@ class StepClock:
 
 
 def _current_client() -> Any:
-    """The Dask client the pipeline runs on, if any: discovery spreads its CI tests over it."""
+    """The Dask client the pipeline runs on, if any: discovery spreads its CI tests over it.
+
+    Without one (BAL fitted outside a pipeline) discovery runs serially here, and says so."""
+    from distributed import default_client
     try:
-        from distributed import default_client
         return default_client()
-    except (ImportError, ValueError):
+    except ValueError:                       # distributed: "No clients found"
+        log.warning("BAL: no Dask client found; causal discovery runs its CI tests serially in this process")
         return None
 
 
@@ -112,7 +118,7 @@ class BAL:
             trainer = self.booster_trainer(train, valid, config)
             trainer.warm_up()
         else:
-            from .warmup import warm_up     # here: it imports transformers, which a booster never needs
+            from ..methods.warmup import warm_up     # here: it imports transformers, which a booster never needs
             trainer = Trainer(build_ranker(config, train), train, valid, config)
             warm_up(trainer)
         client = _current_client() if config.bal.graph == "discovered" else None
@@ -163,7 +169,7 @@ class BAL:
             raise ConfigError("train.warmup_epochs: BAL with ranker.backbone 'lightgbm' needs >= 1 (an empty booster "
                               "gives every result the same r̂, leaving discovery nothing to test), got "
                               f"{config.train.warmup_epochs}")
-        from .gbdt_training import BoostingTrainer
+        from ..methods.gbdt_training import BoostingTrainer
         return BoostingTrainer(train, valid, config)
 
     @staticmethod
@@ -174,7 +180,7 @@ class BAL:
         The objective's only variable is r̂: α, β of the relevance term and the page logits v(x) are this
         epoch's constants (`gbdt_objectives.bal_click_grad_hess`), the importance weights multiply each row.
         """
-        from . import gbdt_objectives as obj
+        from ..methods import gbdt_objectives as obj
         alpha, beta = click_model.relevance_affine()
         v = trainer.in_dataset_order(click_model.page_logits(nodes).astype(np.float64))
         w = trainer.in_dataset_order(np.asarray(weights, dtype=np.float64))

@@ -1,23 +1,23 @@
 """`wpultr discover …` and `wpultr graph …` (mounted by the top-level CLI, wpultr/cli.py).
 
 * `discover`: one epoch of BAL §3.1's causal discovery from a sessions table on disk — fit the
-  page-feature encoder (`stage.fit_page_encoder`), sample, run PC and write epoch_<k>/graph.json +
-  biases.json (`stage.discover_epoch`).
+  page-feature encoder (`discover_stage.fit_page_encoder`), sample, run PC and write epoch_<k>/graph.json +
+  biases.json (`discover_stage.discover_epoch`).
 * `graph show / diff`: look at the graphs a run discovered.
 """
 from __future__ import annotations
 
-import functools
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 import typer
 
+from ..causal.graph import diff_graphs, epoch_dir, load_epoch_graph, render, to_dot, to_text
+from ..cli_support import nest, parse_sets, user_errors
 from ..pipeline.rundir import atomic_path
 from .biases import identify_biases
-from .graph import GraphFileError, diff_graphs, epoch_dir, load_epoch_graph, render, to_dot, to_text
 
 graph_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Inspect the click-model graphs a run discovered (one per epoch).")
@@ -31,21 +31,6 @@ class GraphFormat(str, Enum):
     png = "png"
 
 
-def _user_errors(fn: Callable) -> Callable:
-    """A missing run, epoch, file or renderer, or a bad config or table, is one clear line and exit code 2."""
-    from ..config import ConfigError
-    from ..schema import SchemaError
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (GraphFileError, RuntimeError, ConfigError, SchemaError, FileNotFoundError, NotADirectoryError) as e:
-            typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
-            raise typer.Exit(2) from None
-    return wrapper
-
-
 def _bias_lines(graph) -> list[str]:
     report = identify_biases(graph)
     lines = ["", f"click parents: {', '.join(report.click_parents) or '(none)'}",
@@ -56,7 +41,7 @@ def _bias_lines(graph) -> list[str]:
 
 
 @graph_app.command("show")
-@_user_errors
+@user_errors
 def show(run: Path = typer.Argument(..., help="run directory"),
          epoch: Optional[int] = typer.Option(None, "--epoch", "-e", help="epoch to show (default: the latest)"),
          fmt: GraphFormat = typer.Option(GraphFormat.text, "--format", "-f", help="text, dot, svg or png"),
@@ -81,7 +66,7 @@ def show(run: Path = typer.Argument(..., help="run directory"),
 
 
 @graph_app.command("diff")
-@_user_errors
+@user_errors
 def diff(run: Path = typer.Argument(..., help="run directory"),
          from_epoch: int = typer.Option(..., "--from", help="earlier epoch"),
          to_epoch: int = typer.Option(..., "--to", help="later epoch")):
@@ -106,13 +91,12 @@ def diff(run: Path = typer.Argument(..., help="run directory"),
 # ---------------------------------------------------------------------------------------------
 def _discover_config(config: Optional[Path], sets: Optional[List[str]]):
     """The run config (file and --set overrides, or defaults): page features, `discovery`, seed, cluster."""
-    from ..cli import _nest, _parse_sets
     from ..config import config_from_dict, load_config
-    overrides = _parse_sets(sets)
-    return load_config(config, overrides) if config else config_from_dict(_nest(overrides))
+    overrides = parse_sets(sets, "discovery.ci_test=kci")
+    return load_config(config, overrides) if config else config_from_dict(nest(overrides))
 
 
-@_user_errors
+@user_errors
 def discover_command(
         sessions: Path = typer.Argument(..., help="sessions table: a directory of Parquet partitions"),
         scores: str = typer.Option(..., "--scores", "-s",
@@ -126,11 +110,11 @@ def discover_command(
                                                            f"one into OUT/{ENCODER_SUBDIR}/ unless it is there)"),
         scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler")):
     """Discover the click model's causal graph (BAL §3.1) and its biases from a sessions table."""
-    from ..config import ConfigError
+    from ..errors import ConfigError
     from ..features.encoders import ENCODER_JSON, PageFeatureEncoder
     from ..pipeline.cluster import open_client
     from ..schema import page_features_from_config
-    from .stage import BIASES_FILE, discover_epoch, fit_page_encoder
+    from .discover_stage import BIASES_FILE, discover_epoch, fit_page_encoder
     cfg = _discover_config(config, set_)
     if scheduler:
         cfg.cluster.scheduler = scheduler

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..config import BaselinesConfig
 from ..errors import ConfigError
@@ -291,19 +290,6 @@ def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict
 # ---------------------------------------------------------------------------------------------
 # Loss and truth
 # ---------------------------------------------------------------------------------------------
-def weighted_softmax_loss(scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor,
-                          weights: torch.Tensor) -> torch.Tensor:
-    """Σ_lists Σ_i c_i w_i (−log softmax(s)_i) / Σ c_i w_i: the IPW softmax loss (Ai et al. 2018 §4.2, ULTRA's
-    softmax_loss). Each click keeps its own weight across lists — normalising per list, as the naive
-    listwise loss does, would re-weight lists and lose the unbiasedness of Σ c_i/θ_i."""
-    target = clicks * weights * mask.float()
-    total = target.sum()
-    if not bool(total > 0):
-        return scores.sum() * 0.0
-    log_p = torch.log_softmax(scores.masked_fill(~mask, float("-inf")), dim=1).masked_fill(~mask, 0.0)
-    return -(target * log_p).sum() / total
-
-
 def true_position_examination(truth_sessions: pd.DataFrame, column: str = "examination_prob") -> dict[str, float]:
     """The simulator's mean examination probability by position, relative to position 1."""
     means = truth_sessions.groupby(POSITION)[column].mean().sort_index()

@@ -19,14 +19,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from ..causal.discovery import (DiscoveryConfig, DiscoveryResult, discover, one_row_per_session, sample_click_rows,
+                        sample_session_ids)
+from ..causal.graph import GRAPH_FILE, epoch_dir
 from ..features.encoders import PageFeatureEncoder, PreprocessConfig
 from ..io.parquet import partition_paths, read_table
 from ..pipeline.rundir import atomic_path, write_json, write_parquet
 from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, PageFeature, SchemaError
 from .biases import identify_biases
-from .discovery import (DiscoveryConfig, DiscoveryResult, discover, one_row_per_session, sample_click_rows,
-                        sample_session_ids)
-from .graph import GRAPH_FILE, epoch_dir
 
 BIASES_FILE = "biases.json"
 SAMPLE_FILE = "sample.parquet"

@@ -1,0 +1,48 @@
+"""What the three command lines share (wpultr/cli.py, bal/cli.py, experiment/cli.py): how a user error
+is shown, and `--set KEY=VALUE` overrides.
+
+A `WpultrError` (config, schema, export, cluster, run directory, graph file) or a missing file is
+something the user can fix: one red line, exit code 2. Every other exception is a bug and keeps its
+traceback.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import typer
+
+from .config import parse_overrides, set_dotted
+from .errors import WpultrError
+
+USER_ERRORS = (WpultrError, FileNotFoundError, NotADirectoryError)
+
+
+def fail(error: BaseException) -> typer.Exit:
+    """Print `error` as one line on stderr; the caller raises the returned Exit (code 2)."""
+    typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
+    return typer.Exit(2)
+
+
+def user_errors(fn: Callable) -> Callable:
+    """Wrap a command: the errors a user can fix become one clear line and exit code 2."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as e:
+            raise fail(e) from None
+    return wrapper
+
+
+def parse_sets(sets: list[str] | None, example: str = "train.epochs=2") -> dict[str, Any]:
+    """`--set KEY=VALUE` options as {dotted key: YAML-parsed value}."""
+    return parse_overrides(sets, example)
+
+
+def nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """{dotted key: value} as the nested mapping a config file would hold."""
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        set_dotted(nested, key, value)
+    return nested

@@ -1,0 +1,30 @@
+"""Where each file lives inside a run directory: the one place these paths are spelled.
+
+Everything that reads or writes a run directory (the stages, the runner, the report, export, the
+CLI, the experiment harness) takes the names from here, so no module needs another's code for them.
+"""
+from __future__ import annotations
+
+MARKER = ".wpultr-run"                   # in every run directory: what --fresh may delete
+CONFIG_FILE = "config.yaml"              # the config as resolved (defaults filled in)
+VERSIONS_FILE = "versions.json"          # Python, platform and package versions
+SUMMARY_FILE = "summary.json"            # every stage: seconds, finish time, what it reported
+STAGES_DIR = "stages"                    # completion records, one per stage
+
+SESSIONS_DIR = "data/sessions"
+ANNOTATIONS = "data/annotations.parquet"
+INGEST_SUMMARY = "data/ingest.json"
+TRUTH_DIR = "data/truth"
+FEATURED_SESSIONS_DIR = "data/featured/sessions"
+FEATURED_ANNOTATIONS = "data/featured/annotations.parquet"
+LEXICAL_STATE = "data/featured/lexical.json"
+SPLIT = "data/split.json"
+PAGE_ENCODER = "data/page_encoder"
+SESSION_SCORES = "data/session_scores.parquet"
+RANKER_DIR = "ranker"
+HISTORY = "train/history.json"
+BIAS = "train/bias.json"
+METRICS = "metrics.json"
+PER_QUERY = "eval/per_query.parquet"
+TEST_SCORES = "eval/scores.parquet"
+REPORT = "report.html"

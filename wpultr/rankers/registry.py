@@ -1,0 +1,86 @@
+"""The ranker kinds by name, and loading a saved ranker: the one module that knows every subclass.
+
+`base.py` is the abstract ranker and its helpers; this module sits above it and the kinds
+(mlp, bert, lightgbm), so that no ranker module imports another.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+from ..errors import ExportError
+from .base import (CONFIG_FILE, MAX_CONFIG_BYTES, RANKER_FORMAT, SAFETENSORS_DTYPES, WEIGHTS_FILE, Ranker, brief,
+                   read_json_bounded, read_safetensors_header)
+from .bert import BertRanker
+from .lightgbm import LightGBMRanker
+from .mlp import MLPRanker
+
+
+def ranker_classes() -> dict[str, type[Ranker]]:
+    """Every ranker kind by name."""
+    return {MLPRanker.kind: MLPRanker, BertRanker.kind: BertRanker, LightGBMRanker.kind: LightGBMRanker}
+
+
+def read_ranker_config(directory: str | Path) -> dict[str, Any]:
+    """config.json of a saved ranker, its format version, kind and the shape of its fields checked."""
+    path = Path(directory) / CONFIG_FILE
+    config = read_json_bounded(path, MAX_CONFIG_BYTES, "expected a saved wpultr ranker's config")
+    if not isinstance(config, dict):
+        raise ExportError(f"{path}: holds {brief(config)}, expected a JSON object")
+    if config.get("format") != RANKER_FORMAT:
+        raise ExportError(f"{path}: format {brief(config.get('format'))}, expected {brief(RANKER_FORMAT)} "
+                          f"(a ranker saved by another wpultr version, or not a wpultr ranker)")
+    classes = ranker_classes()
+    if config.get("kind") not in classes:
+        raise ExportError(f"{path}: kind {brief(config.get('kind'))} is not one of {sorted(classes)}")
+    return config
+
+
+def check_saved_ranker(directory: str | Path) -> tuple[type[Ranker], dict[str, Any]]:
+    """Check a saved ranker without building it: config fields, then the weights' tensor names, dtypes and
+    shapes against those of the module the config describes (built on the meta device: nothing allocated)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ExportError(f"{directory}: no such directory; expected a saved ranker ({CONFIG_FILE} + {WEIGHTS_FILE})")
+    config = read_ranker_config(directory)
+    cls = ranker_classes()[config["kind"]]
+    args = cls.checked_args(config.get("args"), f"{directory / CONFIG_FILE}: args")
+    try:
+        with torch.device("meta"):
+            skeleton = cls(**args)
+    except (ValueError, TypeError, RuntimeError) as error:
+        raise ExportError(f"{directory / CONFIG_FILE}: args do not describe a {cls.kind} ranker "
+                          f"({type(error).__name__}: {str(error)[:160]})") from None
+    expected = {name: (t.dtype, tuple(t.shape)) for name, t in skeleton.state_dict().items()}
+    weights = directory / WEIGHTS_FILE
+    found = read_safetensors_header(weights)
+    unexpected = sorted(set(found) - set(expected))
+    missing = sorted(n for n in set(expected) - set(found) if not cls.optional_tensor(n))
+    if unexpected or missing:
+        raise ExportError(f"{weights}: tensors do not fit the {cls.kind} ranker its {CONFIG_FILE} describes "
+                          f"(missing {brief(missing)}, unexpected {brief(unexpected)})")
+    for name, (dtype, shape) in found.items():
+        want_dtype, want_shape = expected[name]
+        if SAFETENSORS_DTYPES[dtype] != want_dtype or shape != want_shape:
+            want = next((k for k, v in SAFETENSORS_DTYPES.items() if v == want_dtype), str(want_dtype))
+            raise ExportError(f"{weights}: tensor {name!r} is {dtype} {list(shape)}, the config implies "
+                              f"{want} {list(want_shape)}")
+    return cls, args
+
+
+def load_ranker(directory: str | Path, device: str | torch.device = "cpu") -> Ranker:
+    """Rebuild a saved ranker from config.json and load its safetensors weights (no pickle), everything
+    checked first (`check_saved_ranker`): a tampered or truncated directory is one ExportError."""
+    cls, args = check_saved_ranker(directory)
+    weights = Path(directory) / WEIGHTS_FILE
+    ranker = cls(**args)
+    try:
+        state = load_file(str(weights))
+    except Exception as error:  # safetensors raises its own error type; the header was checked already
+        raise ExportError(f"{weights}: safetensors could not read it ({type(error).__name__}: {error})") from None
+    ranker.load_state_dict(state, strict=False)
+    ranker.check_loaded(str(weights))
+    return ranker.to(device).eval()
