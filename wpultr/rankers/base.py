@@ -180,8 +180,8 @@ def n_rows(inputs: Inputs) -> int:
     return int(next(iter(inputs.values())).shape[0])
 
 
-def read_json_bounded(path: Path, max_bytes: int, what: str) -> Any:
-    """A JSON file of at most `max_bytes`, parsed strictly (no NaN/Infinity); ExportError otherwise."""
+def checked_file_size(path: Path, max_bytes: int, what: str) -> int:
+    """The size of `path`, a regular file of at most `max_bytes`; ExportError (saying `what` it should be) otherwise."""
     if not path.exists():
         raise ExportError(f"{path}: missing; {what}")
     if not path.is_file():
@@ -189,6 +189,12 @@ def read_json_bounded(path: Path, max_bytes: int, what: str) -> Any:
     size = path.stat().st_size
     if size > max_bytes:
         raise ExportError(f"{path}: {size} bytes, more than the {max_bytes} allowed; {what}")
+    return size
+
+
+def read_json_bounded(path: Path, max_bytes: int, what: str) -> Any:
+    """A JSON file of at most `max_bytes`, parsed strictly (no NaN/Infinity); ExportError otherwise."""
+    checked_file_size(path, max_bytes, what)
     try:
         return json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
@@ -202,13 +208,7 @@ def _no_constant(name: str) -> None:
 def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Each tensor's (dtype, shape) from a safetensors file's header, the file's size and layout checked
     (bounded size, offsets that tile the data exactly): a truncated or foreign file is an ExportError."""
-    if not path.exists():
-        raise ExportError(f"{path}: missing; expected the ranker's weights (safetensors)")
-    if not path.is_file():
-        raise ExportError(f"{path}: not a regular file; expected the ranker's weights (safetensors)")
-    size = path.stat().st_size
-    if size > MAX_WEIGHTS_BYTES:
-        raise ExportError(f"{path}: {size} bytes, more than the {MAX_WEIGHTS_BYTES} allowed")
+    size = checked_file_size(path, MAX_WEIGHTS_BYTES, "expected the ranker's weights (safetensors)")
     with open(path, "rb") as handle:
         prefix = handle.read(8)
         length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1

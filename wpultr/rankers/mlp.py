@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..errors import ExportError
 from ..schema import FEATURES, SchemaError
 from .base import Arg, Inputs, Ranker
 
@@ -89,6 +90,15 @@ class MLPRanker(Ranker):
 
     def init_args(self) -> dict[str, Any]:
         return {"n_features": self.n_features, "hidden": self.hidden, "dropout": self.dropout}
+
+    def check_loaded(self, where: str) -> None:
+        """The saved standardisation must be usable: finite means, finite positive scales."""
+        for name, tensor, ok in (("mean", self.mean, torch.isfinite(self.mean)),
+                                 ("scale", self.scale, torch.isfinite(self.scale) & (self.scale > 0))):
+            if not bool(ok.all()):
+                i = int((~ok).nonzero()[0, 0])
+                raise ExportError(f"{where}: tensor {name!r} value {i} is {float(tensor[i])}, expected a finite "
+                                  f"number{' > 0' if name == 'scale' else ''}")
 
     def prepare(self, frame: pd.DataFrame) -> Inputs:
         return feature_inputs(frame, self.n_features)
