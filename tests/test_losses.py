@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from wpultr.methods.losses import (click_loss, listwise_softmax_loss, pair_terms, pointwise_click_loss,
-                                   weighted_softmax_loss)
+from wpultr.methods.losses import (click_loss, dla_losses, listwise_softmax_loss, pair_terms, pointwise_click_loss,
+                                   regression_em_posteriors, weighted_softmax_loss)
 
 LN2, LN3 = math.log(2.0), math.log(3.0)
 SCORES = torch.tensor([[0.0, LN2, 0.0], [LN3, 0.0, 5.0]])
@@ -64,3 +64,32 @@ def test_pair_terms_pair_each_click_with_each_shown_skip():
     assert list(zip(pos_i.tolist(), pos_j.tolist())) == [(1, 2), (1, 3), (2, 1)]
     by_hand = [softplus(-(0.0 - LN2)), softplus(-(0.0 - 0.0)), softplus(-(0.0 - LN3))]
     assert loss.tolist() == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_dla_losses_weigh_each_model_by_the_other_clipped():
+    # g = ln(1, 1/2, 1/4): propensity weights P(o_1)/P(o_k) = (1, 2, 4), clipped at 3 -> (1, 2, 3)
+    logits = torch.tensor([0.0, -LN2, -math.log(4.0)], requires_grad=True)
+    scores = SCORES.clone().requires_grad_(True)
+    clicks = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    rank_loss, exam_loss = dla_losses(scores, logits, POSITIONS, clicks, MASK, max_weight=3.0)
+    # l_IRM: list 1 slot 2 (w 2, p 1/2), slot 3 (w 3, p 1/4); list 2 slot 2 (w 2, p 1/4)
+    by_hand = (2 * LN2 + 3 * math.log(4.0) + 2 * math.log(4.0)) / (2 + 3 + 2)
+    assert rank_loss.item() == pytest.approx(by_hand, rel=1e-6)
+    # l_IPM: softmax(g) = (4/7, 2/7, 1/7) in list 1 and (2/3, 1/3) over list 2's two shown slots; relevance
+    # weights exp(s_1 - s_i): list 1 (1, 1/2, 1), list 2 (1, 3, ·)
+    by_hand = (0.5 * math.log(7 / 2) + 1 * math.log(7.0) + 3 * math.log(3.0)) / (0.5 + 1 + 3)
+    assert exam_loss.item() == pytest.approx(by_hand, rel=1e-6)
+    # each weight is a constant for the other model: l_IRM moves only the ranker, l_IPM only the logits
+    assert torch.autograd.grad(rank_loss, logits, allow_unused=True, retain_graph=True)[0] is None
+    assert torch.autograd.grad(exam_loss, scores, allow_unused=True, retain_graph=True)[0] is None
+    assert torch.count_nonzero(torch.autograd.grad(exam_loss, logits)[0]) > 0
+
+
+def test_regression_em_posteriors_by_hand():
+    theta = torch.tensor([0.5, 0.8, 0.8])
+    gamma = torch.tensor([0.5, 0.25, 0.25])
+    clicks = torch.tensor([0.0, 0.0, 1.0])
+    exam, rel = regression_em_posteriors(theta, gamma, clicks)
+    # skip: P(E=1|c=0) = θ(1−γ)/(1−θγ), P(R=1|c=0) = (1−θ)γ/(1−θγ); a click: both 1
+    assert exam.tolist() == pytest.approx([0.25 / 0.75, 0.6 / 0.8, 1.0], rel=1e-6)
+    assert rel.tolist() == pytest.approx([0.25 / 0.75, 0.05 / 0.8, 1.0], rel=1e-6)

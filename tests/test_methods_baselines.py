@@ -10,6 +10,7 @@ on a smaller log.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from scipy.stats import spearmanr
@@ -22,10 +23,12 @@ from wpultr.methods.position_propensity import (harvest_propensities, propensity
                                                 resolve_propensities, simulate_randpair,
                                                 true_position_examination)
 from wpultr.methods.registry import get_method
+from wpultr.metrics import evaluate
 from wpultr.rankers import registry as rankers_registry
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.registry import load_ranker
 from wpultr.simulate import SimulateConfig, simulate
+from ranking_bars import random_ranker_dcg10
 
 SIM = SimulateConfig(n_queries=60, docs_per_query=12, n_sessions=3000, n_annotated_queries=30,
                      results_per_page=8, vocab_size=300, n_dense_features=8, user_model="pbm",
@@ -33,6 +36,7 @@ SIM = SimulateConfig(n_queries=60, docs_per_query=12, n_sessions=3000, n_annotat
 EPOCHS = {"ipw": 2, "regression_em": 5, "dla": 5, "pairwise_debias": 3}
 NEURAL = tuple(EPOCHS)
 ALL = NEURAL + ("lightgbm_lambdarank", "lightgbm_position")
+MARGIN = 2.5     # over a random ranking's DCG@10, whose SD over the 30 annotated queries is about 1
 
 
 def run_config(method: str, **baselines) -> RunConfig:
@@ -64,6 +68,10 @@ def truth(logs) -> np.ndarray:
 @pytest.fixture(scope="module")
 def fits(logs) -> dict[str, FitResult]:
     return {m: get_method(m).fit(logs.sessions, logs.annotations, run_config(m)) for m in ALL}
+
+
+def dcg10(ranker, annotations: pd.DataFrame) -> float:
+    return evaluate(annotations.assign(score=score_frame(ranker, annotations)), "score", ks=(10,))["all"]["DCG@10"]
 
 
 def values(table: dict[str, float]) -> np.ndarray:
@@ -131,11 +139,12 @@ def test_regression_em_recovers_pbm_propensities(fits, truth):
     np.testing.assert_allclose(learned, truth, atol=0.06)
 
 
-def test_dla_propensities_rank_positions_correctly(fits):
+def test_dla_recovers_pbm_propensities(fits, truth):
+    # within 30% of the true examination curve 1/k at every position (the largest error over run seeds
+    # 0–3 is 23%); a flat curve, 1/sqrt(k) or 1/k² all fail
     learned = values(fits["dla"].bias["propensities"])
     assert learned[0] == pytest.approx(1.0)
-    assert spearmanr(learned, -np.arange(8)).statistic >= 0.95
-    assert learned[-1] < 0.5
+    np.testing.assert_allclose(learned, truth, rtol=0.3)
 
 
 def test_pairwise_debias_t_plus_decreases_with_position(fits):
@@ -153,11 +162,18 @@ def test_lightgbm_anchors_train_and_score(fits, logs):
         assert [h["rounds"] for h in result.history] == [20, 40, 60]
         scores = score_frame(result.ranker, logs.annotations)
         assert scores.shape == (len(logs.annotations),) and np.isfinite(scores).all()
-        assert result.history[-1]["valid"]["DCG@10"] > 0
+        assert result.history[-1]["valid"]["DCG@10"] > random_ranker_dcg10(logs.annotations) + MARGIN
     assert fits["lightgbm_position"].ranker.position_aware
     factors = fits["lightgbm_position"].bias["position_bias_factors"]
     assert sorted(map(int, factors)) == list(range(1, 9))       # one learned factor per logged position
     assert factors["1"] > factors["8"]
+
+
+@pytest.mark.parametrize("method", ALL)
+def test_every_method_beats_a_random_ranker(method, fits, logs):
+    # dense features carry relevance and the PBM holds: each method ranks the 30 annotated queries far
+    # better than chance (random ≈ 11.1, trained ≈ 17.6–19.0, ideal ≈ 19.9 DCG@10)
+    assert dcg10(fits[method].ranker, logs.annotations) > random_ranker_dcg10(logs.annotations) + MARGIN
 
 
 @pytest.mark.parametrize("method", ALL)
