@@ -10,9 +10,9 @@ Two models are learned together from the same clicks:
 where P(o_1)/P(o_i) = softmax(g)_1/softmax(g)_i = exp(g_1 − g_i) and P(r_1)/P(r_i) = exp(s_1 − s_i) with
 s_1 the score of the result shown at the top of the same list (the paper's ratio to position 1).
 Each weight is a constant for the other model's loss (ULTRA takes each loss's gradient with respect to
-its own model only), and both are clipped at `baselines.dla_max_weight`. Both losses are summed over
-clicks, not normalised per list (`propensity.weighted_softmax_loss`); the minimiser over g of the summed
-l_IPM is softmax(g)_k ∝ Σ c_k r_1/r_k, whose expectation is θ_k r_1, i.e. softmax(g)_k ∝ θ_k.
+its own model only), and both are clipped at `baselines.dla_max_weight` (both losses: `losses.dla_losses`).
+Both are summed over clicks, not normalised per list (`losses.weighted_softmax_loss`); the minimiser over g
+of the summed l_IPM is softmax(g)_k ∝ Σ c_k r_1/r_k, whose expectation is θ_k r_1, i.e. softmax(g)_k ∝ θ_k.
 Loss = l_IPM + `baselines.dla_ranker_loss_weight` · l_IRM, one Adam with two parameter groups: the
 ranker at `train.learning_rate`, the logits at `baselines.dla_propensity_learning_rate` (ULTRA's
 propensity_learning_rate).
@@ -31,25 +31,13 @@ import torch
 
 from ..rankers.base import resolve_device
 from .base import FitResult
-from .losses import weighted_softmax_loss
+from .losses import dla_losses
 from .position_propensity import as_table, setting
 from .training import ListBatch, SessionLists, Trainer, build_ranker
 from .warmup import warm_up
 
 if TYPE_CHECKING:
     from ..config import RunConfig
-
-
-def dla_losses(scores: torch.Tensor, logits: torch.Tensor, batch: ListBatch,
-               max_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(l_IRM for the ranker, l_IPM for the propensity logits) of a batch (module docstring)."""
-    mask, clicks = batch.mask, batch.clicks
-    g = logits[(batch.positions - 1).clamp_min(0)]                       # (B, K) logit of each shown position
-    propensity_weight = torch.exp(logits[0] - g).detach().clamp(max=max_weight)          # P(o_1)/P(o_i)
-    relevance_weight = torch.exp(scores[:, :1] - scores).detach().clamp(max=max_weight)  # P(r_1)/P(r_i)
-    rank_loss = weighted_softmax_loss(scores, clicks, mask, propensity_weight)
-    exam_loss = weighted_softmax_loss(g, clicks, mask, relevance_weight)
-    return rank_loss, exam_loss
 
 
 def relative_propensities(logits: torch.Tensor) -> np.ndarray:
@@ -75,7 +63,8 @@ class DLA:
         max_weight = float(setting(config, "dla_max_weight"))                   # > 1: checked at config load
 
         def loss(scores: torch.Tensor, batch: ListBatch):
-            rank_loss, exam_loss = dla_losses(scores, logits, batch, max_weight)
+            rank_loss, exam_loss = dla_losses(scores, logits, batch.positions, batch.clicks, batch.mask,
+                                              max_weight)
             return exam_loss + weight * rank_loss, {"rank_loss": float(rank_loss.detach()),
                                                     "exam_loss": float(exam_loss.detach())}
 

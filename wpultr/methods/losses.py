@@ -1,9 +1,9 @@
 """Click losses over sessions laid out as lists: tensors (B, K) of scores, clicks and a validity mask.
 
 Pure functions of the list tensors. Padded slots (mask False) never contribute. Shared by every method
-so that "pointwise" and "listwise" mean one thing everywhere; the IPW/DLA softmax loss and the pairwise
-debiasing pair terms live here too (BAL's click-model loss is `bal.click_model.ranker_loss`: it needs
-the click model).
+so that "pointwise" and "listwise" mean one thing everywhere; the IPW/DLA softmax loss, DLA's two dual
+losses, Regression-EM's E-step targets and the pairwise debiasing pair terms live here too (BAL's
+click-model loss is `bal.click_model.ranker_loss`: it needs the click model).
 """
 from __future__ import annotations
 
@@ -49,6 +49,30 @@ def weighted_softmax_loss(scores: torch.Tensor, clicks: torch.Tensor, mask: torc
         return scores.sum() * 0.0
     log_p = torch.log_softmax(scores.masked_fill(~mask, float("-inf")), dim=1).masked_fill(~mask, 0.0)
     return -(target * log_p).sum() / total
+
+
+def dla_losses(scores: torch.Tensor, logits: torch.Tensor, positions: torch.Tensor, clicks: torch.Tensor,
+               mask: torch.Tensor, max_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(l_IRM for the ranker, l_IPM for the propensity logits g, one per position) of DLA (Ai et al. 2018, §4):
+    l_IRM = weighted softmax of s with weights P(o_1)/P(o_i) = exp(g_1 − g_{k(i)}), l_IPM = weighted softmax
+    of g_{k(i)} with weights P(r_1)/P(r_i) = exp(s_1 − s_i), s_1 the list's top result. Each weight is a
+    constant for the other model's loss and clipped at `max_weight` (see methods/dla.py)."""
+    g = logits[(positions - 1).clamp_min(0)]                              # (B, K) logit of each shown position
+    propensity_weight = torch.exp(logits[0] - g).detach().clamp(max=max_weight)          # P(o_1)/P(o_i)
+    relevance_weight = torch.exp(scores[:, :1] - scores).detach().clamp(max=max_weight)  # P(r_1)/P(r_i)
+    rank_loss = weighted_softmax_loss(scores, clicks, mask, propensity_weight)
+    exam_loss = weighted_softmax_loss(g, clicks, mask, relevance_weight)
+    return rank_loss, exam_loss
+
+
+def regression_em_posteriors(theta: torch.Tensor, gamma: torch.Tensor, clicks: torch.Tensor
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P(E=1 | c), P(R=1 | c)) of each result under P(c) = θγ (Wang et al. 2018, E-step): 1 for a click;
+    for a skip θ(1−γ)/(1−θγ) and (1−θ)γ/(1−θγ). P(R=1 | c) is Regression-EM's pointwise target."""
+    denom = (1.0 - theta * gamma).clamp_min(1e-6)
+    exam = clicks + (1.0 - clicks) * theta * (1.0 - gamma) / denom      # c + (1-c) P(E=1,R=0 | c=0)
+    rel = clicks + (1.0 - clicks) * (1.0 - theta) * gamma / denom       # c + (1-c) P(E=0,R=1 | c=0)
+    return exam, rel
 
 
 def pair_terms(scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor

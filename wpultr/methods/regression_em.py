@@ -5,7 +5,8 @@ Click model (position-based, the examination hypothesis): P(c = 1 | q, d, k) = �
 examination probability of position k and γ_{q,d} = σ(f(x_{q,d})) the relevance the ranker f regresses.
 
 EM, run online over the trainer's session batches (one EM iteration per batch):
-* E-step (the paper's posteriors of the hidden E, R given the click, with the current θ and γ):
+* E-step (the paper's posteriors of the hidden E, R given the click, with the current θ and γ;
+  `losses.regression_em_posteriors`):
       c = 1:  P(E=1 | c) = P(R=1 | c) = 1
       c = 0:  P(E=1, R=0 | c=0) = θ(1−γ)/(1−θγ),  P(E=0, R=1 | c=0) = (1−θ)γ/(1−θγ)
 * M-step for θ (closed form): θ_k = mean over results shown at k of P(E=1 | c). Here each batch's
@@ -29,7 +30,7 @@ import pandas as pd
 import torch
 
 from .base import FitResult
-from .losses import pointwise_click_loss
+from .losses import pointwise_click_loss, regression_em_posteriors
 from .position_propensity import as_table, relative_to_first, setting
 from .training import ListBatch
 from .warmup import warmed_up_trainer
@@ -38,14 +39,6 @@ if TYPE_CHECKING:
     from ..config import RunConfig
 
 INITIAL_THETA = 0.5
-
-
-def e_step(theta: torch.Tensor, gamma: torch.Tensor, clicks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(P(E=1 | c), P(R=1 | c)) of each result under P(c) = θγ (Wang et al. 2018, E-step)."""
-    denom = (1.0 - theta * gamma).clamp_min(1e-6)
-    exam = clicks + (1.0 - clicks) * theta * (1.0 - gamma) / denom      # c + (1-c) P(E=1,R=0 | c=0)
-    rel = clicks + (1.0 - clicks) * (1.0 - theta) * gamma / denom       # c + (1-c) P(E=0,R=1 | c=0)
-    return exam, rel
 
 
 class RegressionEM:
@@ -64,7 +57,7 @@ class RegressionEM:
         def loss(scores: torch.Tensor, batch: ListBatch):
             mask, clicks, positions = batch.mask, batch.clicks, batch.positions
             gamma = torch.sigmoid(scores.detach())
-            exam, rel = e_step(theta[positions], gamma, clicks)
+            exam, rel = regression_em_posteriors(theta[positions], gamma, clicks)      # E-step
             # M-step for θ on this batch (θ_k = mean P(E=1|c) at k), taken as a step of size `step`
             flat_pos, flat_exam = positions[mask], exam[mask]
             count = torch.bincount(flat_pos, minlength=n_positions + 1).to(theta.dtype)
