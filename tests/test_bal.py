@@ -5,12 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from wpultr.bal.biases import identify_biases
 from wpultr.causal.discovery import prior_violations
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
-from wpultr.cli import app
 from wpultr.config import BaselinesConfig, ConfigError, RunConfig, config_from_dict
 from wpultr.bal.method import click_model_rows, fixed_graph
 from wpultr.bal.config import VARIANTS, ClickModelConfig
@@ -23,6 +21,7 @@ from wpultr.rankers.base import score_frame
 from wpultr.rankers.mlp import MLPRanker
 from wpultr.schema import BAIDU_PAGE_FEATURES, CLICK, POSITION, RELEVANCE_SCORE
 from wpultr.simulate import SimulateConfig, simulate
+from export_roundtrip import export_and_score
 from ranking_bars import random_ranker_dcg10
 
 
@@ -196,20 +195,9 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
         assert result.metrics["all"]["DCG@10"] > random_ranker_dcg10(test) + MARGIN
 
     # export -> score gives exactly the scores the run evaluated with
-    cli = CliRunner()
-    exported = tmp_path / "model"
-    assert cli.invoke(app, ["export", str(run), "--out", str(exported)]).exit_code == 0
+    exported, _, mine, theirs = export_and_score(run, tmp_path)
     assert {"config.json", "model.safetensors", "export.json"} <= {p.name for p in exported.iterdir()}
-    annotations = tmp_path / "annotations.parquet"
-    source = pd.read_parquet(run / S.ANNOTATIONS)
-    source[source.query_id.isin(test.query_id.unique())].to_parquet(annotations)
-    out = tmp_path / "scores.parquet"
-    scored = cli.invoke(app, ["score", str(exported), str(annotations), "--out", str(out)])
-    assert scored.exit_code == 0, scored.output
-    mine = pd.read_parquet(out).sort_values(["query_id", "doc_id"]).reset_index(drop=True)
-    theirs = test.sort_values(["query_id", "doc_id"]).reset_index(drop=True)
     np.testing.assert_array_equal(mine["score"].to_numpy(), theirs["score"].to_numpy())
-
 
 @pytest.mark.slow
 def test_fixed_graph_variant_skips_discovery(tmp_path, dask_client):

@@ -9,10 +9,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
-from wpultr.cli import app
 from wpultr.config import ConfigError, RunConfig, config_from_dict
 from wpultr.methods.gbdt_training import BoostingTrainer
 from wpultr.methods.registry import get_method
@@ -23,6 +21,7 @@ from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.schema import CLICK, RELEVANCE_SCORE
 from wpultr.simulate import SimulateConfig, simulate
+from export_roundtrip import export_and_score
 
 ROUNDS = 15
 WORLD = {"n_queries": 60, "docs_per_query": 12, "results_per_page": 8, "n_sessions": 1500,
@@ -81,26 +80,14 @@ def test_bal_with_the_lightgbm_backbone_grows_the_booster_records_graphs_and_ran
 def test_exported_lightgbm_bal_ranker_scores_as_the_run_evaluated(bal_run):
     tmp, result = bal_run
     run = result.run_dir
-    cli = CliRunner()
-    exported = tmp / "model"
-    out = cli.invoke(app, ["export", str(run), "--out", str(exported)])
-    assert out.exit_code == 0, out.output
+    exported, annotations, mine, theirs = export_and_score(run, tmp)
     assert {"config.json", "model.safetensors", "model.txt", "export.json"} <= {p.name for p in exported.iterdir()}
-    test = pd.read_parquet(run / S.TEST_SCORES)
-    source = pd.read_parquet(run / S.ANNOTATIONS)
-    annotations = tmp / "annotations.parquet"
-    source[source.query_id.isin(test.query_id.unique())].to_parquet(annotations)
-    scores = tmp / "scores.parquet"
-    scored = cli.invoke(app, ["score", str(exported), str(annotations), "--out", str(scores)])
-    assert scored.exit_code == 0, scored.output
-    mine = pd.read_parquet(scores).sort_values(["query_id", "doc_id"]).reset_index(drop=True)
-    theirs = test.sort_values(["query_id", "doc_id"]).reset_index(drop=True)
     assert mine["score"].std() > 0
     np.testing.assert_array_equal(mine["score"].to_numpy(), theirs["score"].to_numpy())
     # LightGBM's own model text gives the same scores as the safetensors copy
     text_ranker = LightGBMRanker.load(exported)
-    np.testing.assert_allclose(score_frame(text_ranker, source[source.query_id.isin(test.query_id.unique())]),
-                               pd.read_parquet(scores)["score"].to_numpy(), rtol=0, atol=0)
+    np.testing.assert_allclose(score_frame(text_ranker, annotations),
+                               pd.read_parquet(tmp / "scores.parquet")["score"].to_numpy(), rtol=0, atol=0)
 
 
 # --------------------------------------------------------------------------------------------- Naive
