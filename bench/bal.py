@@ -69,6 +69,8 @@ METHODS: dict[str, dict[str, Any]] = {
     "Naive-GBDT": {"train.method": "naive", "ranker.backbone": "lightgbm"},
     "BAL-GBDT": {**BAL, "ranker.backbone": "lightgbm"},
     "BAL-GBDT-list": {**BAL, "ranker.backbone": "lightgbm", "train.loss": "listwise"},
+    "BAL-GBDT-lambda": {**BAL, "ranker.backbone": "lightgbm", "train.loss": "lambdarank"},
+    "Naive-GBDT-lambda": {"train.method": "naive", "ranker.backbone": "lightgbm", "train.loss": "lambdarank"},
     "LambdaMART-pos": {"train.method": "lightgbm_position"},
 }
 METHODS["LambdaMART"] = {"train.method": "lightgbm_lambdarank"}
@@ -78,7 +80,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "neural": {"baselines": ("Naive", "Naive-list"), "ceiling": "Ceiling"},
     "gbdt": {"baselines": ("Naive-GBDT", "LambdaMART"), "ceiling": "Ceiling-GBDT"},
 }
-GBDT_METHODS = ("Naive-GBDT", "LambdaMART", "BAL-GBDT", "BAL-GBDT-list", "LambdaMART-pos", "Ceiling-GBDT")
+GBDT_METHODS = ("Naive-GBDT", "LambdaMART", "BAL-GBDT", "BAL-GBDT-list", "BAL-GBDT-lambda", "Naive-GBDT-lambda",
+                "LambdaMART-pos", "Ceiling-GBDT")
 
 
 def family(label: str) -> str:

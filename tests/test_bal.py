@@ -45,6 +45,28 @@ def test_click_likelihood_matches_the_direct_formula(form):
 
 
 @pytest.mark.parametrize("form", ["multiplicative", "additive"])
+def test_ranker_loss_is_the_masked_weighted_click_likelihood_in_value_and_gradient(form):
+    """`ranker_loss` (a shortened formula for a constant v) = −Σ w·m·log p(c | u, v) / Σ m, far into the tails too."""
+    g = torch.Generator().manual_seed(0)
+    scores, v = torch.randn(40, 10, generator=g, dtype=torch.float64) * 8, torch.randn(40, 10, generator=g,
+                                                                                        dtype=torch.float64) * 8
+    clicks = (torch.rand(40, 10, generator=g) < 0.3).double()
+    weights, mask = torch.rand(40, 10, generator=g, dtype=torch.float64), torch.rand(40, 10, generator=g) < 0.9
+    model = ClickModel(PageInputs(("position",), (), ()), ClickModelConfig(form=form, hidden=[4])).double()
+    with torch.no_grad():
+        model.scale.fill_(0.3)
+        model.bias.fill_(-0.2)
+    fast, direct = scores.clone().requires_grad_(), scores.clone().requires_grad_()
+    got = ranker_loss(model, fast, v, clicks, weights, mask)
+    ll = log_click_likelihood(model.relevance_term(direct, detached=True), v, clicks, form)
+    expected = -(weights * ll * mask.double()).sum() / mask.sum()
+    got.backward()
+    expected.backward()
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(fast.grad, direct.grad, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("form", ["multiplicative", "additive"])
 def test_ranker_gradient_flows_only_through_the_relevance_score(form):
     frame = _frame()
     torch.manual_seed(0)

@@ -110,7 +110,7 @@ def naive_config(loss: str) -> RunConfig:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loss", ["pointwise", "listwise"])
+@pytest.mark.parametrize("loss", ["pointwise", "listwise", "lambdarank"])
 def test_naive_with_the_lightgbm_backbone_boosts_its_click_loss_and_ranks(logs, loss):
     result = get_method("naive").fit(logs.sessions, logs.annotations, naive_config(loss))
     assert isinstance(result.ranker, LightGBMRanker) and result.bias["backbone"] == "lightgbm"
@@ -157,10 +157,30 @@ def test_bal_with_the_lightgbm_backbone_needs_a_warm_up(tmp_path, logs):
         get_method("bal").fit(logs.sessions, logs.annotations, cfg)
 
 
+def test_lambdarank_step_weights_each_pair_by_its_clicked_rows_weight(logs):
+    """BAL's lambdarank step: a clicked-over-skipped pair counts its click's ω, so the gradient of a session whose
+    clicks weigh 3 is 3x that of the same session at weight 1, and a row's gradient is the sum over its pairs."""
+    trainer = BoostingTrainer(logs.sessions, None, naive_config("lambdarank"))
+    f = np.random.default_rng(0).normal(size=len(trainer.order))
+    g1, h1 = trainer.lambda_objective(np.ones(len(f)))[0](f)
+    first = np.arange(trainer.group_sizes[0])                      # the first session's rows (dataset order)
+    weights = np.ones(len(f))
+    weights[first] = 3.0
+    g3, h3 = trainer.lambda_objective(weights)[0](f)
+    np.testing.assert_allclose(g3[first], 3 * g1[first])
+    np.testing.assert_allclose(g3[len(first):], g1[len(first):])
+    clicked = trainer.clicks[first] > 0
+    if clicked.any() and (~clicked).any():                          # a clicked row is pushed up, a skipped one down
+        assert (g1[first][clicked] < 0).all() and (g1[first][~clicked] > 0).all()
+    weighted, plain = trainer.lambda_objective(weights)[1](f), trainer.lambda_objective(np.ones(len(f)))[1](f)
+    assert weighted > plain
+
+
 @pytest.mark.slow
-def test_listwise_bal_with_the_lightgbm_backbone_ranks(tmp_path, dask_client):
-    """`train.loss: listwise`: the IPW softmax ranker step (clicks divided by the page's examination σ(v))."""
-    result = run_pipeline(lightgbm_config(tmp_path, loss="listwise"), client=dask_client)
+@pytest.mark.parametrize("loss", ["listwise", "lambdarank"])
+def test_click_reweighting_bal_with_the_lightgbm_backbone_ranks(tmp_path, dask_client, loss):
+    """`train.loss: listwise` (the IPW softmax) or `lambdarank` (λ-pairs): each click divided by the page's σ(v)."""
+    result = run_pipeline(lightgbm_config(tmp_path, loss=loss), client=dask_client)
     history = json.loads((result.run_dir / S.HISTORY).read_text())["epochs"]
     assert [e.get("phase") for e in history] == ["warmup", "bal", "bal"]
     assert all(np.isfinite(e["train"]["loss"]) and e["train"]["rounds_added"] == ROUNDS for e in history)

@@ -23,21 +23,37 @@ def test_defaults_resolve_and_round_trip_through_yaml():
 
 
 @pytest.mark.parametrize("values, fragment", [
-    ({"train": {"loss": "hinge"}}, "train.loss: 'hinge' is not allowed; allowed values: 'pointwise', 'listwise'"),
+    ({"train": {"loss": "hinge"}},
+     "train.loss: 'hinge' is not allowed; allowed values: 'pointwise', 'listwise', 'lambdarank'"),
+    ({"train": {"method": "bal", "loss": "lambdarank"}},
+     "train.loss: 'lambdarank' (LambdaMART's λ-gradients as the booster's objective) needs ranker.backbone 'lightgbm'"),
+    ({"train": {"method": "ipw", "loss": "lambdarank"}, "ranker": {"backbone": "lightgbm"}},
+     "train.loss: 'lambdarank'"),
     ({"ranker": {"backbone": "gpt"}}, "ranker.backbone"),
     ({"trian": {}}, "unknown config key(s) trian"),
     ({"train": {"epochs": "three"}}, "train.epochs: expected an integer"),
     ({"train": {"epochs": 0}}, "train.epochs: must be > 0"),
+    ({"train": {"method": "ipw", "streaming": True}},
+     "train.method: must be 'naive' with train.streaming true or train.processes > 1, got 'ipw'"),
+    ({"train": {"processes": 0}}, "train.processes: must be an integer >= 1, got 0"),
     ({"data": {"valid_fraction": 1.5}}, "data.valid_fraction"),
     ({"data": {"page_features": {"position": "ordinall"}}}, "data.page_features.position: kind 'ordinall'"),
     ({"data": {"source": "baidu", "train": ["x.gz"]}}, "data.annotations"),
+    ({"run_dir": "nosuch://bucket/{name}"}, "run_dir: unknown storage protocol 'nosuch' in 'nosuch://bucket/{name}'; "
+                                            "allowed protocols: "),
+    ({"data": {"source": "parquet", "train": ["nosuch://b/*.pq"]}}, "data.train: unknown storage protocol 'nosuch'"),
+    ({"data": {"source": "baidu", "train": ["x.gz"], "annotations": "nosuch://b/a.tsv"}},
+     "data.annotations: unknown storage protocol 'nosuch'"),
     ({"data": {"simulate": {"n_sessions": -1}}}, "data.simulate.n_sessions"),
     ({"data": {"simulate": {"media_type_consistency": 2}}}, "data.simulate.media_type_consistency"),
     ({"bal": {"click_model": {"max_rows": 0}}}, "bal.click_model.max_rows: must be > 0 or null, got 0"),
     ({"train": {"select_metric": "DCG@20"}}, "train.select_metric: 'DCG@20' is not allowed; allowed values: DCG@1"),
     ({"bal": {"features": ["colour"]}}, "bal.features: ['colour'] are not declared page features"),
     ({"train": {"method": "bal", "loss": "listwise"}, "bal": {"click_model": {"form": "additive"}}},
-     "bal.click_model.form: BAL's listwise ranker step (train.loss: listwise) divides each click"),
+     "bal.click_model.form: BAL's listwise ranker step (train.loss) divides each click"),
+    ({"train": {"method": "bal", "loss": "lambdarank"}, "ranker": {"backbone": "lightgbm"},
+      "bal": {"click_model": {"form": "additive"}}},
+     "bal.click_model.form: BAL's lambdarank ranker step (train.loss) divides each click"),
 ])
 def test_bad_values_name_the_key(values, fragment):
     with pytest.raises(ConfigError) as err:
@@ -98,6 +114,7 @@ BAD: dict[str, typing.Any] = {
     "train.method": "magic", "train.loss": "hinge", "train.epochs": 0, "train.warmup_epochs": -1,
     "train.mlm_probability": 1.0, "train.mlm_weight": -1.0, "train.select_metric": "AUC", "train.batch_size": 0,
     "train.learning_rate": float("inf"), "train.weight_decay": float("nan"), "train.device": "tpu",
+    "train.processes": 0,
     "evaluation.ks": [3, 3],
     "discovery.n_sessions": 0, "discovery.n_strata": 0, "discovery.ci_test": "gsq", "discovery.alpha": 1.0,
     "discovery.click_rows": 5, "discovery.click_knots": 2, "discovery.near_deterministic": 0.0,
@@ -115,7 +132,7 @@ BAD: dict[str, typing.Any] = {
     "baselines.lightgbm_learning_rate": 0.0, "baselines.lightgbm_num_leaves": 1,
     "baselines.lightgbm_min_data_in_leaf": 0, "baselines.lightgbm_position_bias_regularization": -1.0,
     "baselines.lightgbm_num_threads": -1, "baselines.lightgbm_eval_points": 0,
-    "baselines.pair_weighting": "dcg", "baselines.prs_clip": 0.0,
+    "baselines.pair_weighting": "dcg", "baselines.prs_clip": 0.0, "baselines.lightgbm_distributed": "yes",
     "bal.graph": "learned", "bal.features": [], "bal.estimator_rows": 0, "bal.graph_bootstrap": -1,
     "bal.click_model.form": "linear", "bal.click_model.hidden": [0], "bal.click_model.embedding_dim": 0,
     "bal.click_model.epochs": 0, "bal.click_model.learning_rate": 0.0, "bal.click_model.batch_size": 0,
@@ -215,14 +232,14 @@ def test_relative_paths_in_a_file_are_relative_to_the_file_and_overrides_to_the_
     path = project / "conf" / "run.yaml"
     path.write_text(yaml.safe_dump({
         "name": "r1", "run_dir": "out/{name}-{seed}",
-        "data": {"source": "baidu", "train": ["logs/*.gz", "/abs/x.gz", "s3://bucket/y.gz"],
+        "data": {"source": "baidu", "train": ["logs/*.gz", "/abs/x.gz", "memory://bucket/y.gz"],
                  "annotations": "labels/a.tsv.gz"},
         "ranker": {"bert": {"path": "~/ckpt"}}}))
     monkeypatch.chdir(project)
     cfg = load_config(Path("conf/run.yaml"), parse_overrides(["ranker.bert.path=other/ckpt"]))
     monkeypatch.chdir(tmp_path)               # a worker elsewhere sees the same files
     conf = project / "conf"
-    assert cfg.data.train == [str(conf / "logs/*.gz"), "/abs/x.gz", "s3://bucket/y.gz"]
+    assert cfg.data.train == [str(conf / "logs/*.gz"), "/abs/x.gz", "memory://bucket/y.gz"]
     assert cfg.data.annotations == str(conf / "labels/a.tsv.gz")
     assert cfg.ranker.bert.path == str(project / "other/ckpt")          # --set: the working directory
     assert cfg.resolved_run_dir == conf / "out" / "r1-0"

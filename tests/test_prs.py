@@ -11,7 +11,7 @@ from wpultr.config import BaselinesConfig, ConfigError, RunConfig, config_from_d
 from wpultr.methods import lambda_pairs as lp
 from wpultr.methods.losses import pair_terms
 from wpultr.methods.pair_weights import pair_weights, resolve_pair_weights, weight_table
-from wpultr.methods.propensity_lambdamart import lambda_objective
+from wpultr.methods.lambda_pairs import lambda_objective
 from wpultr.methods.propensity_pairs import weighted_pair_loss
 from wpultr.methods.registry import get_method
 from wpultr.methods.training import SessionLists, batches

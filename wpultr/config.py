@@ -39,6 +39,7 @@ from .methods.lbd_config import LBDConfig
 from .methods.pairwise_config import PairwiseConfig
 from .schema import BAIDU_PAGE_FEATURES, page_features_from_config
 from .simulate.spec import SimulateConfig
+from .storage import check_url, is_url, working_copy_dir
 
 __all__ = ["BERT_SPECIAL_TOKENS", "BaselinesConfig", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
            "EvalConfig", "LightGBMBackboneConfig", "RankerConfig", "RunConfig", "TrainConfig", "config_from_dict",
@@ -48,6 +49,7 @@ __all__ = ["BERT_SPECIAL_TOKENS", "BaselinesConfig", "BertConfig", "ClusterConfi
 BERT_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask", "unk")   # ids a BERT checkpoint's vocabulary must give
 MAX_NAME_LENGTH = 128
 RUN_DIR_FIELDS = ("name", "seed")                          # the placeholders run_dir may hold
+TRAIN_LOSSES = ("pointwise", "listwise", "lambdarank")    # train.loss; lambdarank: the LightGBM backbone only
 _HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)"
 _SCHEDULER = re.compile(rf"((tcp|tls|ws|wss|ucx)://)?{_HOST}:(?P<port>[0-9]{{1,5}})/?|inproc://\S+")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -135,6 +137,9 @@ class DataConfig:
                 f"{k}.annotations", "null or a file path", self.annotations)
         require(self.source != "baidu" or self.annotations is not None, f"{k}.annotations",
                 "the annotation file for source 'baidu'", self.annotations)
+        for key, path in [(f"{k}.train", t) for t in self.train] + [(f"{k}.annotations", self.annotations)]:
+            if is_url(path):   # fsspec URL: a known protocol whose package is installed
+                check_url(path, key)
         require(_finite(self.valid_fraction, 0.0, 1.0), f"{k}.valid_fraction", "in [0, 1)", self.valid_fraction)
         self.declared_page_features()
         require(self.max_sessions is None or _int_at_least(self.max_sessions, 1), f"{k}.max_sessions",
@@ -233,7 +238,7 @@ class TrainConfig:
     KEY: ClassVar[str] = "train"
 
     method: str = "naive"                 # a name of wpultr.methods.registry.METHODS
-    loss: Literal["pointwise", "listwise"] = "pointwise"
+    loss: Literal["pointwise", "listwise", "lambdarank"] = "pointwise"   # lambdarank: LightGBM backbone only
     epochs: int = 3
     warmup_epochs: int = 0                # BAL §4.1 warm-up: naive click loss (+ masked LM for BERT)
     mlm_probability: float = 0.15
@@ -243,12 +248,17 @@ class TrainConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     device: Literal["cpu", "cuda", "auto"] = "auto"
+    streaming: bool = False               # batches streamed from the sessions' Parquet partitions (methods/streaming)
+    processes: int = 1                    # > 1: data-parallel DDP ranks on loopback (methods/distributed)
 
     def __post_init__(self) -> None:
         k = self.KEY
+        require(_int_at_least(self.processes, 1), f"{k}.processes", "an integer >= 1", self.processes)
+        require(self.method == "naive" or not (self.streaming or self.processes > 1), f"{k}.method",
+                "'naive' with train.streaming true or train.processes > 1", self.method)
         require(self.method in METHODS, f"{k}.method", f"one of {', '.join(map(repr, sorted(METHODS)))}",
                 self.method)
-        require(self.loss in ("pointwise", "listwise"), f"{k}.loss", "'pointwise' or 'listwise'", self.loss)
+        require(self.loss in TRAIN_LOSSES, f"{k}.loss", ", ".join(map(repr, TRAIN_LOSSES)), self.loss)
         require(_int_at_least(self.epochs, 1), f"{k}.epochs", "> 0", self.epochs)
         require(_int_at_least(self.warmup_epochs, 0), f"{k}.warmup_epochs", ">= 0", self.warmup_epochs)
         require(_finite(self.mlm_probability, 0.0, 1.0, low_open=True), f"{k}.mlm_probability", "in (0, 1)",
@@ -292,6 +302,7 @@ class BaselinesConfig:
     lightgbm_position_bias_regularization: float = 0.0  # LightGBM's lambdarank_position_bias_regularization
     lightgbm_num_threads: int = 0                      # 0 = LightGBM's default (all cores)
     lightgbm_eval_points: int = 10                     # boosting checkpoints scored on validation
+    lightgbm_distributed: bool | str = "auto"          # lightgbm.dask on the run's cluster: auto | true | false
     pair_weighting: Literal["prs", "pns", "ips", "naive"] = "prs"   # propensity_pairs/_lambdamart (PRS 2020)
     prs_clip: float = 1.0                              # PRS's γ: pair weights min(γ, θ_j/θ_i) (PRS 2020 Eq. 11)
 
@@ -322,6 +333,8 @@ class BaselinesConfig:
             require(_finite(getattr(self, name), 0.0), f"{k}.{name}", "a finite number >= 0", getattr(self, name))
         require(_finite(self.dla_max_weight, 1.0, low_open=True), f"{k}.dla_max_weight", "a finite number > 1",
                 self.dla_max_weight)
+        require(isinstance(self.lightgbm_distributed, bool) or self.lightgbm_distributed == "auto",
+                f"{k}.lightgbm_distributed", "auto, true or false", self.lightgbm_distributed)
         require(self.pair_weighting in ("prs", "pns", "ips", "naive"), f"{k}.pair_weighting",
                 "one of 'prs', 'pns', 'ips', 'naive'", self.pair_weighting)
         require(_finite(self.prs_clip, 0.0, low_open=True), f"{k}.prs_clip", "a finite number > 0", self.prs_clip)
@@ -373,6 +386,8 @@ class RunConfig:
                 self.seed)
         require(_run_dir_template(self.run_dir), "run_dir", "a non-empty path; placeholders allowed: "
                 f"{', '.join('{' + f + '}' for f in RUN_DIR_FIELDS)}", self.run_dir)
+        if is_url(self.run_dir):
+            check_url(self.run_dir, "run_dir")
         allowed_metrics = [f"{m}@{k}" for m in ("DCG", "ERR", "nDCG") for k in self.evaluation.ks] + ["MAP"]
         if self.train.select_metric not in allowed_metrics:
             raise ConfigError(f"train.select_metric: {self.train.select_metric!r} is not allowed; allowed values: "
@@ -384,14 +399,28 @@ class RunConfig:
                               f"{', '.join(names)}")
         if self.bal.graph == "position" and "position" not in (self.bal.features or names):
             raise ConfigError("bal.graph: 'position' needs the page feature 'position' among bal.features")
-        if self.train.method == "bal" and self.train.loss == "listwise" and self.bal.click_model.form != "multiplicative":
-            raise ConfigError("bal.click_model.form: BAL's listwise ranker step (train.loss: listwise) divides each "
+        if self.train.loss == "lambdarank" and (self.ranker.backbone != "lightgbm"
+                                                or self.train.method not in ("bal", "naive")):
+            raise ConfigError("train.loss: 'lambdarank' (LambdaMART's λ-gradients as the booster's objective) needs "
+                              "ranker.backbone 'lightgbm' and train.method 'bal' or 'naive'; allowed values here: "
+                              f"'pointwise', 'listwise' (got backbone {self.ranker.backbone!r}, method "
+                              f"{self.train.method!r})")
+        if self.train.method == "bal" and self.train.loss in ("listwise", "lambdarank") \
+                and self.bal.click_model.form != "multiplicative":
+            raise ConfigError(f"bal.click_model.form: BAL's {self.train.loss} ranker step (train.loss) divides each "
                               "click by the page's examination σ(v), which only the multiplicative form has; allowed "
-                              f"values with train.loss listwise: multiplicative, got {self.bal.click_model.form!r}")
+                              f"values with train.loss {self.train.loss}: multiplicative, got {self.bal.click_model.form!r}")
 
     @property
     def resolved_run_dir(self) -> Path:
-        return Path(self.run_dir.format(name=self.name, seed=self.seed))
+        """The local run directory: run_dir itself, or for a URL its working copy (storage.WorkingCopy)."""
+        url = self.run_dir_url
+        return working_copy_dir(url) if url else Path(self.run_dir.format(name=self.name, seed=self.seed))
+
+    @property
+    def run_dir_url(self) -> str | None:
+        """run_dir with its placeholders filled when it is an fsspec URL (s3://…), else None."""
+        return self.run_dir.format(name=self.name, seed=self.seed) if is_url(self.run_dir) else None
 
 
 def _safe_name(name: Any) -> bool:

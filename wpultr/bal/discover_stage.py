@@ -70,7 +70,7 @@ def _read_sessions(sessions_dir: str | Path, columns: list[str], session_ids: np
 
 def _scores_column(sessions_dir: str | Path, scores: str | Path) -> str | None:
     """The sessions column holding r̂ if `scores` names one; None if it is a scores file."""
-    if Path(scores).is_file():
+    if Path(scores).is_file() or Path(scores).is_dir():   # a scores file, or a directory of its partitions
         return None
     names = ds.dataset([str(p) for p in partition_paths(sessions_dir)], format="parquet").schema.names
     if isinstance(scores, str) and scores in names:
@@ -80,13 +80,15 @@ def _scores_column(sessions_dir: str | Path, scores: str | Path) -> str | None:
 
 
 def _join_scores(rows: pd.DataFrame, path: Path) -> pd.DataFrame:
-    """r̂ per sampled row from a Parquet file keyed by (session_id, position)."""
-    table = read_table(path)
+    """r̂ per sampled row from a Parquet file (or directory of partitions) keyed by (session_id, position)."""
+    files = [str(p) for p in partition_paths(path)] if Path(path).is_dir() else [str(path)]
+    dataset = ds.dataset(files, format="parquet")
     needed = [SESSION_ID, POSITION, RELEVANCE_SCORE]
-    missing = [c for c in needed if c not in table.columns]
+    missing = [c for c in needed if c not in dataset.schema.names]
     if missing:
-        raise SchemaError(f"{path}: missing column(s) {missing}; present: {list(table.columns)}")
-    table = table[needed]
+        raise SchemaError(f"{path}: missing column(s) {missing}; present: {dataset.schema.names}")
+    wanted = pc.field(SESSION_ID).isin(pa.array(rows[SESSION_ID].unique()))   # only the sampled sessions' rows
+    table = dataset.to_table(columns=needed, filter=wanted).to_pandas()
     duplicated = table.duplicated([SESSION_ID, POSITION])
     if duplicated.any():
         row = int(np.flatnonzero(duplicated.to_numpy())[0])

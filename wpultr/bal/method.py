@@ -12,7 +12,9 @@ Each epoch, with the current ranker f_Θ:
    (`click_model.ranker_loss`), so the ranker learns only relevance → click; with `train.loss:
    listwise` (beyond the paper) by the IPW softmax loss over each session instead, each click weighted
    by w / σ(v(page)) (`listwise_click_weights`): the page's examination divided out, as IPW divides by
-   a position propensity, and the page path blocked just the same (v is a constant of the step).
+   a position propensity, and the page path blocked just the same (v is a constant of the step); with
+   `train.loss: lambdarank` (LightGBM backbone) by LambdaMART's λ-gradients, each clicked-over-skipped pair
+   weighted by its click's same ω.
 The graph step samples the same sessions every epoch and re-runs only the CI tests that involve r̂;
 the influence estimators are refitted on the same rows, warm-started from the previous epoch's.
 The ranker first gets BAL's warm-up (naive click loss, plus masked LM for BERT; `train.warmup_epochs`).
@@ -175,12 +177,12 @@ class BAL:
             click_model, cm_stats = self.click_model(r, nodes, clicks, weights, biases, kinds, n_categories,  # step 5
                                                      config, seed, trainer.generator)
             clock.lap("click_model")
-            listwise = config.train.loss == "listwise"
+            listwise = config.train.loss in ("listwise", "lambdarank")      # a click-reweighting ranker step
             if listwise:
                 weights = listwise_click_weights(weights, click_model.page_logits(nodes),
                                                  config.bal.weights.max_weight)
             if boosted:                                                                         # step 6
-                stats = self.boost_ranker(trainer, click_model, nodes, weights, listwise)
+                stats = self.boost_ranker(trainer, click_model, nodes, weights, config.train.loss)
             elif listwise:
                 extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32))}
                 stats = trainer.epoch(lambda s, b: weighted_softmax_loss(s, b.clicks, b.mask, b.extras[WEIGHTS]),
@@ -217,16 +219,20 @@ class BAL:
 
     @staticmethod
     def boost_ranker(trainer: Any, click_model: ClickModel, nodes: pd.DataFrame,
-                     weights: np.ndarray, listwise: bool = False) -> dict[str, float]:
+                     weights: np.ndarray, loss: str = "pointwise") -> dict[str, float]:
         """Step 6 for the LightGBM backbone: rounds_per_epoch trees on the blocked, weighted likelihood of Eq. 10.
 
         The objective's only variable is r̂: α, β of the relevance term and the page logits v(x) are this
         epoch's constants (`gbdt_objectives.bal_click_grad_hess`), the importance weights multiply each row.
         Listwise (`train.loss`), `weights` are already `listwise_click_weights` and the objective is the
-        IPW softmax over each session (`gbdt_objectives.weighted_softmax_grad_hess`).
+        IPW softmax over each session (`gbdt_objectives.weighted_softmax_grad_hess`); lambdarank, LambdaMART's
+        λ-gradients with each clicked-over-skipped pair weighted by its click's ω (as Unbiased LambdaMART
+        weights a pair by its click's inverse propensity).
         """
         from ..methods import gbdt_objectives as obj
-        if listwise:
+        if loss == "lambdarank":
+            return trainer.boost(*trainer.lambda_objective(trainer.in_dataset_order(np.asarray(weights, np.float64))))
+        if loss == "listwise":
             omega, c, sizes = trainer.in_dataset_order(np.asarray(weights, np.float64)), trainer.clicks, trainer.group_sizes
             return trainer.boost(lambda f: obj.weighted_softmax_grad_hess(f, c, sizes, omega),
                                  lambda f: obj.weighted_softmax_loss(f, c, sizes, omega))

@@ -364,7 +364,8 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
     graphs = [_to_graph(run, names, kinds, feature_names) for run in runs]
     graph, pair_stability = _stabilities(graphs[0], graphs[1:])
     graph.pair_stability = pair_stability
-    tester = ClickCITest(click_rows, click, sessions, categorical, relevance, cfg.click_knots)
+    tester = runs[0].test.click_test if isinstance(runs[0].test, HybridCIT) else \
+        ClickCITest(click_rows, click, sessions, categorical, relevance, cfg.click_knots)   # hybrid: its fits reused
     proxies: dict[int, set[int]] = {}
     for feature, proxy in protect:
         proxies.setdefault(feature, set()).add(proxy)

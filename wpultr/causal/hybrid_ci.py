@@ -89,6 +89,12 @@ class HybridCIT(CIT_Base):
         self._kci = None
         self._click: ClickCITest | None = None
 
+    @classmethod
+    def local_test(cls, options: dict[str, Any], x: int, y: int) -> bool:
+        """`parallel_pc` runs the click tests in the calling process: they share fitted null models (one per
+        conditioning set, reused across levels and by the edge evidence) that a worker per task would refit."""
+        return options["click"] in (x, y)
+
     @property
     def click_test(self) -> ClickCITest:
         if self._click is None:

@@ -10,7 +10,8 @@ by level:
 2. list that level's tests with causal-learn's own rule, drop those already cached (the key is
    causal-learn's: (min(x, y), max(x, y) | sorted S)), and evaluate the rest in parallel on the Dask
    workers, which hold each data set once (scattered); tests sharing a conditioning set go to one
-   task, so a kernel test that keeps its kernels per process (`kci.CachedKCI`) builds them once;
+   task, and each worker keeps the test object it built for a data set across tasks and levels
+   (`_WorkerTests`), so kernels, bases and fitted null models are computed once per worker;
 3. stop where causal-learn's loop stops (max degree - 1 <= d, or the depth limit).
 
 Then causal-learn's `pc` runs as published, handed the filled p-value cache through its own
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -55,6 +58,12 @@ class CITestSpec:
             return self.method.registry_name
         return self.method
 
+    def runs_locally(self, x: int, y: int) -> bool:
+        """Whether the test of x and y is best run in the calling process, on the test object that keeps what it
+        fitted (a CIT_Base subclass says so with a `local_test(options, x, y)` classmethod; others never)."""
+        decide = getattr(self.method, "local_test", None) if isinstance(self.method, type) else None
+        return bool(decide(self.options, x, y)) if decide is not None else False
+
     def build(self, data: np.ndarray) -> CIT_Base:
         if isinstance(self.method, type):
             return self.method(data, **self.options)
@@ -69,6 +78,7 @@ class PCRun:
     p_values: dict[str, float]
     levels: list[dict[str, Any]]        # per depth: tests evaluated, seconds
     final_pass_tests: int               # tests the final serial pass had to compute itself (0 for uc_rule 0)
+    test: CIT_Base | None = field(default=None, repr=False)   # the calling process's test object (its caches)
 
     @property
     def n_tests(self) -> int:
@@ -98,10 +108,56 @@ def level_tests(cg: CausalGraph, depth: int) -> list[CITest]:
     return tests
 
 
+class _WorkerTests:
+    """The CI tests a Dask worker process has built, one per (scattered data set, test spec), kept for the next task.
+
+    A test object holds what it computed for earlier tests (kernels, spline bases, fitted null models of
+    the click test); rebuilding it for every task redid that work in every task of every level, which made
+    the hybrid test ~3x slower on a 2-worker cluster than serially. A scattered array is one object in the
+    worker's memory for as long as its future lives, so its id (checked against a weak reference) names it.
+    Only the `keep` most recent are kept, and `parallel_pc` clears them when it returns (a test holds its
+    data and caches); a lock serialises tasks that share a test on a threaded worker.
+    """
+
+    def __init__(self, keep: int = 2):
+        self.keep = keep
+        self._tests: dict[tuple[int, str], tuple[Any, CIT_Base, threading.Lock]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, data: np.ndarray, spec: CITestSpec) -> tuple[CIT_Base, threading.Lock]:
+        key = (id(data), repr(spec))
+        with self._lock:
+            held = self._tests.get(key)
+            if held is not None and held[0]() is data:
+                self._tests[key] = self._tests.pop(key)                 # most recent last
+                return held[1], held[2]
+            entry = (weakref.ref(data), spec.build(data), threading.Lock())
+            self._tests[key] = entry
+            for stale in [k for k, v in self._tests.items() if v[0]() is None]:
+                del self._tests[stale]
+            while len(self._tests) > self.keep:
+                del self._tests[next(iter(self._tests))]
+            return entry[1], entry[2]
+
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tests.clear()
+
+
+_WORKER_TESTS = _WorkerTests()
+
+
+def _forget_tests() -> None:
+    """Drop the tests this process keeps (run on every worker when a `parallel_pc` call ends: its data is gone)."""
+    _WORKER_TESTS.clear()
+
+
 def p_values(data: np.ndarray, spec: CITestSpec, tests: Sequence[CITest]) -> list[float]:
-    """Evaluate `tests` on `data` with a freshly built test (runs on a Dask worker)."""
-    test = spec.build(data)
-    return [float(test(x, y, S)) for x, y, S in tests]
+    """Evaluate `tests` on `data` (runs on a Dask worker), with the test this process built for them before."""
+    test, lock = _WORKER_TESTS.get(data, spec)
+    with lock:
+        return [float(test(x, y, S)) for x, y, S in tests]
 
 
 @dataclass
@@ -201,8 +257,19 @@ def parallel_pc(datasets: Sequence[np.ndarray], node_names: Sequence[str], alpha
             batch.append((run, list(todo.items())))
         if not batch:
             break
-        _evaluate(batch, spec, client, threads * tasks_per_thread, deadline)
+        try:
+            _evaluate(batch, spec, client, threads * tasks_per_thread, deadline)
+        except BaseException:
+            _forget_everywhere(client)
+            raise
+    _forget_everywhere(client)
     return [_final_pass(run, names, alpha, spec, background_knowledge, max_depth) for run in runs]
+
+
+def _forget_everywhere(client: Any) -> None:
+    _forget_tests()
+    if client is not None:
+        client.run(_forget_tests)
 
 
 def _check_deadline(deadline: float | None, depth: int) -> None:
@@ -219,16 +286,15 @@ def _evaluate(batch: list[tuple[_Progress, list[tuple[str, CITest]]]], spec: CIT
         if not keyed:
             continue
         key_of = {t: k for k, t in keyed}
-        parts = _task_parts([t for _, t in keyed], max(1, n_tasks // len(batch)))
-        if client is not None:
-            futures = [client.submit(p_values, run.handle, spec, part, pure=False) for part in parts]
-        else:
-            futures = []
-            for part in parts:
-                _check_deadline(deadline, run.depth)
-                futures.append(p_values(run.data, spec, part))
+        local = [t for _, t in keyed] if client is None else [t for _, t in keyed if spec.runs_locally(t[0], t[1])]
+        remote = [t for _, t in keyed if client is not None and not spec.runs_locally(t[0], t[1])]
+        parts = _task_parts(remote, max(1, n_tasks // len(batch))) if remote else []
+        futures = [client.submit(p_values, run.handle, spec, part, pure=False) for part in parts]
         jobs.append((run, [[key_of[t] for t in part] for part in parts], futures))
-    if client is not None and deadline is not None:
+        for part in (_task_parts(local, 1) if local else []):    # here, while the workers run theirs
+            _check_deadline(deadline, run.depth)
+            run.test.pvalue_cache.update((key_of[t], float(run.test(*t))) for t in part)
+    if client is not None and deadline is not None and any(futures for _, _, futures in jobs):
         from distributed import wait
         pending = [f for _, _, futures in jobs for f in futures]
         try:
@@ -237,9 +303,10 @@ def _evaluate(batch: list[tuple[_Progress, list[tuple[str, CITest]]]], spec: CIT
             client.cancel(pending)
             raise TimeoutError(f"parallel PC: time limit reached during depth {batch[0][0].depth}") from None
     for run, keys, futures in jobs:
+        if not futures:
+            continue
         from ..progress import gather
-        results = gather(client, futures, desc=f"PC depth {run.depth}", unit="test",
-                         weights=[len(k) for k in keys]) if client is not None else futures
+        results = gather(client, futures, desc=f"PC depth {run.depth}", unit="test", weights=[len(k) for k in keys])
         for part_keys, part in zip(keys, results):
             run.test.pvalue_cache.update(zip(part_keys, part))
     seconds = time.perf_counter() - start
@@ -258,4 +325,4 @@ def _final_pass(run: _Progress, names: list[str], alpha: float, spec: CITestSpec
                 node_names=names, max_k=max_depth, cache_path=str(path), **spec.options)
     final = cg.test.pvalue_cache
     p = {k: float(v) for k, v in final.items() if k not in _META_KEYS}
-    return PCRun(cg, p, run.levels, final_pass_tests=len(final) - len(cache))
+    return PCRun(cg, p, run.levels, final_pass_tests=len(final) - len(cache), test=run.test)

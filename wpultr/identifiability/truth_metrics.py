@@ -8,6 +8,9 @@ Over the training logs (the run's ingested sessions, before any merge or interve
 * Click MSE (`metrics.click_mse`): true click probability against r̂(x)·ô(position), ô the method's
   learned propensities (`train/bias.json`, merged positions read through the recorded mapping; 1 for a
   method that learns none), scaled by the one least-squares constant the losses leave free.
+
+Out of core: the sessions are read partition by partition, key columns only (session, position, query,
+document); the full rows (what the ranker scores) are read back only for each document's first row.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..io.parquet import read_table
+from ..io.parquet import partition_paths
 from ..metrics import click_mse, mcc
 from ..pipeline.layout import BIAS, RANKER_DIR, TRUTH_DIR
 from ..pipeline.rundir import read_json
@@ -26,6 +29,30 @@ from .preflight import REPORT_FILE
 
 TRUTH_SESSIONS = "truth_sessions.parquet"
 POINTWISE = frozenset({"pointwise"})
+_PART, _ROW = "__partition", "__row"     # where a key row lives: partition index, row within the partition
+
+
+def _key_rows(parts: list[Path]) -> pd.DataFrame:
+    """Session, position, query and document (when logged) of every row, with its partition and row index."""
+    import pyarrow.parquet as pq
+    frames = []
+    for i, part in enumerate(parts):
+        present = pq.read_schema(part).names
+        columns = [c for c in (SESSION_ID, POSITION, QUERY_ID, DOC_ID) if c in present]
+        frame = pd.read_parquet(part, columns=columns)
+        frames.append(frame.assign(**{_PART: np.int32(i), _ROW: np.arange(len(frame), dtype=np.int64)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _full_rows(parts: list[Path], where: pd.DataFrame) -> pd.DataFrame:
+    """The full rows at (partition, row) positions `where`, in the order given, one partition read at a time."""
+    pieces, order = [], []
+    for i, chosen in where.groupby(_PART, sort=True):
+        frame = pd.read_parquet(parts[int(i)])
+        pieces.append(frame.iloc[chosen[_ROW].to_numpy()])
+        order.append(chosen.index.to_numpy())
+    rows = pd.concat(pieces, ignore_index=True)
+    return rows.iloc[np.argsort(np.concatenate(order), kind="stable")].reset_index(drop=True)
 
 
 def _position_map(run_root: Path) -> dict[int, int]:
@@ -47,13 +74,15 @@ def truth_metrics(run_root: Path, sessions_path: Path, batch_size: int = 1024) -
     if not truth_path.exists():
         return None
     truth = pd.read_parquet(truth_path, columns=[SESSION_ID, POSITION, "examination_prob", "click_prob"])
-    rows = read_table(sessions_path).merge(truth, on=[SESSION_ID, POSITION], how="inner")
+    parts = partition_paths(sessions_path) if Path(sessions_path).is_dir() else [Path(sessions_path)]
+    rows = _key_rows(parts).merge(truth, on=[SESSION_ID, POSITION], how="inner")
     rows = rows[rows["examination_prob"] > 0].reset_index(drop=True)
     keys = [QUERY_ID, DOC_ID] if DOC_ID in rows.columns else [QUERY_ID]
     doc_code = rows.groupby(keys, sort=False).ngroup().to_numpy()
     first = np.unique(doc_code, return_index=True)[1]
-    docs = rows.iloc[first].reset_index(drop=True)
-    true_relevance = (docs["click_prob"] / docs["examination_prob"]).to_numpy()
+    firsts = rows.iloc[first].reset_index(drop=True)
+    true_relevance = (firsts["click_prob"] / firsts["examination_prob"]).to_numpy()
+    docs = _full_rows(parts, firsts[[_PART, _ROW]])
     scores = np.asarray(score_frame(load_ranker(run_root / RANKER_DIR), docs, batch_size), dtype=np.float64)
     bias = read_json(run_root / BIAS) if (run_root / BIAS).exists() else {}
     if bias.get("loss") in POINTWISE:

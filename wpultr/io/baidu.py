@@ -1,11 +1,13 @@
 """Reader of the Baidu-ULTR layout: session logs and the annotation file, streamed, parsed column-wise
-with pyarrow, malformed lines quarantined (see quarantine.REASONS for the vocabulary).
+(compiled byte passes in baidu_kernels, then pyarrow and numpy on whole arrays), malformed lines
+quarantined (see quarantine.REASONS for the vocabulary).
 
 Session logs (gzip or plain text, tab-separated): a query line (qid, query token ids joined by
 \\x01, reformulation) starts a session; each result line after it carries the 32 fields of
 schema.BAIDU_RESULT_FIELDS. A file is read in blocks of whole lines (bounded memory whatever its
-size); each block is split on tabs and its columns are validated and cast as whole arrays, so no
-Python code runs per field.
+size); each block is split on tabs in one compiled pass, token ids and plain decimal numbers are read
+by compiled loops, every other column is validated and cast as a whole array, so no Python code runs
+per line or field. One Dask task per file (gzip cannot be split by byte range).
 
 Rules the reader keeps:
 - Session id = (index of the file in the sorted input list << 40) | (0-based ordinal of the line that
@@ -50,9 +52,12 @@ import pyarrow.compute as pc
 
 from ..schema import (ABSTRACT_TOKENS, BAIDU_ANNOTATION_FIELDS, BAIDU_BEHAVIOUR_COLUMNS, BAIDU_MAX_POSITION,
                       BAIDU_MEDIA_TYPE_DASH, BAIDU_N_RESULT_FIELDS, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS,
-                      BAIDU_TOKEN_SEP, CLICK, DOC_ID, MAX_LABEL, MEDIA_TYPE, N_BUCKETS, POSITION,
+                      CLICK, DOC_ID, MAX_LABEL, MEDIA_TYPE, N_BUCKETS, POSITION,
                       QUERY_ID_MAX_DIGITS, TITLE_TOKENS, TOKEN_TYPE, baidu_annotations_arrow_schema,
                       baidu_sessions_arrow_schema)
+from ..storage import is_file, open_input, size   # inputs may be fsspec URLs
+from .allocator import large_blocks_kept
+from .baidu_kernels import count_newlines, field_starts, gather, parse_plain_decimals, parse_tokens
 from .quarantine import (REASONS, IngestSummary, QuarantineRecord, QuarantineWriter, quarantine_frame,
                          quarantine_table, raw_text)
 from .tables import (QUARANTINE_SUBDIR, SESSIONS_SUBDIR, SessionPartitionWriter, checked_paths,
@@ -73,8 +78,6 @@ _ANNOTATION_FIELD_COUNT = len(BAIDU_ANNOTATION_FIELDS)
 _RESULT_COLUMN = {name: i for i, name in enumerate(BAIDU_RESULT_FIELDS) if name}
 _MAX_INT_DIGITS = 18           # always fits int64
 _IN_BYTES = 64 << 10           # compressed bytes given to zlib at a time (what a damage can cost)
-_MAX_TOKEN_DIGITS = 10         # then checked against int32
-_INT32_MAX = 2**31 - 1
 _GZIP_WBITS = 16 + zlib.MAX_WBITS   # gzip header and trailer, CRC checked
 _SESSIONS_SCHEMA = baidu_sessions_arrow_schema()
 _ANNOTATIONS_SCHEMA = baidu_annotations_arrow_schema().append(pa.field(DOC_ID, pa.string()))
@@ -203,19 +206,21 @@ class _BlockReader:
     def __iter__(self) -> Iterator[_Block | QuarantineRecord]:
         pending = b""
         skipping = False  # inside a too-long line already reported: drop bytes up to its newline
-        with open(self.path, "rb") as raw:
+        with open_input(self.path) as raw:   # a local path or an fsspec URL (wpultr.storage)
             for piece in self._sniffed(self._counted(self._pieces(raw))):
                 if skipping:
                     newline = piece.find(b"\n")
                     if newline < 0:
                         continue
                     piece, skipping = piece[newline + 1:], False
-                buffer = pending + piece
-                cut = buffer.rfind(b"\n") + 1
+                cut = piece.rfind(b"\n") + 1      # pending never holds a newline
                 if cut:
-                    yield _Block(buffer[:cut], self.lines + 1)
-                    self.lines += buffer.count(b"\n", 0, cut)
-                pending = buffer[cut:]
+                    block = b"".join((pending, memoryview(piece)[:cut]))   # the one copy of the bytes
+                    yield _Block(block, self.lines + 1)
+                    self.lines += count_newlines(np.frombuffer(block, dtype=np.uint8))
+                    pending = piece[cut:]
+                else:
+                    pending += piece
                 if len(pending) > MAX_LINE_BYTES:
                     yield self._too_long(pending)
                     pending, skipping = b"", True
@@ -270,37 +275,58 @@ def _to_string(array: pa.Array) -> pa.Array:
 
 
 class _SplitLines:
-    """One block's lines split on tabs: a field count per line, field text for the UTF-8 lines."""
+    """One block's lines split on tabs: a field count per line, field text and token ids for the UTF-8 lines.
+
+    The field boundaries come from one compiled pass over the block (baidu_kernels.field_starts);
+    a column is gathered from the block's bytes only for the lines asked for.
+    """
 
     def __init__(self, data: bytes):
         self.data = data
-        newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-        self.offsets = np.concatenate(([0], newlines + 1))
-        self.n = len(newlines)
+        self.bytes = np.frombuffer(data, dtype=np.uint8)
+        self.starts, first_field = field_starts(self.bytes)
+        self.first_field = first_field[:-1]
+        self.n = len(self.first_field)
+        self.n_fields = np.diff(first_field)
+        self.offsets = self.starts[first_field]                 # line starts, then len(data)
         binary = pa.BinaryArray.from_buffers(
             pa.binary(), self.n, [None, pa.py_buffer(self.offsets.astype(np.int32)), pa.py_buffer(data)])
         self.utf8 = ~_bad_elements(binary, _to_string)
-        text = _to_string(binary if self.utf8.all() else binary.filter(pa.array(self.utf8)))
-        split = pc.split_pattern(text, "\t")
-        self.values = split.values
-        self.n_fields = np.empty(self.n, dtype=np.int64)
-        self.n_fields[self.utf8] = pc.list_value_length(split).to_numpy()
-        not_utf8 = np.flatnonzero(~self.utf8)
-        self.n_fields[not_utf8] = [self.line(i).count(b"\t") + 1 for i in not_utf8]
         length = np.diff(self.offsets) - 1                      # without the newline
         self.too_long = length > MAX_LINE_BYTES
-        last = np.frombuffer(data, dtype=np.uint8)[np.maximum(self.offsets[1:] - 2, 0)] if self.n else length
+        last = self.bytes[np.maximum(self.offsets[1:] - 2, 0)] if self.n else length
         self.blank = (length == 0) | ((length == 1) & (last == 13))   # "" or a lone "\r"
         self.n_fields[self.too_long] = 0  # fits no layout: quarantined, never parsed further
-        self.field_start = np.full(self.n, -1, dtype=np.int64)
-        self.field_start[self.utf8] = split.offsets.to_numpy()[:-1]
 
     def line(self, i: int) -> bytes:
         return self.data[self.offsets[i]:self.offsets[i + 1]]
 
+    def _bounds(self, rows: np.ndarray, field: int) -> tuple[np.ndarray, np.ndarray]:
+        index = self.first_field[rows] + field
+        return self.starts[index], self.starts[index + 1] - 1
+
     def column(self, rows: np.ndarray, field: int) -> pa.StringArray:
-        """Field `field` of the (UTF-8) lines `rows`; the last field of a line keeps its newline."""
-        return self.values.take(pa.array(self.field_start[rows] + field))
+        """Field `field` of the (UTF-8) lines `rows`, without its tab or newline."""
+        offsets, text = gather(self.bytes, *self._bounds(rows, field))
+        return pa.StringArray.from_buffers(len(rows), pa.py_buffer(offsets), pa.py_buffer(text))
+
+    def tokens(self, rows: np.ndarray, field: int) -> tuple[pa.ListArray, np.ndarray, np.ndarray, np.ndarray]:
+        """(token lists as list<int32>, bad rows, rows without a token, empty tokens skipped per row) of
+        field `field` of the lines `rows`, ids joined by \\x01: an empty field is no token, an empty
+        token ("1\\x01\\x012", "1\\x01") is skipped, a token not 1 to 10 digits below 2^31 is bad."""
+        offsets, ids, bad, skipped = parse_tokens(self.bytes, *self._bounds(rows, field))
+        tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids), type=TOKEN_TYPE)
+        return tokens, bad, np.diff(offsets) == 0, skipped
+
+    def floats(self, rows: np.ndarray, fields: Sequence[int]) -> list[tuple[pa.Array, np.ndarray]]:
+        """Per field of `fields`, (float64 values with NaN for '-', empty and bad cells, bad) of the lines
+        `rows`: compiled, line by line, where every cell is a plain decimal (the usual case), else as
+        _parse_float decides."""
+        values, plain = parse_plain_decimals(self.bytes, self.starts, self.first_field[rows],
+                                             np.asarray(fields, dtype=np.int64))
+        ok = np.zeros(len(rows), dtype=bool)
+        return [(pa.array(values[c]), ok) if plain[c] else _parse_float(self.column(rows, field))
+                for c, field in enumerate(fields)]
 
 
 def _all_digits(column: pa.Array) -> bool:
@@ -335,30 +361,6 @@ def _parse_id(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return column, ~pc.fill_null(ok, False).to_numpy(zero_copy_only=False)
 
 
-def _parse_tokens(column: pa.Array) -> tuple[pa.ListArray, np.ndarray, np.ndarray, np.ndarray]:
-    """(token lists as list<int32>, bad rows, rows without a token, empty tokens skipped per row) of
-    \\x01-joined token ids; an empty field is no token, an empty token ("1\\x01\\x012", "1\\x01") is skipped."""
-    n = len(column)
-    blank = pc.equal(pc.binary_length(column), 0)
-    if pc.any(blank).as_py():
-        column = pc.if_else(blank, pa.scalar(None, pa.string()), column)
-    lists = pc.split_pattern(column, BAIDU_TOKEN_SEP)
-    values = lists.flatten()
-    parent = pc.list_parent_indices(lists).to_numpy()
-    empty_token = pc.equal(pc.binary_length(values), 0).to_numpy(zero_copy_only=False)
-    skipped = np.bincount(parent[empty_token], minlength=n)
-    if empty_token.any():
-        values, parent = values.filter(pa.array(~empty_token)), parent[~empty_token]
-    ids, bad_ids = _parse_uint(values, _MAX_TOKEN_DIGITS)
-    bad_ids |= ids > _INT32_MAX
-    bad = np.zeros(n, dtype=bool)
-    bad[parent[bad_ids]] = True
-    counts = np.bincount(parent, minlength=n)
-    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
-    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids.astype(np.int32)), type=TOKEN_TYPE)
-    return tokens, bad, counts == 0, skipped
-
-
 def _to_float(array: pa.Array) -> pa.Array:
     return pc.cast(array, pa.float64())
 
@@ -388,6 +390,14 @@ def _flag(reasons: np.ndarray, rows: np.ndarray, bad: np.ndarray, reason: str) -
     """Give `reason` to the bad `rows` that have no reason yet (earlier fields win)."""
     target = rows[bad]
     reasons[target] = np.where(reasons[target] == 0, _CODE[reason], reasons[target])
+
+
+def _keeper(good: np.ndarray) -> Callable[[pa.Array], pa.Array]:
+    """A function keeping the `good` elements of an array: the array itself when all are (no copy)."""
+    if good.all():
+        return lambda array: array
+    mask = pa.array(good)
+    return lambda array: array.filter(mask)
 
 
 def _records(path: str, lines: _SplitLines, first_line: int, reasons: np.ndarray) -> list[QuarantineRecord]:
@@ -461,7 +471,7 @@ class _SessionLogParser:
         parsed = (kind[q_lines] == _QUERY) & lines.utf8[q_lines]
         q_parsed = q_lines[parsed]
         q_ids, bad_ids = _parse_id(lines.column(q_parsed, 0))
-        q_tokens, bad_tokens, empty, q_skipped = _parse_tokens(lines.column(q_parsed, 1))
+        q_tokens, bad_tokens, empty, q_skipped = lines.tokens(q_parsed, 1)
         q_reformulation = pc.utf8_rtrim(lines.column(q_parsed, 2), characters="\r\n")
         _flag(reasons, q_parsed, bad_ids, "bad_query_id")
         _flag(reasons, q_parsed, empty, "empty_query")
@@ -485,11 +495,12 @@ class _SessionLogParser:
         # Result lines: own defects first, then the session they belong to.
         r_lines = np.flatnonzero(kind == _RESULT)
         rows = r_lines[lines.utf8[r_lines]]
-        column = {name: lines.column(rows, i) for name, i in _RESULT_COLUMN.items()}
+        column = {name: lines.column(rows, _RESULT_COLUMN[name])
+                  for name in (POSITION, DOC_ID_SOURCE, MEDIA_TYPE, CLICK)}
         position, bad = _parse_uint(column[POSITION], 2)
         _flag(reasons, rows, bad | (position < 1) | (position > BAIDU_MAX_POSITION), "bad_position")
-        title, bad_title, _, title_skipped = _parse_tokens(column[TITLE_TOKENS])
-        abstract, bad_abstract, _, abstract_skipped = _parse_tokens(column[ABSTRACT_TOKENS])
+        title, bad_title, _, title_skipped = lines.tokens(rows, _RESULT_COLUMN[TITLE_TOKENS])
+        abstract, bad_abstract, _, abstract_skipped = lines.tokens(rows, _RESULT_COLUMN[ABSTRACT_TOKENS])
         _flag(reasons, rows, bad_title | bad_abstract, "bad_token_id")
         dash = pc.equal(column[MEDIA_TYPE], "-").to_numpy(zero_copy_only=False)
         media_type, bad = _parse_uint(pc.if_else(pa.array(dash), "0", column[MEDIA_TYPE]))
@@ -498,8 +509,9 @@ class _SessionLogParser:
         click, bad = _parse_uint(column[CLICK], 1)
         _flag(reasons, rows, bad | (click > 1), "bad_click")
         behaviour = {}
-        for name in BAIDU_BEHAVIOUR_COLUMNS:
-            behaviour[name], bad = _parse_float(column[name])
+        parsed = lines.floats(rows, [_RESULT_COLUMN[name] for name in BAIDU_BEHAVIOUR_COLUMNS])
+        for name, (values, bad) in zip(BAIDU_BEHAVIOUR_COLUMNS, parsed):
+            behaviour[name] = values
             _flag(reasons, rows, bad, "bad_number")
         session = session_of_line[r_lines]
         orphan = session < 0
@@ -513,20 +525,20 @@ class _SessionLogParser:
         good_session = session_of_line[rows[good]]
         self.mapped[_MAPPED_MEDIA] += int(np.count_nonzero(dash[good]))
         self.mapped[_MAPPED_TOKEN] += int(title_skipped[good].sum() + abstract_skipped[good].sum())
-        keep = pa.array(good)
+        keep = _keeper(good)
         take = pa.array(good_session)
         table = pa.Table.from_arrays([
             pa.array((self.file_index << FILE_INDEX_SHIFT) | s_ordinal[good_session]),
             s_query_id.take(take),
             pa.array(position[good].astype(np.int16)),
             pa.array(click[good].astype(np.int8)),
-            column[DOC_ID_SOURCE].filter(keep),
+            keep(column[DOC_ID_SOURCE]),
             s_tokens.take(take),
             s_reformulation.take(take),
-            title.filter(keep),
-            abstract.filter(keep),
+            keep(title),
+            keep(abstract),
             pa.array(media_type[good]),
-            *(behaviour[name].filter(keep) for name in BAIDU_BEHAVIOUR_COLUMNS),
+            *(keep(behaviour[name]) for name in BAIDU_BEHAVIOUR_COLUMNS),
         ], schema=_SESSIONS_SCHEMA)
         self.results += table.num_rows
 
@@ -603,9 +615,10 @@ def _ingest_file(path: str, file_index: int, sessions_dir: str, quarantine_dir: 
     partitions = SessionPartitionWriter(sessions_dir, file_index, partition_rows)
     quarantine = QuarantineWriter(Path(quarantine_dir) / f"part-{file_index:05d}.parquet")
     try:
-        for table, records in parser.chunks():
-            partitions.write(table)
-            quarantine.add(records)
+        with large_blocks_kept():   # glibc reuses the freed multi-MB blocks (see allocator.py)
+            for table, records in parser.chunks():
+                partitions.write(table)
+                quarantine.add(records)
         partitions.close()
     except BaseException:
         partitions.abort()
@@ -613,7 +626,7 @@ def _ingest_file(path: str, file_index: int, sessions_dir: str, quarantine_dir: 
         raise
     quarantine.close()
     summary = IngestSummary(files=1, lines=parser.reader.lines, sessions=parser.sessions,
-                            results=parser.results, bytes_read=Path(path).stat().st_size,
+                            results=parser.results, bytes_read=size(path),
                             bytes_uncompressed=parser.reader.bytes_uncompressed,
                             partitions=partitions.partitions,
                             damaged_files=[path] if parser.reader.damage else [])
@@ -656,12 +669,12 @@ def _parse_annotation_block(path: str, block: _Block) -> tuple[pa.Table, list[Qu
     rows = np.flatnonzero(fits & lines.utf8)
     query_id, bad = _parse_id(lines.column(rows, 0))
     _flag(reasons, rows, bad, "bad_query_id")
-    query, bad, empty, query_skipped = _parse_tokens(lines.column(rows, 1))
+    query, bad, empty, query_skipped = lines.tokens(rows, 1)
     _flag(reasons, rows, empty, "empty_query")
     _flag(reasons, rows, bad, "bad_token_id")
     title_text, abstract_text = lines.column(rows, 2), lines.column(rows, 3)
-    title, bad_title, _, title_skipped = _parse_tokens(title_text)
-    abstract, bad_abstract, _, abstract_skipped = _parse_tokens(abstract_text)
+    title, bad_title, _, title_skipped = lines.tokens(rows, 2)
+    abstract, bad_abstract, _, abstract_skipped = lines.tokens(rows, 3)
     _flag(reasons, rows, bad_title | bad_abstract, "bad_token_id")
     label, bad = _parse_uint(lines.column(rows, 4), 1)
     _flag(reasons, rows, bad | (label > MAX_LABEL), "bad_label")
@@ -680,7 +693,7 @@ def _parse_annotation_block(path: str, block: _Block) -> tuple[pa.Table, list[Qu
 
 def _read_annotations(path: str, chunk_bytes: int
                       ) -> tuple[pa.Table, list[QuarantineRecord], _BlockReader, Counter[str]]:
-    if not Path(path).is_file():
+    if not is_file(path):
         raise FileNotFoundError(f"{path}: no such annotation file")
     reader = _BlockReader(path, chunk_bytes)
     tables, records, mapped = [_ANNOTATIONS_SCHEMA.empty_table()], [], Counter()
@@ -714,7 +727,7 @@ def ingest_baidu_annotations(path: str | Path, out_dir: str | Path, chunk_bytes:
     write_table_atomic(table, out_dir / "annotations.parquet")
     write_table_atomic(quarantine_table(records), out_dir / QUARANTINE_SUBDIR / "annotations.parquet")
     summary = IngestSummary(files=1, lines=reader.lines, results=table.num_rows,
-                            bytes_read=Path(path).stat().st_size, bytes_uncompressed=reader.bytes_uncompressed,
+                            bytes_read=size(path), bytes_uncompressed=reader.bytes_uncompressed,
                             damaged_files=[str(path)] if reader.damage else [])
     summary.add_records(Counter(r.reason for r in records))
     summary.add_mapped(mapped)

@@ -23,6 +23,7 @@ from ..pipeline.rundir import atomic_path
 from ..schema import (ABSTRACT_TOKENS, ANNOTATION_CORE_FIELDS, ANNOTATION_OPTIONAL_FIELDS, FEATURES, QUERY_ID,
                       QUERY_TOKENS, SESSION_CORE_FIELDS, SESSION_ID, SESSION_OPTIONAL_FIELDS,
                       TITLE_TOKENS, PageFeature, SchemaError, coerce_annotations, coerce_sessions)
+from ..storage import is_file, is_url, open_input, size
 from .quarantine import IngestSummary
 
 SESSIONS_SUBDIR = "sessions"
@@ -148,8 +149,8 @@ _EXPECTED = f"a Parquet ({', '.join(PARQUET_SUFFIXES)}) or CSV ({', '.join(CSV_S
 _INTEGER_TEXT = re.compile(r"\s*[+-]?\d+\s*")
 
 
-def _kind(path: Path) -> str:
-    name = path.name.lower()
+def _kind(path: str) -> str:
+    name = path.rsplit("/", 1)[-1].lower()
     if name.endswith(PARQUET_SUFFIXES):
         return "parquet"
     if name.endswith(CSV_SUFFIXES):
@@ -181,12 +182,14 @@ def _parse_list_cell(value: object, element: type, path: Path, column: str, row:
                           f"expected space-separated {kind}") from None
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+def _read_csv(path: str) -> pd.DataFrame:
     try:
-        header = pd.read_csv(path, nrows=0).columns
+        with open_input(path, compression="infer") as f:   # a local path or an fsspec URL; .gz decompressed
+            header = pd.read_csv(f, nrows=0).columns
         list_columns = [c for c in header if c in _LIST_COLUMNS]
         text_columns = list_columns + [QUERY_ID] if QUERY_ID in header else list_columns
-        df = pd.read_csv(path, dtype={c: str for c in text_columns})
+        with open_input(path, compression="infer") as f:
+            df = pd.read_csv(f, dtype={c: str for c in text_columns})
     except pd.errors.EmptyDataError:
         raise SchemaError(f"{path}: empty CSV file; expected a header line naming the columns, then one "
                           f"row per line") from None
@@ -202,9 +205,13 @@ def _read_csv(path: Path) -> pd.DataFrame:
     return df
 
 
-def _read_parquet(path: Path) -> pd.DataFrame:
+def _read_parquet(path: str) -> pd.DataFrame:
     try:
-        table = pq.read_table(path)
+        if is_url(path):
+            with open_input(path) as f:
+                table = pq.read_table(f)
+        else:
+            table = pq.read_table(path)
     except (pa.ArrowException, OSError, ValueError) as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else "no detail"
         raise SchemaError(f"{path}: not a readable Parquet file ({type(error).__name__}: {detail}); "
@@ -224,11 +231,12 @@ def _read_parquet(path: Path) -> pd.DataFrame:
         raise SchemaError(f"{path}: Parquet columns that cannot be read as a table ({error})") from None
 
 
-def _read_frame(path: str | Path) -> tuple[Path, pd.DataFrame]:
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such table file")
-    if not path.is_file():
+def _read_frame(path: str | Path) -> tuple[str, pd.DataFrame]:
+    """(the path as text, its table): a local path or an fsspec URL (kept as written, never made a Path)."""
+    path = str(path)
+    if not is_file(path):
+        if is_url(path) or not Path(path).exists():
+            raise FileNotFoundError(f"{path}: no such table file")
         raise SchemaError(f"{path}: not a file; expected {_EXPECTED}")
     kind = _kind(path)
     return path, (_read_parquet(path) if kind == "parquet" else _read_csv(path))
@@ -273,7 +281,7 @@ def _ingest_table_file(path: str, file_index: int, sessions_dir: str, page_featu
         writer.abort()
         raise
     return IngestSummary(files=1, lines=len(df), sessions=int(df[SESSION_ID].nunique()), results=len(df),
-                         bytes_read=Path(path).stat().st_size, partitions=writer.partitions)
+                         bytes_read=size(path), partitions=writer.partitions)
 
 
 def ingest_tables(paths: Sequence[str | Path], out_dir: str | Path, page_features: Sequence[PageFeature],
@@ -300,6 +308,6 @@ def checked_paths(paths: Sequence[str | Path]) -> list[str]:
     if duplicates:
         raise ValueError(f"ingest: files given more than once: {duplicates}")
     for f in files:
-        if not Path(f).is_file():
+        if not is_file(f):   # a local path or an fsspec URL
             raise FileNotFoundError(f"{f}: no such log file")
     return files

@@ -8,9 +8,15 @@ booster and calling `Booster.update(fobj=...)` is what `lgb.train(params with a 
 init_model=booster, keep_training_booster=True)` does, without re-predicting the training set to
 rebuild the init scores each epoch. Epochs are validated and the best one kept as the Trainer does;
 the result is a `LightGBMRanker` (LightGBM's model text, never a pickle).
+
+Always in this process, whatever `baselines.lightgbm_distributed` says (a log line says so when it asks
+for Dask): lightgbm.dask takes a callable objective only as a per-worker function of that worker's labels
+and scores inside one `fit`, while these objectives need state refitted here between epochs (BAL's weights
+and click model, propensities) and grow one booster across epochs round by round.
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -28,6 +34,8 @@ from .training import SessionLists
 if TYPE_CHECKING:
     from ..config import RunConfig
 
+log = logging.getLogger(__name__)
+
 GradHess = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]   # raw scores (dataset order) -> g, h
 Loss = Callable[[np.ndarray], float]
 
@@ -40,6 +48,19 @@ def booster_params(cfg: "RunConfig") -> dict[str, Any]:
             "min_data_in_leaf": g.min_data_in_leaf, "num_threads": g.num_threads}
 
 
+def note_in_process(cfg: "RunConfig", rows: int) -> bool:
+    """Log (and say True) when `baselines.lightgbm_distributed` would put this booster on Dask; it stays here."""
+    from .lightgbm_rank import current_client, inside_worker, n_workers
+    mode = cfg.baselines.lightgbm_distributed
+    client = current_client() if mode is not False else None
+    wanted = mode is True or (mode == "auto" and client is not None and n_workers(client) >= 2
+                              and rows > cfg.data.partition_rows and not inside_worker())
+    if wanted:
+        log.info("ranker.backbone lightgbm trains in this process: lightgbm.dask cannot grow a booster on a "
+                 "custom objective driven from here (baselines.lightgbm_distributed=%s ignored)", mode)
+    return wanted
+
+
 class BoostingTrainer:
     """One booster's training run: dataset (sessions contiguous, by position), validation, history, best epoch."""
 
@@ -49,6 +70,7 @@ class BoostingTrainer:
         self.cfg = cfg
         self.lists = SessionLists.from_frame(train)
         self.order = self.lists.rows[self.lists.mask]            # dataset row i is frame row order[i]
+        note_in_process(cfg, len(self.order))
         self.group_sizes = self.lists.mask.sum(axis=1).astype(np.int64)
         features = feature_matrix(train, "sessions")
         self.n_features = int(features.shape[1])
@@ -106,14 +128,25 @@ class BoostingTrainer:
                 "rounds_added": self.rounds - before}
 
     def naive_objective(self, kind: str) -> tuple[GradHess, Loss]:
-        """Clicks as labels (BAL Eq. 3): `train.loss` pointwise (logistic) or listwise (softmax per session)."""
+        """Clicks as labels (BAL Eq. 3): `train.loss` pointwise (logistic), listwise (softmax per session) or
+        lambdarank (LambdaMART's λ-gradients on clicked-over-skipped pairs)."""
         c, sizes = self.clicks, self.group_sizes
         if kind == "pointwise":
             return (lambda f: obj.pointwise_logistic_grad_hess(f, c)), (lambda f: obj.pointwise_logistic_loss(f, c))
         if kind == "listwise":
             return (lambda f: obj.listwise_softmax_grad_hess(f, c, sizes)), \
                 (lambda f: obj.listwise_softmax_loss(f, c, sizes))
-        raise ValueError(f"train.loss: {kind!r} is not one of 'pointwise', 'listwise'")
+        if kind == "lambdarank":
+            return self.lambda_objective(np.ones(len(c)))
+        raise ValueError(f"train.loss: {kind!r} is not one of 'pointwise', 'listwise', 'lambdarank'")
+
+    def lambda_objective(self, click_weights: np.ndarray) -> tuple[GradHess, Loss]:
+        """LambdaMART on the clicks (gains 0/1, |ΔNDCG| at each round's ranking), every clicked-over-skipped pair
+        weighted by its clicked row's `click_weights` (dataset order): 1 for Naive, BAL's ω for its ranker step."""
+        from .lambda_pairs import lambda_objective, session_pairs
+        pair_i, pair_j, _, _ = session_pairs(self.group_sizes, self.clicks)
+        return lambda_objective(self.group_sizes, self.clicks, np.asarray(click_weights, np.float64)[pair_i],
+                                pair_i, pair_j)
 
     def warm_up(self, epochs: int | None = None) -> None:
         """`train.warmup_epochs` epochs of the naive click loss, recorded with phase "warmup" (BAL §4.1)."""

@@ -19,8 +19,12 @@ non-clicked pairs of every session of contiguous rows (LightGBM's query groups).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
+GradHess = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]   # as gbdt_training's (that module imports torch)
+Loss = Callable[[np.ndarray], float]
 MIN_HESS = 1e-12      # Hessian floor of a row: LightGBM divides leaf gradient sums by Hessian sums
 
 
@@ -137,3 +141,15 @@ def delta_ndcg(scores: np.ndarray, group_sizes: np.ndarray, gains: np.ndarray, p
     """|ΔNDCG_ij| of swapping rows i and j in their session's ranking by the current `scores` (LambdaMART);
     see `SwapNDCG` (use it directly to reuse the score-free parts across rounds)."""
     return SwapNDCG(group_sizes, gains, pair_i, pair_j, truncation)(scores)
+
+
+def lambda_objective(group_sizes: np.ndarray, gains: np.ndarray, base_weights: np.ndarray, pair_i: np.ndarray,
+                     pair_j: np.ndarray) -> tuple[GradHess, Loss]:
+    """(grad_hess, loss) of the weighted λ-pairs for `BoostingTrainer.boost`: w × |ΔNDCG| at the given scores."""
+    swap = SwapNDCG(group_sizes, gains, pair_i, pair_j)                # IDCG and |g_i − g_j| once
+
+    def weights(f: np.ndarray) -> np.ndarray:
+        return base_weights * swap(f)
+
+    return (lambda f: pair_grad_hess(f, pair_i, pair_j, weights(f))), \
+        (lambda f: pair_loss(f, pair_i, pair_j, weights(f)))

@@ -10,10 +10,22 @@ Both are external anchors: no Trainer, no neural ranker. Model selection follows
 the validation annotations are scored at `baselines.lightgbm_eval_points` evenly spaced boosting
 rounds and the round with the best `train.select_metric` is kept (the last round without validation).
 
+On a Dask cluster (`baselines.lightgbm_distributed`: auto = when the run's client has >= 2 workers, the
+training rows exceed one ingest partition (`data.partition_rows`) and the run is not itself a task on a
+worker (an experiment's runs share the workers); true = always, needs a client; false = never)
+`LightGBMLambdaRank` trains through `lightgbm.dask.DaskLGBMRanker` (data-parallel trees over the
+workers): the sessions are cut into partitions at session boundaries, since lightgbm.dask takes `group`
+per partition and a session split across two would become two queries. Validation checkpoints are then
+scored after training from the finished booster (same rounds, same rule). LightGBM 4.7's Dask ranker has
+no `position` argument, so `LightGBMPositionLambdaRank` trains in-process and logs why.
+
 The trained booster is returned as a `wpultr.rankers.lightgbm.LightGBMRanker`.
 """
 from __future__ import annotations
 
+import logging
+import math
+import operator
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +41,8 @@ from .training import SessionLists
 
 if TYPE_CHECKING:
     from ..config import RunConfig
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 class _PositionBiasLog:
@@ -92,6 +106,41 @@ def _threads(config: "RunConfig") -> int:
     return int(value)
 
 
+def session_partitions(group_sizes: np.ndarray, n_parts: int) -> list[tuple[int, int]]:
+    """[start, end) session ranges cutting the sessions into <= n_parts runs of about equal rows, none empty.
+
+    Cuts fall only between sessions: lightgbm.dask reads `group` partition by partition.
+    """
+    sizes = np.asarray(group_sizes, dtype=np.int64)
+    ends = np.cumsum(sizes)
+    targets = ends[-1] * np.arange(1, n_parts) / n_parts if len(sizes) else np.array([])
+    cuts = np.unique(np.r_[0, np.searchsorted(ends, targets, side="left") + 1, len(sizes)].clip(0, len(sizes)))
+    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+
+def current_client() -> Any:
+    """The Dask client of this process (the run's), or None."""
+    try:
+        from distributed import default_client
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def n_workers(client: Any) -> int:
+    return len(client.nthreads())
+
+
+def inside_worker() -> bool:
+    """True in a Dask worker's task (an experiment's run): the runs, not one booster, share the workers there."""
+    try:
+        from distributed import get_worker
+        get_worker()
+        return True
+    except (ImportError, ValueError):
+        return False
+
+
 class LightGBMLambdaRank:
     """Lambdarank on clicks (one group per session), a LightGBM anchor on the dense features."""
 
@@ -115,6 +164,10 @@ class LightGBMLambdaRank:
         order = lists.rows[lists.mask]                          # session by session, in position order
         features = feature_matrix(train, "sessions")
         groups = lists.mask.sum(axis=1)
+        client = self.dask_client(config, len(order))
+        if client is not None:
+            return self._fit_dask(client, features[order], lists.clicks[lists.mask].astype(np.float64), groups,
+                                  valid, config)
         dataset = lgb.Dataset(features[order], label=lists.clicks[lists.mask].astype(np.float64),
                               group=groups, free_raw_data=True,
                               position=lists.positions[lists.mask] if self.position_aware else None)
@@ -148,18 +201,98 @@ class LightGBMLambdaRank:
             factors = log.factors
         else:
             booster = lgb.train(params, dataset, num_boost_round=rounds, callbacks=[checkpoint])
+        result = self._result(booster, history, features.shape[1], rounds, params, config)
+        if self.position_aware:
+            # keyed by the logged position; additive score offsets after the last round, not probabilities
+            result.bias["position_bias_factors"] = {str(k): v for k, v in sorted(factors.items())}
+        return result
+
+    def _result(self, booster: Any, history: list[dict[str, Any]], n_features: int, rounds: int,
+                params: dict[str, Any], config: "RunConfig") -> FitResult:
+        """The ranker of the best validation checkpoint (the last without validation), its history and bias record."""
         metric = config.train.select_metric
         scored = [(h["valid"][metric], -h["rounds"], h) for h in history if h["valid"] and metric in h["valid"]]
         best = max(scored, key=lambda t: (t[0], t[1]))[2] if scored else history[-1]
         model = booster.model_to_string(num_iteration=best["rounds"])
-        ranker = LightGBMRanker.from_model_string(model, features.shape[1], self.position_aware).eval()
+        ranker = LightGBMRanker.from_model_string(model, n_features, self.position_aware).eval()
         bias: dict[str, Any] = {"method": self.name, "loss": "lambdarank", "best_epoch": best["epoch"],
                                 "best_rounds": best["rounds"], "rounds": rounds,
                                 "params": {k: v for k, v in params.items() if k not in ("verbosity",)}}
-        if self.position_aware:
-            # keyed by the logged position; additive score offsets after the last round, not probabilities
-            bias["position_bias_factors"] = {str(k): v for k, v in sorted(factors.items())}
         return FitResult(ranker, history, bias)
+
+    # ------------------------------------------------------------------ lightgbm.dask
+    def dask_client(self, config: "RunConfig", rows: int) -> Any:
+        """The Dask client to train on (`baselines.lightgbm_distributed`), or None to train in this process."""
+        mode = setting(config, "lightgbm_distributed")
+        if mode is False:
+            return None
+        client = current_client()
+        if mode is True and client is None:
+            from ..config import ConfigError
+            raise ConfigError("baselines.lightgbm_distributed: true needs a Dask client (the run's cluster) and "
+                              "none is running; set it to auto or false")
+        if client is None or (mode == "auto" and (n_workers(client) < 2 or rows <= config.data.partition_rows
+                                                  or inside_worker())):
+            return None
+        if self.position_aware:
+            log.info("%s trains in this process: lightgbm.dask's ranker takes no `position`", self.name)
+            return None
+        return client
+
+    def _fit_dask(self, client: Any, x: np.ndarray, y: np.ndarray, groups: np.ndarray,
+                  valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        """DaskLGBMRanker on session-aligned partitions of (x, y, groups) scattered to the workers."""
+        import dask
+        import dask.array as da
+        from lightgbm.dask import DaskLGBMRanker
+
+        params = self.params(config)
+        rounds = _positive_int(config, "lightgbm_rounds")
+        n_parts = max(n_workers(client), math.ceil(len(x) / config.data.partition_rows))
+        bounds = session_partitions(groups, n_parts)
+        starts = np.r_[0, np.cumsum(groups)]
+        chunks = [(x[starts[a]:starts[b]], y[starts[a]:starts[b]], groups[a:b]) for a, b in bounds]
+        futures = client.scatter(chunks)
+
+        def column(i: int, shape: tuple[int, ...], dtype: Any, future: Any) -> Any:   # item i of a scattered chunk
+            return da.from_delayed(dask.delayed(operator.getitem)(future, i), shape=shape, dtype=dtype)
+
+        xs, ys, gs = (da.concatenate([column(i, c[i].shape, c[i].dtype, f) for c, f in zip(chunks, futures)])
+                      for i in range(3))
+        model = DaskLGBMRanker(
+            client=client, n_estimators=rounds, learning_rate=params["learning_rate"],
+            num_leaves=params["num_leaves"], min_child_samples=params["min_data_in_leaf"],
+            random_state=params["seed"], objective="lambdarank", metric="None", verbosity=-1,
+            deterministic=True, force_row_wise=True)
+        start = time.perf_counter()
+        model.fit(xs, ys, group=gs)
+        seconds = time.perf_counter() - start
+        booster = model.to_local().booster_
+        history = self._checkpoints_after(booster, rounds, seconds, valid, config)
+        params = {k: v for k, v in params.items() if k != "num_threads"}   # each Dask worker uses its own threads
+        result = self._result(booster, history, x.shape[1], rounds, params, config)
+        result.bias["distributed"] = {"engine": "lightgbm.dask", "workers": n_workers(client),
+                                      "partitions": len(bounds)}
+        return result
+
+    def _checkpoints_after(self, booster: Any, rounds: int, seconds: float, valid: pd.DataFrame | None,
+                           config: "RunConfig") -> list[dict[str, Any]]:
+        """The history the in-process callback records, from the finished booster; seconds split by rounds."""
+        points = min(_positive_int(config, "lightgbm_eval_points"), rounds)
+        checkpoints = sorted({int(round(rounds * (i + 1) / points)) for i in range(points)})
+        valid = valid.reset_index(drop=True) if valid is not None and len(valid) else None
+        valid_x = feature_matrix(valid, "validation annotations").astype(np.float64) if valid is not None else None
+        history, previous = [], 0
+        for done in checkpoints:
+            metrics = None
+            if valid_x is not None:
+                scored = valid.assign(score=booster.predict(valid_x, num_iteration=done))
+                metrics = evaluate_scores(scored, "score", ks=tuple(config.evaluation.ks))["all"]
+            history.append({"epoch": len(history), "rounds": done,
+                            "seconds": round(seconds * (done - previous) / rounds, 3), "train": {},
+                            "valid": metrics})
+            previous = done
+        return history
 
 
 class LightGBMPositionLambdaRank(LightGBMLambdaRank):

@@ -16,17 +16,31 @@ from .losses import click_loss
 
 if TYPE_CHECKING:
     from ..config import RunConfig
+    from .training import Trainer
 
 
 class Naive:
     name = "naive"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        kind = config.train.loss
+        from ..errors import ConfigError
+        if config.ranker.backbone == "lightgbm" and config.train.processes > 1:
+            raise ConfigError("train.processes: DDP ranks train the neural backbones ('mlp', 'bert'); a LightGBM "
+                              "booster trains with lightgbm.dask on the run's cluster instead: set it to 1")
         if config.ranker.backbone == "lightgbm":
             return self.fit_booster(train, valid, config)
+        if config.train.streaming:
+            raise ConfigError("train.streaming: true streams the sessions' partitions (methods.distributed."
+                              "fit_streamed), not an in-memory table; set train.streaming: false to fit this one")
+        if config.train.processes > 1:   # DDP ranks on loopback, each on its shard of every batch
+            from .distributed import fit_data_parallel
+            return fit_data_parallel(train, valid, config)
         from .warmup import warmed_up_trainer   # here: it imports transformers, which a booster never needs
-        trainer = warmed_up_trainer(train, valid, config)
+        return self.fit_trainer(warmed_up_trainer(train, valid, config), config)
+
+    def fit_trainer(self, trainer: "Trainer", config: "RunConfig") -> FitResult:
+        """The naive epochs on a warmed-up trainer (in memory, streamed or one DDP rank's)."""
+        kind = config.train.loss
         ranker = trainer.fit(lambda scores, batch: click_loss(kind, scores, batch.clicks, batch.mask),
                              first_epoch=len(trainer.history))
         return FitResult(ranker, trainer.history, {"method": self.name, "loss": kind,

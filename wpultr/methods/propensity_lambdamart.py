@@ -14,7 +14,7 @@ booster-backed Naive (`gbdt_training.BoostingTrainer`); the result is a `LightGB
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -22,25 +22,12 @@ import pandas as pd
 from ..schema import POSITION
 from . import lambda_pairs as lp
 from .base import FitResult
+from .lambda_pairs import lambda_objective
 from .pair_weights import resolve_pair_weights
 
 if TYPE_CHECKING:
     from ..config import RunConfig
 
-GradHess = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]   # as gbdt_training's (that module imports torch)
-Loss = Callable[[np.ndarray], float]
-
-
-def lambda_objective(group_sizes: np.ndarray, gains: np.ndarray, base_weights: np.ndarray, pair_i: np.ndarray,
-                     pair_j: np.ndarray) -> tuple[GradHess, Loss]:
-    """(grad_hess, loss) of the weighted λ-pairs for `BoostingTrainer.boost`: w × |ΔNDCG| at the given scores."""
-    swap = lp.SwapNDCG(group_sizes, gains, pair_i, pair_j)             # IDCG and |g_i − g_j| once
-
-    def weights(f: np.ndarray) -> np.ndarray:
-        return base_weights * swap(f)
-
-    return (lambda f: lp.pair_grad_hess(f, pair_i, pair_j, weights(f))), \
-        (lambda f: lp.pair_loss(f, pair_i, pair_j, weights(f)))
 
 
 class PropensityLambdaMART:

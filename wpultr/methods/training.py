@@ -88,6 +88,7 @@ class ListBatch:
     clicks: torch.Tensor
     positions: torch.Tensor
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    inputs: Inputs | None = None      # the batch's own prepared rows (streamed batches); None: the trainer's
 
 
 def batches(lists: SessionLists, batch_size: int, rng: np.random.Generator, device: torch.device,
@@ -106,7 +107,7 @@ def batches(lists: SessionLists, batch_size: int, rng: np.random.Generator, devi
 def list_scores(ranker: Ranker, inputs: Inputs, batch: ListBatch) -> torch.Tensor:
     """The ranker's scores of a batch's shown results as (B, K), 0 in padding."""
     flat = batch.rows[batch.rows >= 0]
-    scores = ranker(take(inputs, flat, batch.mask.device))
+    scores = ranker(take(batch.inputs if batch.inputs is not None else inputs, flat, batch.mask.device))
     out = scores.new_zeros(batch.mask.shape)
     return out.masked_scatter(batch.mask, scores)
 
@@ -139,12 +140,15 @@ class Trainer:
     """One ranker's training run: optimiser, prepared inputs, validation and the best epoch so far."""
 
     def __init__(self, ranker: Ranker, train: pd.DataFrame, valid: pd.DataFrame | None, cfg: "RunConfig",
-                 extra_parameters: Iterable[torch.nn.Parameter] = (), lists: SessionLists | None = None):
+                 extra_parameters: Iterable[torch.nn.Parameter] = (), lists: SessionLists | None = None,
+                 stream: Any = None):
+        """`stream` (streaming.PartitionSessions) replaces `train`: batches then come from its partitions."""
         self.cfg = cfg
         self.device = resolve_device(cfg.train.device)
         self.ranker = ranker.to(self.device)
-        self.lists = lists if lists is not None else SessionLists.from_frame(train)
-        self.inputs = ranker.prepare(train)
+        self.stream = stream
+        self.lists = lists if lists is not None or stream is not None else SessionLists.from_frame(train)
+        self.inputs = ranker.prepare(train) if stream is None else {}
         self.valid = valid.reset_index(drop=True) if valid is not None and len(valid) else None
         self.valid_inputs = ranker.prepare(self.valid) if self.valid is not None else None
         trainable = [p for p in ranker.parameters() if p.requires_grad] + list(extra_parameters)
@@ -158,6 +162,8 @@ class Trainer:
         return list_scores(self.ranker, self.inputs, batch)
 
     def batches(self, extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
+        if self.stream is not None:
+            return self.stream.epoch(self.rng, self.device, extras)
         return batches(self.lists, self.cfg.train.batch_size, self.rng, self.device, extras)
 
     def step(self, loss: torch.Tensor) -> None:
@@ -170,7 +176,7 @@ class Trainer:
         self.ranker.train()
         totals: dict[str, float] = {}
         n = 0
-        n_batches = -(-len(self.lists) // self.cfg.train.batch_size)
+        n_batches = -(-(len(self.lists) if self.stream is None else self.stream.sessions) // self.cfg.train.batch_size)
         with progress(total=n_batches, desc=f"train epoch {len(self.history)}", unit="batch") as bar:
             for batch in self.batches(extras):
                 out = loss_fn(self.scores(batch), batch)

@@ -15,9 +15,10 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from ..config import RunConfig
-from ..io.parquet import partition_paths, read_table, sample_sessions
+from ..io.parquet import partition_paths, read_table
 from ..schema import FEATURES, QUERY_ID, QUERY_KEY, page_features_from_config, query_key
 from .layout import (ANNOTATIONS, BIAS, FEATURED_ANNOTATIONS, FEATURED_SESSIONS_DIR, HISTORY,  # noqa: F401
                      INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
@@ -84,19 +85,30 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
     write_parquet(run.path(ANNOTATIONS), annotations)
     summary["annotation_rows"] = int(len(annotations))
     summary["annotated_queries"] = int(query_key(annotations).nunique())
-    summary["columns"] = sorted(read_table(run.path(SESSIONS_DIR)).columns)
+    summary["columns"] = table_columns(run.path(SESSIONS_DIR))   # from the Parquet footers, not the rows
     write_json(run.path(INGEST_SUMMARY), summary)
     return {k: v for k, v in summary.items() if k != "columns"}
 
 
 def _expand(patterns: list[str], key: str) -> list[str]:
+    """The files `patterns` (paths, `*` globs, fsspec URLs) name, in order; FileNotFoundError naming `key`."""
+    from ..storage import expand
     paths: list[str] = []
     for pattern in patterns:
-        found = sorted(glob.glob(pattern))
+        found = expand(pattern)
         if not found:
             raise FileNotFoundError(f"{key}: {pattern!r} matches no file")
         paths.extend(found)
     return paths
+
+
+def table_columns(directory: Path) -> list[str]:
+    """The sorted column names of a partitioned table, read from each partition's Parquet schema only."""
+    import pyarrow.parquet as pq
+    names: set[str] = set()
+    for part in partition_paths(directory):
+        names.update(n for n in pq.read_schema(part).names if not n.startswith("__index_level_"))
+    return sorted(names)
 
 
 def _copy_truth(raw: Path, truth: Path) -> None:
@@ -193,12 +205,19 @@ def train(ctx: StageContext) -> dict[str, Any]:
     from ..methods.base import get_method
     cfg, run = ctx.config, ctx.run
     sessions_path, annotations_path = _training_tables(run)
-    sessions = sample_sessions(read_table(sessions_path), cfg.data.max_sessions, cfg.seed)
     annotations = read_table(annotations_path)
     valid = _annotation_split(run, annotations, "valid")
     from ..identifiability.preflight import REPORT_FILE, preflight, summary_entry
-    sessions, identifiability = preflight(sessions, cfg, run.root)   # warn | merge | fail | intervene
-    result = get_method(cfg.train.method).fit(sessions, valid if len(valid) else None, cfg)
+    if cfg.train.streaming:   # naive only (checked by the config): batches streamed from the partitions
+        from ..methods.distributed import fit_streamed
+        result = fit_streamed(sessions_path, valid if len(valid) else None, cfg)
+        identifiability = {"checked": False, "reason": f"method {cfg.train.method!r} models no bias factor"}
+        n_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in partition_paths(sessions_path))
+    else:
+        sessions = read_sampled_sessions(sessions_path, cfg.data.max_sessions, cfg.seed)
+        sessions, identifiability = preflight(sessions, cfg, run.root)   # warn | merge | fail | intervene
+        result = get_method(cfg.train.method).fit(sessions, valid if len(valid) else None, cfg)
+        n_rows = len(sessions)
     from .rundir import atomic_path
     with atomic_path(run.path(RANKER_DIR)) as tmp:
         result.ranker.save(tmp)
@@ -206,8 +225,29 @@ def train(ctx: StageContext) -> dict[str, Any]:
     write_json(run.path(BIAS), result.bias)
     _write_graphs(run, result)
     write_json(run.path(REPORT_FILE), identifiability)
-    return {"train_rows": int(len(sessions)), "valid_rows": int(len(valid)),
+    return {"train_rows": int(n_rows), "valid_rows": int(len(valid)),
             "identifiability": summary_entry(identifiability)}
+
+
+def read_sampled_sessions(directory: Path, max_sessions: int | None, seed: int) -> pd.DataFrame:
+    """`io.parquet.sample_sessions(read_table(directory), max_sessions, seed)` without reading unsampled rows.
+
+    The session ids are chosen from the session_id column alone (same ids, same draw), then only their rows
+    are read, the choice pushed down to the Parquet scan as a filter.
+    """
+    if max_sessions is None:
+        return read_table(directory)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+    from ..schema import SESSION_ID
+    ids = read_table(directory, columns=[SESSION_ID])[SESSION_ID].unique()
+    if len(ids) <= max_sessions:
+        return read_table(directory)
+    keep = np.random.default_rng(seed).choice(ids, size=max_sessions, replace=False)
+    dataset = ds.dataset([str(p) for p in partition_paths(directory)], format="parquet")
+    table = dataset.to_table(filter=pc.field(SESSION_ID).isin(pa.array(keep)))
+    return table.to_pandas().reset_index(drop=True)
 
 
 def _write_graphs(run: RunDir, result) -> None:
@@ -232,24 +272,34 @@ def discover(ctx: StageContext) -> dict[str, Any]:
         return {"skipped": "evaluation.discover_graph is false"}
     sessions_path, _ = _training_tables(run)
     parts = [str(p) for p in partition_paths(sessions_path)]
-    scored = ctx.client.gather(ctx.client.map(_score_partition, parts, ranker_dir=str(run.path(RANKER_DIR)),
-                                              rows_per_batch=cfg.train.batch_size * 8, pure=False))
-    write_parquet(run.path(SESSION_SCORES), pd.concat(scored, ignore_index=True))
+    # a directory of partitions, one per sessions partition, written by the workers themselves (as featurize's
+    # are: a run_dir URL's working copy collects them after the stage); the stage's record marks them complete
+    out = run.path(SESSION_SCORES)
+    if out.exists():
+        import shutil
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    out.mkdir(parents=True)
+    written = ctx.client.map(_score_partition, parts, [str(out / Path(p).name) for p in parts],
+                             ranker_dir=str(run.path(RANKER_DIR)), rows_per_batch=cfg.train.batch_size * 8,
+                             pure=False)
+    scored_rows = sum(ctx.client.gather(written))
     features = page_features_from_config(cfg.data.page_features, "data.page_features")
     result = discover_epoch(run.path(SESSIONS_DIR), run.path(SESSION_SCORES), features, cfg.discovery, run.root, 0,
                             encoder_dir=run.path(PAGE_ENCODER), client=ctx.client, seed=cfg.seed)
-    return {"edges": [f"{e.source} {e.arrow()} {e.target}" for e in result.graph.edges]}
+    return {"edges": [f"{e.source} {e.arrow()} {e.target}" for e in result.graph.edges],
+            "scored_rows": int(scored_rows)}
 
 
-def _score_partition(path: str, ranker_dir: str, rows_per_batch: int) -> pd.DataFrame:
-    """r̂ of every shown result of one partition (runs on a Dask worker)."""
+def _score_partition(path: str, out: str, ranker_dir: str, rows_per_batch: int) -> int:
+    """Write r̂ of every shown result of one partition to `out` (runs on a Dask worker); the rows written."""
     from ..rankers.base import score_frame
     from ..rankers.registry import load_ranker
     from ..schema import POSITION, RELEVANCE_SCORE, SESSION_ID
     frame = pd.read_parquet(path)
     scores = score_frame(load_ranker(ranker_dir), frame, rows_per_batch)
-    return pd.DataFrame({SESSION_ID: frame[SESSION_ID].to_numpy(), POSITION: frame[POSITION].to_numpy(),
-                         RELEVANCE_SCORE: scores})
+    write_parquet(out, pd.DataFrame({SESSION_ID: frame[SESSION_ID].to_numpy(), POSITION: frame[POSITION].to_numpy(),
+                                     RELEVANCE_SCORE: scores}))
+    return len(frame)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,160 @@
+"""The Baidu reader's compiled fast paths against plain statements of the rules they implement: field
+boundaries against bytes.split, token ids against a per-token reading of the documented rules, and
+plain decimals against Arrow's own float cast (bit for bit), including the cells that must fall back."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wpultr.io.baidu import _parse_float, _SplitLines
+from wpultr.io.baidu_kernels import count_newlines, field_starts, parse_plain_decimals, parse_tokens
+
+SEP = b"\x01"
+
+
+def _block(lines: list[bytes]) -> bytes:
+    return b"".join(line + b"\n" for line in lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Field boundaries
+# ---------------------------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=20))
+def test_field_boundaries_are_bytes_split_on_tabs(lines):
+    data = _block(lines)
+    starts, first_field = field_starts(np.frombuffer(data, dtype=np.uint8))
+    assert count_newlines(np.frombuffer(data, dtype=np.uint8)) == len(lines)
+    assert len(first_field) == len(lines) + 1
+    for i, line in enumerate(lines):
+        fields = [data[starts[k]:starts[k + 1] - 1] for k in range(first_field[i], first_field[i + 1])]
+        assert fields == line.split(b"\t")
+
+
+def test_field_boundaries_of_a_block_without_final_newline_are_refused():
+    with pytest.raises(ValueError, match="newline"):
+        field_starts(np.frombuffer(b"a\tb", dtype=np.uint8))
+
+
+# ---------------------------------------------------------------------------------------------
+# Token ids
+# ---------------------------------------------------------------------------------------------
+def _reference_tokens(field: bytes) -> tuple[list[int | None], bool, int]:
+    """(ids, bad, skipped) by the documented rules, one token at a time (None: a bad token)."""
+    if not field:
+        return [], False, 0
+    ids, bad, skipped = [], False, 0
+    for token in field.split(SEP):
+        if not token:
+            skipped += 1
+        elif 1 <= len(token) <= 10 and token.isdigit() and token.isascii() and int(token) < 2**31:
+            ids.append(int(token))
+        else:
+            bad = True
+            ids.append(None)
+    return ids, bad, skipped
+
+
+TOKEN_PIECES = st.sampled_from([b"0", b"7", b"42", b"007", b"2147483647", b"2147483648", b"9999999999",
+                                b"12345678901", b"x", b"-1", b" ", b"\xc3\xa9", b"\xd9\xa3"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.one_of(TOKEN_PIECES, st.just(b"")), max_size=6).map(SEP.join), min_size=1, max_size=12))
+def test_token_ids_follow_the_documented_rules(fields):
+    data = b"\t".join(fields) + b"\n"
+    begin = np.cumsum([0] + [len(f) + 1 for f in fields[:-1]])
+    end = begin + np.array([len(f) for f in fields])
+    offsets, ids, bad, skipped = parse_tokens(np.frombuffer(data, dtype=np.uint8), begin, end)
+    for j, field in enumerate(fields):
+        expected_ids, expected_bad, expected_skipped = _reference_tokens(field)
+        got = list(ids[offsets[j]:offsets[j + 1]])
+        assert (bool(bad[j]), int(skipped[j]), len(got)) == (expected_bad, expected_skipped, len(expected_ids)), field
+        if not expected_bad:
+            assert got == expected_ids, field
+
+
+def test_token_ids_of_many_separators_stay_in_bounds():
+    """A field of separators only has no token (every one skipped) and writes nothing past the ids."""
+    fields = [SEP * 500, b"1" + SEP + b"2", b""]
+    data = b"\t".join(fields) + b"\n"
+    begin = np.array([0, 501, 505])
+    offsets, ids, bad, skipped = parse_tokens(np.frombuffer(data, dtype=np.uint8), begin, begin + [500, 3, 0])
+    assert list(offsets) == [0, 0, 2, 2] and list(ids) == [1, 2]
+    assert list(skipped) == [501, 0, 0] and not bad.any()
+
+
+# ---------------------------------------------------------------------------------------------
+# Behaviour numbers: plain decimals compiled, everything else through Arrow's cast
+# ---------------------------------------------------------------------------------------------
+PLAIN = st.one_of(st.just("-"), st.just(""), st.decimals(allow_nan=False, allow_infinity=False, places=3,
+                                                          min_value=-10**11, max_value=10**11).map(str),
+                  st.integers(0, 10**15 - 1).map(str), st.floats(0, 1e6).map(lambda x: f"{x:.4f}"))
+OTHER = st.sampled_from(["1e2", "+5", ".5", "5.", "inf", "-inf", "nan", "NaN", "1.2.3", "--1", "12a", " 1",
+                         "1234567890123456", "0.1234567890123456", "-.5", "x", "1E-3", "00012.50"])
+
+
+def _floats_both_ways(cells: list[str]) -> tuple[list, list]:
+    """(the reader's floats, the general path's) of one column holding `cells`."""
+    lines = _SplitLines(_block([f"a\t{cell}\tb".encode() for cell in cells]))
+    rows = np.arange(len(cells))
+    (fast, fast_bad), = lines.floats(rows, [1])
+    general, general_bad = _parse_float(pa.array(cells, type=pa.string()))
+    return (fast, fast_bad), (general, general_bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(PLAIN, min_size=1, max_size=30), st.lists(OTHER, max_size=2))
+def test_behaviour_numbers_equal_arrows_cast_bit_for_bit(plain, other):
+    (fast, fast_bad), (general, general_bad) = _floats_both_ways(plain + other)
+    assert np.array_equal(fast.to_numpy().view(np.int64), general.to_numpy().view(np.int64))
+    assert list(fast_bad) == list(general_bad)
+
+
+def test_plain_decimals_take_the_compiled_path_and_others_do_not():
+    """A plain column is read by the kernel (no Arrow cast involved); one odd cell sends it to Arrow."""
+    lines = _SplitLines(_block([b"a\t12.5\t-", b"a\t-\t0.1", b"a\t\t-3"]))
+    values, plain = parse_plain_decimals(lines.bytes, lines.starts, lines.first_field, np.array([1, 2]))
+    assert list(plain) == [True, True]
+    assert values[0, 0] == 12.5 and np.isnan(values[0, 1]) and np.isnan(values[0, 2])
+    assert np.isnan(values[1, 0]) and values[1, 1] == 0.1 and values[1, 2] == -3.0
+    odd = _SplitLines(_block([b"a\t1e2\t1", b"a\t2\t1"]))
+    (column, bad), = odd.floats(np.arange(2), [1])
+    assert column.to_pylist() == [100.0, 2.0] and not bad.any()   # Arrow's reading of 1e2, kept
+
+
+# ---------------------------------------------------------------------------------------------
+# The allocator policy around a parse
+# ---------------------------------------------------------------------------------------------
+class _RecordingLibc:
+    """Stands in for glibc's mallopt/malloc_trim (process-wide C state no test can read back)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def mallopt(self, parameter, value):
+        self.calls.append(("mallopt", parameter, value))
+        return 1
+
+    def malloc_trim(self, pad):
+        self.calls.append(("malloc_trim", pad))
+        return 1
+
+
+def test_large_blocks_kept_sets_the_policy_once_and_restores_dasks(monkeypatch):
+    from wpultr.io import allocator
+    libc = _RecordingLibc()
+    monkeypatch.setattr(allocator, "_LIBC", libc)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    with allocator.large_blocks_kept():
+        with allocator.large_blocks_kept():         # a second parse in the same process
+            pass
+        assert libc.calls == [("mallopt", -3, 32 << 20), ("mallopt", -1, 256 << 20)]   # not restored yet
+    assert libc.calls[2:] == [("mallopt", -3, 128 << 10), ("mallopt", -1, 65536), ("malloc_trim", 0)]
+    with pytest.raises(RuntimeError):               # restored when the parse fails too
+        with allocator.large_blocks_kept():
+            raise RuntimeError("boom")
+    assert libc.calls[-1] == ("malloc_trim", 0) and allocator._active == 0

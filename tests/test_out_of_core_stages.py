@@ -1,0 +1,102 @@
+"""The non-training stages read partitions, not whole tables (issue 13 part 3), with the in-memory results."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from wpultr.config import config_from_dict
+from wpultr.io.parquet import partition_paths, read_table, sample_sessions
+from wpultr.metrics import click_mse, mcc
+from wpultr.pipeline import stages as S
+from wpultr.pipeline.runner import run_pipeline
+from wpultr.rankers.base import score_frame
+from wpultr.rankers.registry import load_ranker
+from wpultr.identifiability.truth_metrics import TRUTH_SESSIONS
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, dask_client):
+    """A simulated naive run whose sessions span several partitions, with the discover stage on."""
+    tmp = tmp_path_factory.mktemp("ooc")
+    cfg = config_from_dict({
+        "name": "ooc", "seed": 5, "run_dir": str(tmp / "{name}"),
+        "data": {"source": "simulate", "valid_fraction": 0.3, "partition_rows": 900,
+                 "page_features": {"position": "ordinal", "media_type": "categorical"},
+                 "simulate": {"n_queries": 30, "n_sessions": 400, "n_annotated_queries": 15}},
+        "ranker": {"backbone": "mlp", "head": [16]},
+        "train": {"epochs": 1, "batch_size": 64},
+        "discovery": {"n_sessions": 120, "n_bootstrap": 0, "ci_test": "fisherz"},   # fast: the reads are tested
+    })
+    return run_pipeline(cfg, client=dask_client).run_dir
+
+
+def test_ingest_columns_come_from_the_schema(run):
+    assert len(partition_paths(run / S.SESSIONS_DIR)) >= 3
+    summary = json.loads((run / S.INGEST_SUMMARY).read_text())
+    assert summary["columns"] == sorted(read_table(run / S.SESSIONS_DIR).columns)
+
+
+def test_discover_writes_scores_per_partition_equal_to_scoring_the_whole_table(run):
+    scores_dir = run / S.SESSION_SCORES
+    sessions_dir = run / S.SESSIONS_DIR
+    assert scores_dir.is_dir()
+    assert [p.name for p in partition_paths(scores_dir)] == [p.name for p in partition_paths(sessions_dir)]
+    sessions = read_table(sessions_dir)
+    written = read_table(scores_dir)
+    expected = score_frame(load_ranker(run / S.RANKER_DIR), sessions, 512)
+    np.testing.assert_array_equal(written["session_id"].to_numpy(), sessions["session_id"].to_numpy())
+    np.testing.assert_allclose(written["relevance_score"].to_numpy(), expected, rtol=1e-6, atol=1e-6)
+    assert (run / "epoch_0" / "graph.json").exists()      # discovery read the partitioned scores
+    assert json.loads((run / "stages" / "discover.json").read_text())["info"]["scored_rows"] == len(sessions)
+
+
+def test_truth_metrics_equal_the_whole_table_computation(run):
+    """MCC and click MSE from key columns + first rows equal the same numbers from the whole table in memory."""
+    sessions = read_table(run / S.SESSIONS_DIR)
+    truth = pd.read_parquet(run / S.TRUTH_DIR / TRUTH_SESSIONS,
+                            columns=["session_id", "position", "examination_prob", "click_prob"])
+    rows = sessions.merge(truth, on=["session_id", "position"])
+    rows = rows[rows["examination_prob"] > 0].reset_index(drop=True)
+    docs = rows.drop_duplicates(["query_id", "doc_id"]).reset_index(drop=True)
+    scores = np.asarray(score_frame(load_ranker(run / S.RANKER_DIR), docs, 64), dtype=np.float64)
+    predicted = 1.0 / (1.0 + np.exp(-scores))                 # naive pointwise: σ(score)
+    truth_rel = (docs["click_prob"] / docs["examination_prob"]).to_numpy()
+    lookup = rows.merge(docs[["query_id", "doc_id"]].assign(p=predicted), on=["query_id", "doc_id"])["p"]
+    metrics = json.loads((run / S.METRICS).read_text())["truth"]
+    assert metrics["documents"] == len(docs) and metrics["rows"] == len(rows)
+    assert metrics["MCC"] == pytest.approx(mcc(truth_rel, predicted), abs=1e-9)
+    assert metrics["click_MSE"] == pytest.approx(click_mse(rows["click_prob"], lookup.to_numpy(), fit_scale=True),
+                                                 rel=1e-9)
+
+
+@pytest.mark.parametrize("max_sessions", [1, 57, 399, 400, 10_000, None])
+def test_sampled_sessions_read_equal_sampling_the_whole_table(run, max_sessions):
+    sessions_dir = run / S.SESSIONS_DIR
+    expected = sample_sessions(read_table(sessions_dir), max_sessions, seed=11)
+    got = S.read_sampled_sessions(sessions_dir, max_sessions, seed=11)
+    pd.testing.assert_frame_equal(got, expected)
+
+
+def test_train_stage_streams_the_partitions_with_train_streaming(tmp_path, dask_client):
+    """`train.streaming: true`: the train stage never reads the table whole, counts its rows from the Parquet
+    metadata, and the streamed ranker is evaluated like any other."""
+    cfg = config_from_dict({
+        "name": "stream", "seed": 3, "run_dir": str(tmp_path / "{name}"),
+        "data": {"source": "simulate", "valid_fraction": 0.3, "partition_rows": 900,
+                 "page_features": {"position": "ordinal", "media_type": "categorical"},
+                 "simulate": {"n_queries": 30, "n_sessions": 300, "n_annotated_queries": 15}},
+        "ranker": {"backbone": "mlp", "head": [16]},
+        "train": {"epochs": 2, "batch_size": 32, "streaming": True},
+        "evaluation": {"discover_graph": False},
+    })
+    result = run_pipeline(cfg, client=dask_client)
+    record = json.loads((result.run_dir / "stages" / "train.json").read_text())["info"]
+    assert len(partition_paths(result.run_dir / S.SESSIONS_DIR)) >= 3
+    assert record["train_rows"] == len(read_table(result.run_dir / S.SESSIONS_DIR))
+    assert record["identifiability"]["checked"] is False
+    history = json.loads((result.run_dir / S.HISTORY).read_text())["epochs"]
+    assert len(history) == 2 and all(np.isfinite(e["train"]["loss"]) for e in history)
+    assert result.metrics["all"]["n_queries"] > 0

@@ -1,0 +1,142 @@
+"""Training streamed from Parquet partitions (methods/streaming.py) against the in-memory trainer.
+
+The partitions are written by ingest's own `SessionPartitionWriter`: one partition (where the streamed
+order is the in-memory order, so the trained model must be the same), small partitions (a batch then
+straddles partitions), and partitions shorter than a session (ingest splits such a session, and the
+stream must put it back together).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from wpultr.config import RunConfig
+from wpultr.errors import ConfigError
+from wpultr.io.tables import SessionPartitionWriter, to_arrow
+from wpultr.methods.distributed import fit_streamed
+from wpultr.methods.naive import Naive
+from wpultr.methods.streaming import PartitionSessions, feature_moments, streaming_ranker, streaming_trainer
+from wpultr.methods.training import build_ranker, list_scores
+from wpultr.io.parquet import partition_paths
+from wpultr.schema import CLICK, FEATURES, POSITION, SESSION_ID
+from wpultr.simulate import SimulateConfig, simulate
+
+SIM = SimulateConfig(n_queries=30, docs_per_query=10, n_sessions=300, n_annotated_queries=20,
+                     results_per_page=6, vocab_size=300, n_dense_features=6)
+
+
+@pytest.fixture(scope="module")
+def logs(one_torch_thread):
+    return simulate(SIM, seed=0)
+
+
+def partitions(frame, directory, rows: int):
+    frame = frame.sort_values(SESSION_ID, kind="stable").reset_index(drop=True)
+    writer = SessionPartitionWriter(directory, 0, rows)
+    writer.write(to_arrow(frame))
+    writer.close()
+    return directory
+
+
+def config(loss: str = "pointwise") -> RunConfig:
+    cfg = RunConfig()
+    cfg.seed = 3
+    cfg.ranker.head, cfg.ranker.dropout = [16], 0.0
+    cfg.train.loss, cfg.train.epochs, cfg.train.warmup_epochs = loss, 2, 1
+    cfg.train.batch_size, cfg.train.device = 37, "cpu"     # 300 sessions: the last batch is short
+    return cfg
+
+
+@pytest.mark.parametrize("loss", ["pointwise", "listwise"])
+def test_streaming_one_partition_trains_the_in_memory_model(logs, tmp_path, loss):
+    cfg = config(loss)
+    directory = partitions(logs.sessions, tmp_path, 10 ** 6)
+    assert len(partition_paths(directory)) == 1
+    memory = Naive().fit(logs.sessions, logs.annotations, cfg)
+    streamed = Naive().fit_trainer(streaming_trainer(directory, logs.annotations, cfg), cfg)
+    # The listwise softmax is blind to a shift of every score: the output bias's gradient is rounding noise,
+    # which Adam scales to whole steps, so there the model is the same up to that shift.
+    shift_free = {"net.2.bias"} if loss == "listwise" else set()
+    for name, value in memory.ranker.state_dict().items():
+        if name not in shift_free:
+            torch.testing.assert_close(streamed.ranker.state_dict()[name], value, rtol=1e-5, atol=1e-5)
+    assert [h["train"]["loss"] for h in streamed.history] == pytest.approx(
+        [h["train"]["loss"] for h in memory.history], rel=1e-5)
+    assert streamed.bias["best_epoch"] == memory.bias["best_epoch"]
+
+
+def test_the_stage_entry_streams_with_the_switch(logs, tmp_path):
+    cfg = config()
+    cfg.train.streaming = True
+    result = fit_streamed(partitions(logs.sessions, tmp_path, 200), logs.annotations, cfg)
+    assert [h.get("phase") for h in result.history] == ["warmup", None, None]
+    assert result.history[-1]["train"]["loss"] < result.history[0]["train"]["loss"]
+
+
+@pytest.mark.parametrize("rows, n", [(200, 300), (4, 40)])   # 4 rows: every 6-result session is split
+def test_each_epoch_streams_every_whole_session_once_in_a_seeded_order(logs, tmp_path, rows, n):
+    frame = logs.sessions[logs.sessions[SESSION_ID].isin(logs.sessions[SESSION_ID].unique()[:n])]
+    directory = partitions(frame, tmp_path, rows)
+    n_sessions = frame[SESSION_ID].nunique()
+    assert len(partition_paths(directory)) > 1
+    ranker = build_ranker(config(), frame)
+    stream = PartitionSessions(directory, ranker, 37, rng=np.random.default_rng(5))
+    assert (stream.sessions, len(stream)) == (n_sessions, -(-n_sessions // 37))
+    by_session = {sid: g.sort_values(POSITION) for sid, g in frame.groupby(SESSION_ID)}
+    orders = []
+    for _ in range(2):
+        batches = list(stream)
+        assert [len(b.index) for b in batches[:-1]] == [37] * (len(batches) - 1)
+        order = np.concatenate([b.index for b in batches])
+        assert sorted(order) == sorted(by_session)               # every session, once
+        orders.append(order)
+        for batch in batches[:3]:
+            for i, sid in enumerate(batch.index):                # whole sessions, rows by position
+                rows_ = by_session[sid]
+                k = len(rows_)
+                assert batch.mask[i].sum() == k
+                assert batch.clicks[i, :k].tolist() == rows_[CLICK].astype(float).tolist()
+                assert batch.positions[i, :k].tolist() == rows_[POSITION].tolist()
+    assert not np.array_equal(orders[0], orders[1])                 # reshuffled each epoch
+    again = list(PartitionSessions(directory, ranker, 37, rng=np.random.default_rng(5)))
+    assert np.array_equal(np.concatenate([b.index for b in again]), orders[0])   # and seeded
+
+
+def test_batches_straddling_partitions_score_their_own_rows(logs, tmp_path):
+    frame = logs.sessions
+    ranker = build_ranker(config(), frame).eval()
+    stream = PartitionSessions(partitions(logs.sessions, tmp_path, 50), ranker, 37, rng=np.random.default_rng(1))
+    by_session = {sid: g.sort_values(POSITION) for sid, g in frame.groupby(SESSION_ID)}
+    with torch.no_grad():
+        for batch in list(stream)[:4]:
+            scores = list_scores(ranker, None, batch)
+            for i, sid in enumerate(batch.index):
+                expected = ranker(ranker.prepare(by_session[sid]))
+                torch.testing.assert_close(scores[i, :len(expected)], expected)
+                assert not scores[i, len(expected):].any()
+
+
+def test_standardisation_merged_over_partitions_is_the_whole_tables(logs, tmp_path):
+    directory = partitions(logs.sessions, tmp_path, 50)
+    matrix = np.stack(logs.sessions[FEATURES].to_numpy()).astype(np.float64)
+    width, mean, std = feature_moments(partition_paths(directory))
+    assert width == matrix.shape[1]
+    np.testing.assert_allclose(mean, matrix.mean(axis=0), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(std, matrix.std(axis=0), rtol=1e-10)
+
+
+def test_streaming_names_what_it_cannot_do(logs, tmp_path):
+    directory = partitions(logs.sessions, tmp_path, 200)
+    cfg = config()
+    cfg.ranker.backbone = "bert"
+    with pytest.raises(ConfigError, match="train.streaming: true trains ranker.backbone 'mlp' only"):
+        streaming_ranker(cfg, directory)
+    cfg = config()
+    cfg.data.max_sessions = 10
+    with pytest.raises(ConfigError, match="data.max_sessions: must be null with train.streaming"):
+        streaming_trainer(directory, None, cfg)
+    cfg = config()
+    cfg.train.streaming = True
+    with pytest.raises(ConfigError, match="train.streaming: true streams the sessions' partitions"):
+        Naive().fit(logs.sessions, None, cfg)       # an in-memory table is never silently trained instead

@@ -1,0 +1,322 @@
+"""Where a run's files live: a local path or an fsspec URL (s3://, gs://, file://, memory://, …).
+
+Why: a remote Dask cluster should need no shared POSIX filesystem, only an object store every
+machine can reach. The design keeps every stage's local-file code as it is:
+
+* Inputs (`data.train`, `data.annotations`) are read through fsspec wherever they are opened
+  (`open_input`, `expand` for `*` patterns, `size`, `is_file`), on the client or on a worker, so
+  workers read the logs from the URL themselves. A local path keeps Python's own `open`.
+* A run directory given as a URL has a *working copy*: a local directory at the same path on every
+  machine (`working_copy_dir`, derived from the URL), where the stages read and write as today.
+  `WorkingCopy.pull` brings the URL's files into it (on start and so on resume, and on remote workers
+  before each stage); `WorkingCopy.push` sends what changed back after every finished stage, the
+  stage's completion record last: a stage whose upload was cut short has no record at the URL and is
+  re-run on resume. Workers on other hosts push what they wrote before the client pushes.
+* Writes are atomic where the filesystem allows: a local file or a file:// URL is written under a
+  temporary name and renamed; on an object store (s3, gs) one object PUT — multipart uploads too — is
+  atomic by itself: the object appears whole or not at all, so it is written in place.
+* memory:// lives in one process: fit for tests and in-process clusters, never shared with workers.
+
+An unknown protocol, or one whose package (s3fs, gcsfs, …) is not installed, is a ConfigError naming
+the config key (`check_url`).
+"""
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import os
+import re
+import socket
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterable
+
+from .errors import ConfigError, RunDirError
+
+URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+SYNC_MANIFEST = ".wpultr-sync.json"       # in a working copy: what it last sent or received, never uploaded
+WORKDIR_ENV = "WPULTR_WORKDIR"            # where working copies of URL run directories go
+_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
+             "abfss": "adlfs", "adl": "adlfs", "hf": "huggingface_hub", "sftp": "paramiko", "ssh": "paramiko"}
+_STAMP_KEYS = ("ETag", "etag", "md5Hash", "crc32c", "LastModified", "updated", "mtime", "created")
+
+
+def is_url(path: str | os.PathLike | None) -> bool:
+    """`path` is a URL with a protocol (`s3://…`), not a local path."""
+    return isinstance(path, str) and bool(URL.match(path))
+
+
+def protocol(url: str) -> str:
+    return url.split("://", 1)[0].lower()
+
+
+def check_url(url: str, key: str) -> None:
+    """ConfigError naming `key` when `url`'s protocol is unknown to fsspec or its package is missing."""
+    import fsspec
+    from fsspec.registry import known_implementations, registry
+    proto = protocol(url)
+    if proto not in known_implementations and proto not in registry:
+        raise ConfigError(f"{key}: unknown storage protocol {proto!r} in {url!r}; allowed protocols: "
+                          f"{', '.join(sorted(fsspec.available_protocols()))}")
+    try:
+        fsspec.get_filesystem_class(proto)
+    except ImportError:
+        package = _PACKAGES.get(proto)
+        hint = f"pip install {package}" if package else known_implementations[proto].get("err", "install its package")
+        raise ConfigError(f"{key}: protocol {proto!r} of {url!r} needs a package that is not installed: "
+                          f"{hint}") from None
+
+
+def filesystem(url: str):
+    """(fsspec filesystem, path within it) of `url`."""
+    from fsspec.core import url_to_fs
+    return url_to_fs(url)
+
+
+def _is_local_fs(fs: Any) -> bool:
+    from fsspec.implementations.local import LocalFileSystem
+    return isinstance(fs, LocalFileSystem)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+def open_input(path: str | os.PathLike, mode: str = "rb", compression: str | None = None) -> IO:
+    """Open an input file for reading: a local path with `open`, a URL through fsspec.
+
+    `compression="infer"` decompresses by the name (.gz, .bz2, …); the default reads the bytes as stored
+    (the Baidu reader decodes gzip itself, so it can keep the lines before a damaged member).
+    """
+    if not is_url(path):
+        if compression is None:
+            return builtins.open(path, mode)
+        import fsspec
+        return fsspec.open(os.fspath(path), mode, compression=compression).open()
+    import fsspec
+    return fsspec.open(path, mode, compression=compression).open()
+
+
+def is_file(path: str | os.PathLike) -> bool:
+    if not is_url(path):
+        return Path(path).is_file()
+    fs, inner = filesystem(path)
+    return fs.isfile(inner)
+
+
+def size(path: str | os.PathLike) -> int:
+    """Bytes of a file as stored (compressed, if it is)."""
+    if not is_url(path):
+        return Path(path).stat().st_size
+    fs, inner = filesystem(path)
+    return int(fs.size(inner))
+
+
+def expand(pattern: str) -> list[str]:
+    """The files a path or `*` pattern names, sorted; URLs keep their protocol."""
+    if not is_url(pattern):
+        import glob
+        return sorted(glob.glob(pattern))
+    fs, inner = filesystem(pattern)
+    found = fs.glob(inner) if any(c in inner for c in "*?[") else ([inner] if fs.exists(inner) else [])
+    return sorted(fs.unstrip_protocol(p) for p in found if fs.isfile(p))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write a whole file atomically: temporary name + rename locally, one PUT on an object store."""
+    if not is_url(path):
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+        return
+    fs, inner = filesystem(path)
+    if _is_local_fs(fs):
+        write_bytes(inner, data)
+    else:
+        fs.pipe_file(inner, data)
+
+
+# ---------------------------------------------------------------------------------------------
+# A run directory at a URL, and its local working copy
+# ---------------------------------------------------------------------------------------------
+def working_copy_dir(url: str) -> Path:
+    """The local directory that mirrors run directory `url`: the same path on every machine.
+
+    Under $WPULTR_WORKDIR, else <system temp>/wpultr-runs; named after the URL so two runs never share one.
+    """
+    root = os.environ.get(WORKDIR_ENV) or os.path.join(tempfile.gettempdir(), "wpultr-runs")
+    digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+    tail = re.sub(r"[^A-Za-z0-9._-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:64] or "run"
+    return Path(root).resolve() / f"{tail}-{digest}"
+
+
+def _synced(rel: str) -> bool:
+    """Files a sync moves: not the manifest, not a write in progress (`.<name>.tmp-<pid>`)."""
+    name = rel.rsplit("/", 1)[-1]
+    return name != SYNC_MANIFEST and not (name.startswith(".") and ".tmp-" in name)
+
+
+def _remote_stamp(info: dict[str, Any]) -> list:
+    """What tells one version of a remote file from another: its size and ETag / checksum / time."""
+    value = next((info[k] for k in _STAMP_KEYS if info.get(k) is not None), "")
+    if hasattr(value, "timestamp"):   # listings and info() may give one time as a datetime or as seconds
+        value = value.timestamp()
+    return [int(info.get("size") or 0), str(value)]
+
+
+def _local_stamp(path: Path) -> list:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+class WorkingCopy:
+    """The local working copy of a run directory at `url`, kept in step with it by pull and push."""
+
+    def __init__(self, url: str, local: str | Path | None = None):
+        self.url = url.rstrip("/")
+        self.local = Path(local) if local is not None else working_copy_dir(url)
+        self.fs, self.root = filesystem(self.url)
+        self.root = self.root.rstrip("/")
+
+    # -- the manifest: {relative path: {"local": stamp, "remote": stamp}} of the last transfer
+    def _manifest(self) -> dict[str, dict[str, list]]:
+        try:
+            return json.loads((self.local / SYNC_MANIFEST).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self, manifest: dict[str, dict[str, list]]) -> None:
+        if not manifest and not (self.local / SYNC_MANIFEST).exists():
+            return   # nothing moved: a new working copy stays empty (RunDir.create takes only an empty one)
+        self.local.mkdir(parents=True, exist_ok=True)
+        write_bytes(str(self.local / SYNC_MANIFEST), json.dumps(manifest, sort_keys=True).encode())
+
+    def _remote_files(self) -> dict[str, dict[str, Any]]:
+        if not self.fs.exists(self.root):
+            return {}
+        found = self.fs.find(self.root, detail=True)
+        prefix = self.root + "/"
+        out = {}
+        for name, info in found.items():
+            name = name.rstrip("/")
+            rel = name[len(prefix):] if name.startswith(prefix) else None
+            if rel and info.get("type", "file") == "file" and _synced(rel):
+                out[rel] = info
+        return out
+
+    def holds_run(self, marker: str) -> bool:
+        return self.fs.exists(f"{self.root}/{marker}")
+
+    def pull(self, marker: str | None = None) -> int:
+        """Bring every file of the URL that is new or changed into the working copy; the number fetched.
+
+        Files the working copy got from the URL earlier and that are gone there are removed; files
+        written or deleted here and not pushed yet are left to `push`. With `marker`, RunDirError when the URL holds files
+        but no run marker (it is not a wpultr run directory).
+        """
+        remote = self._remote_files()
+        if marker is not None and remote and marker not in remote:
+            raise RunDirError(f"{self.url}: exists, is not empty and holds no wpultr run (no {marker}); "
+                              f"choose another run_dir or name")
+        manifest, fetched = self._manifest(), 0
+        for rel, info in sorted(remote.items()):
+            target, stamp = self.local / rel, _remote_stamp(info)
+            seen = manifest.get(rel)
+            if seen and seen["remote"] == stamp:   # unchanged there; changed or deleted here: push decides
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+            self.fs.get_file(f"{self.root}/{rel}", str(tmp))
+            os.replace(tmp, target)
+            manifest[rel] = {"local": _local_stamp(target), "remote": stamp}
+            fetched += 1
+        for rel in [r for r in manifest if r not in remote]:
+            (self.local / rel).unlink(missing_ok=True)
+            del manifest[rel]
+        self._save(manifest)
+        return fetched
+
+    def push(self, last: Iterable[str] = ()) -> int:
+        """Send every file of the working copy that changed since the last transfer; the files in `last`
+        (relative paths, e.g. a stage's completion record) go after all others. Files this copy sent
+        or received before and that are gone here are deleted at the URL. Returns the number sent."""
+        manifest = self._manifest()
+        local = {p.relative_to(self.local).as_posix(): p for p in self.local.rglob("*")
+                 if p.is_file() and _synced(p.relative_to(self.local).as_posix())}
+        late = [r for r in last if r in local]
+        order = sorted(r for r in local if r not in late) + late
+        sent = 0
+        for rel in order:
+            stamp = _local_stamp(local[rel])
+            if manifest.get(rel, {}).get("local") == stamp:
+                continue
+            remote = f"{self.root}/{rel}"
+            self._put(local[rel], remote)
+            manifest[rel] = {"local": stamp, "remote": _remote_stamp(self.fs.info(remote))}
+            sent += 1
+        for rel in [r for r in manifest if r not in local]:
+            if self.fs.exists(f"{self.root}/{rel}"):
+                self.fs.rm_file(f"{self.root}/{rel}")
+            del manifest[rel]
+        self._save(manifest)
+        return sent
+
+    def _put(self, source: Path, remote: str) -> None:
+        """One file up, atomically: temporary name + rename on a local filesystem, one PUT on an object store."""
+        parent = remote.rsplit("/", 1)[0]
+        if _is_local_fs(self.fs):
+            self.fs.makedirs(parent, exist_ok=True)
+            tmp = f"{parent}/.{remote.rsplit('/', 1)[1]}.tmp-{os.getpid()}"
+            self.fs.put_file(str(source), tmp)
+            os.replace(tmp, remote)
+        else:
+            self.fs.put_file(str(source), remote)
+
+    def remove(self, marker: str) -> None:
+        """Delete the run at the URL (for --fresh) and the working copy; RunDirError, deleting nothing, when
+        the URL holds files but no run `marker`."""
+        remote = self._remote_files()
+        if remote and marker not in remote:
+            raise RunDirError(f"{self.url}: holds no wpultr run (no {marker} marker); --fresh will not delete "
+                              f"it. Remove it yourself or choose another run_dir")
+        if self.fs.exists(self.root):
+            self.fs.rm(self.root, recursive=True)
+        if self.local.is_dir():
+            import shutil
+            shutil.rmtree(self.local)
+
+    # -- workers on other hosts keep their own working copy at the same path
+    def _remote_workers(self, client: Any) -> list[str]:
+        """Addresses of the workers on another host than this one (those on this host share the copy);
+        none for memory://, which no other process sees."""
+        if client is None or protocol(self.url) == "memory":
+            return []
+        here = _host()
+        return [addr for addr, host in client.run(socket.gethostname).items() if host != here]
+
+    def pull_on_workers(self, client: Any) -> None:
+        workers = self._remote_workers(client)
+        if workers:
+            client.run(_pull_here, self.url, str(self.local), workers=workers)
+
+    def push_from_workers(self, client: Any) -> None:
+        workers = self._remote_workers(client)
+        if workers:
+            client.run(_push_here, self.url, str(self.local), workers=workers)
+
+
+def _host() -> str:
+    """This machine's name: workers with another name keep a working copy of their own."""
+    return socket.gethostname()
+
+
+def _pull_here(url: str, local: str) -> int:
+    """On a worker: bring its working copy of `url` up to date (run by client.run)."""
+    return WorkingCopy(url, local).pull()
+
+
+def _push_here(url: str, local: str) -> int:
+    """On a worker: send what it wrote into its working copy of `url` (run by client.run)."""
+    return WorkingCopy(url, local).push()
