@@ -17,19 +17,21 @@ from wpultr.identifiability.truth_metrics import TRUTH_SESSIONS
 pytestmark = pytest.mark.slow
 
 
+def small_run_config(tmp, name: str, seed: int, n_sessions: int, **sections):
+    """A simulated naive run on the MLP whose sessions span several 900-row partitions."""
+    return config_from_dict({
+        "name": name, "seed": seed, "run_dir": str(tmp / "{name}"),
+        "data": {"source": "simulate", "valid_fraction": 0.3, "partition_rows": 900,
+                 "page_features": {"position": "ordinal", "media_type": "categorical"},
+                 "simulate": {"n_queries": 30, "n_sessions": n_sessions, "n_annotated_queries": 15}},
+        "ranker": {"backbone": "mlp", "head": [16]}, **sections})
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, dask_client):
     """A simulated naive run whose sessions span several partitions, with the discover stage on."""
-    tmp = tmp_path_factory.mktemp("ooc")
-    cfg = config_from_dict({
-        "name": "ooc", "seed": 5, "run_dir": str(tmp / "{name}"),
-        "data": {"source": "simulate", "valid_fraction": 0.3, "partition_rows": 900,
-                 "page_features": {"position": "ordinal", "media_type": "categorical"},
-                 "simulate": {"n_queries": 30, "n_sessions": 400, "n_annotated_queries": 15}},
-        "ranker": {"backbone": "mlp", "head": [16]},
-        "train": {"epochs": 1, "batch_size": 64},
-        "discovery": {"n_sessions": 120, "n_bootstrap": 0, "ci_test": "fisherz"},   # fast: the reads are tested
-    })
+    cfg = small_run_config(tmp_path_factory.mktemp("ooc"), "ooc", 5, 400, train={"epochs": 1, "batch_size": 64},
+                           discovery={"n_sessions": 120, "n_bootstrap": 0, "ci_test": "fisherz"})  # fast: reads tested
     return run_pipeline(cfg, client=dask_client).run_dir
 
 
@@ -83,15 +85,8 @@ def test_sampled_sessions_read_equal_sampling_the_whole_table(run, max_sessions)
 def test_train_stage_streams_the_partitions_with_train_streaming(tmp_path, dask_client):
     """`train.streaming: true`: the train stage never reads the table whole, counts its rows from the Parquet
     metadata, and the streamed ranker is evaluated like any other."""
-    cfg = config_from_dict({
-        "name": "stream", "seed": 3, "run_dir": str(tmp_path / "{name}"),
-        "data": {"source": "simulate", "valid_fraction": 0.3, "partition_rows": 900,
-                 "page_features": {"position": "ordinal", "media_type": "categorical"},
-                 "simulate": {"n_queries": 30, "n_sessions": 300, "n_annotated_queries": 15}},
-        "ranker": {"backbone": "mlp", "head": [16]},
-        "train": {"epochs": 2, "batch_size": 32, "streaming": True},
-        "evaluation": {"discover_graph": False},
-    })
+    cfg = small_run_config(tmp_path, "stream", 3, 300, train={"epochs": 2, "batch_size": 32, "streaming": True},
+                           evaluation={"discover_graph": False})
     result = run_pipeline(cfg, client=dask_client)
     record = json.loads((result.run_dir / "stages" / "train.json").read_text())["info"]
     assert len(partition_paths(result.run_dir / S.SESSIONS_DIR)) >= 3
