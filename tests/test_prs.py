@@ -229,3 +229,29 @@ def test_reproduce_config_expands_to_valid_runs_of_both_corpora():
     assert letor and all(s["corpus"] == "letor" and Path(s["letor_path"]).is_file() for s in letor)
     for group in exp.spec.tables.sweep.groups.values():
         assert set(group) <= set(exp.settings)
+
+
+def test_lambdarank_normalisation_matches_a_per_session_loop():
+    """`normalised_pair_weights` = LightGBM's lambdarank_norm, restated session by session: |ΔNDCG| / (0.01 + |Δs|)
+    where the session's scores differ, then × log2(1 + Λ) / Λ with Λ = Σ 2σρ × factor over the session's pairs."""
+    rng = np.random.default_rng(3)
+    sizes = np.array([4, 3, 5, 2])
+    clicks = np.array([1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 0, 1, 0], dtype=float)
+    scores = rng.normal(size=sizes.sum())
+    scores[4:7] = 0.7                                                   # session 1: every score equal
+    i, j, _, _ = lp.session_pairs(sizes, clicks)
+    swap = lp.delta_ndcg(scores, sizes, clicks, i, j)
+    got = lp.normalised_pair_weights(scores, sizes, i, j, swap, sigma=1.0)
+    session = np.repeat(np.arange(len(sizes)), sizes)
+    expected = np.empty(len(i))
+    for q in range(len(sizes)):
+        rows = np.flatnonzero(session[i] == q)
+        own = scores[session == q]
+        factor = [swap[k] / (0.01 + abs(scores[i[k]] - scores[j[k]])) if own.max() > own.min() else swap[k]
+                  for k in rows]
+        total = sum(2.0 * f / (1.0 + np.exp(scores[i[k]] - scores[j[k]])) for f, k in zip(factor, rows))
+        for f, k in zip(factor, rows):
+            expected[k] = f * (np.log2(1.0 + total) / total if total > 0 else 1.0)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    grad = lambda_objective(sizes, clicks, np.ones(len(i)), i, j, normalise=True)[0](scores)[0]
+    np.testing.assert_allclose(grad, lp.pair_grad_hess(scores, i, j, expected)[0], rtol=1e-12)

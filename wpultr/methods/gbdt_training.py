@@ -141,12 +141,13 @@ class BoostingTrainer:
         raise ValueError(f"train.loss: {kind!r} is not one of 'pointwise', 'listwise', 'lambdarank'")
 
     def lambda_objective(self, click_weights: np.ndarray) -> tuple[GradHess, Loss]:
-        """LambdaMART on the clicks (gains 0/1, |ΔNDCG| at each round's ranking), every clicked-over-skipped pair
-        weighted by its clicked row's `click_weights` (dataset order): 1 for Naive, BAL's ω for its ranker step."""
+        """LambdaMART on the clicks (gains 0/1, |ΔNDCG| at each round's ranking, normalised as LightGBM's lambdarank
+        does), every clicked-over-skipped pair weighted by its clicked row's `click_weights` (dataset order): 1 for
+        Naive, BAL's ω for its ranker step."""
         from .lambda_pairs import lambda_objective, session_pairs
         pair_i, pair_j, _, _ = session_pairs(self.group_sizes, self.clicks)
         return lambda_objective(self.group_sizes, self.clicks, np.asarray(click_weights, np.float64)[pair_i],
-                                pair_i, pair_j)
+                                pair_i, pair_j, normalise=True)   # as LightGBM's lambdarank (lambdarank_norm)
 
     def warm_up(self, epochs: int | None = None) -> None:
         """`train.warmup_epochs` epochs of the naive click loss, recorded with phase "warmup" (BAL §4.1)."""

@@ -143,13 +143,47 @@ def delta_ndcg(scores: np.ndarray, group_sizes: np.ndarray, gains: np.ndarray, p
     return SwapNDCG(group_sizes, gains, pair_i, pair_j, truncation)(scores)
 
 
+def normalised_pair_weights(scores: np.ndarray, group_sizes: np.ndarray, pair_i: np.ndarray, pair_j: np.ndarray,
+                            swap: np.ndarray, sigma: float = 1.0) -> np.ndarray:
+    """LightGBM's `lambdarank_norm` applied to the pair factors |ΔNDCG_ij| (`swap`) at the round's scores.
+
+    In a session whose scores are not all equal each factor is divided by 0.01 + |s_i − s_j| (pairs already far
+    apart count less); then the session's factors are scaled by log2(1 + Λ_q) / Λ_q, Λ_q = Σ 2σ ρ_ij × factor
+    (ρ_ij = 1 / (1 + exp(σ(s_i − s_j)))) — the query's total |λ| squashed, so sessions with many pairs do not
+    dominate the gradient. As in LightGBM's LambdarankNDCG (rank_objective.hpp); the result are pair weights
+    for `pair_grad_hess`, held constant during the round.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    i, j = np.asarray(pair_i, dtype=np.int64), np.asarray(pair_j, dtype=np.int64)
+    sizes, _, session = _session_index(group_sizes, len(s))
+    n_sessions = len(sizes)
+    spread = np.zeros(n_sessions, dtype=bool)
+    if len(s):
+        highest = np.full(n_sessions, -np.inf)
+        lowest = np.full(n_sessions, np.inf)
+        np.maximum.at(highest, session, s)
+        np.minimum.at(lowest, session, s)
+        spread = highest > lowest
+    q = session[i]
+    diff = s[i] - s[j]
+    factor = np.where(spread[q], swap / (0.01 + np.abs(diff)), swap)
+    rho = 0.5 * (1.0 - np.tanh(0.5 * sigma * diff))                       # 1 / (1 + e^{σ(s_i − s_j)}), stable
+    total = np.bincount(q, 2.0 * sigma * rho * factor, minlength=n_sessions)
+    scale = np.divide(np.log2(1.0 + total), total, out=np.ones_like(total), where=total > 0)
+    return factor * scale[q]
+
+
 def lambda_objective(group_sizes: np.ndarray, gains: np.ndarray, base_weights: np.ndarray, pair_i: np.ndarray,
-                     pair_j: np.ndarray) -> tuple[GradHess, Loss]:
-    """(grad_hess, loss) of the weighted λ-pairs for `BoostingTrainer.boost`: w × |ΔNDCG| at the given scores."""
+                     pair_j: np.ndarray, normalise: bool = False) -> tuple[GradHess, Loss]:
+    """(grad_hess, loss) of the weighted λ-pairs for `BoostingTrainer.boost`: w × |ΔNDCG| at the given scores,
+    with LightGBM's lambdarank normalisation of the |ΔNDCG| factors when `normalise` (`normalised_pair_weights`)."""
     swap = SwapNDCG(group_sizes, gains, pair_i, pair_j)                # IDCG and |g_i − g_j| once
 
     def weights(f: np.ndarray) -> np.ndarray:
-        return base_weights * swap(f)
+        factor = swap(f)
+        if normalise:
+            factor = normalised_pair_weights(f, group_sizes, pair_i, pair_j, factor)
+        return base_weights * factor
 
     return (lambda f: pair_grad_hess(f, pair_i, pair_j, weights(f))), \
         (lambda f: pair_loss(f, pair_i, pair_j, weights(f)))

@@ -214,7 +214,8 @@ def train(ctx: StageContext) -> dict[str, Any]:
         identifiability = {"checked": False, "reason": f"method {cfg.train.method!r} models no bias factor"}
         n_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in partition_paths(sessions_path))
     else:
-        sessions = read_sampled_sessions(sessions_path, cfg.data.max_sessions, cfg.seed)
+        sessions = read_sampled_sessions(sessions_path, cfg.data.max_sessions, cfg.seed,
+                                         training_columns(cfg, _schema_order(sessions_path)))
         sessions, identifiability = preflight(sessions, cfg, run.root)   # warn | merge | fail | intervene
         result = get_method(cfg.train.method).fit(sessions, valid if len(valid) else None, cfg)
         n_rows = len(sessions)
@@ -229,24 +230,44 @@ def train(ctx: StageContext) -> dict[str, Any]:
             "identifiability": summary_entry(identifiability)}
 
 
-def read_sampled_sessions(directory: Path, max_sessions: int | None, seed: int) -> pd.DataFrame:
+def _schema_order(directory: Path) -> list[str]:
+    """The partitioned table's columns in the order a whole-table read gives them (the first partition's schema)."""
+    first = pq.read_schema(partition_paths(directory)[0]).names
+    return [c for c in first if not c.startswith("__index_level_")] + \
+        [c for c in table_columns(directory) if c not in first]
+
+
+def training_columns(cfg: RunConfig, available: list[str]) -> list[str]:
+    """The sessions' columns the train stage hands a method: all but what no method reads — Baidu behaviour
+    columns no page feature declares and, when a dense `features` vector and a `doc_id` serve a non-BERT ranker,
+    the token lists. Token lists held as Python objects were most of the train stage's memory."""
+    from ..schema import BAIDU_BEHAVIOUR_COLUMNS, DOC_ID, QUERY_REFORMULATION, TOKEN_COLUMNS
+    declared = set(cfg.data.declared_page_features())
+    drop = {c for c in (*BAIDU_BEHAVIOUR_COLUMNS, QUERY_REFORMULATION) if c not in declared}
+    if cfg.ranker.backbone != "bert" and FEATURES in available and DOC_ID in available:
+        drop |= set(TOKEN_COLUMNS)
+    return [c for c in available if c not in drop]
+
+
+def read_sampled_sessions(directory: Path, max_sessions: int | None, seed: int,
+                          columns: list[str] | None = None) -> pd.DataFrame:
     """`io.parquet.sample_sessions(read_table(directory), max_sessions, seed)` without reading unsampled rows.
 
     The session ids are chosen from the session_id column alone (same ids, same draw), then only their rows
-    are read, the choice pushed down to the Parquet scan as a filter.
+    are read, the choice pushed down to the Parquet scan as a filter. `columns` (None: all) are read.
     """
     if max_sessions is None:
-        return read_table(directory)
+        return read_table(directory, columns)
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
     from ..schema import SESSION_ID
     ids = read_table(directory, columns=[SESSION_ID])[SESSION_ID].unique()
     if len(ids) <= max_sessions:
-        return read_table(directory)
+        return read_table(directory, columns)
     keep = np.random.default_rng(seed).choice(ids, size=max_sessions, replace=False)
     dataset = ds.dataset([str(p) for p in partition_paths(directory)], format="parquet")
-    table = dataset.to_table(filter=pc.field(SESSION_ID).isin(pa.array(keep)))
+    table = dataset.to_table(columns=columns, filter=pc.field(SESSION_ID).isin(pa.array(keep)))
     return table.to_pandas().reset_index(drop=True)
 
 
