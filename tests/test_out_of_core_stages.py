@@ -98,15 +98,16 @@ def test_train_stage_streams_the_partitions_with_train_streaming(tmp_path, dask_
 
 
 def test_train_stage_reads_only_the_columns_methods_train_on():
-    """Behaviour columns no page feature declares are left on disk, and the token lists too when a dense feature
-    vector and a doc_id serve a non-BERT ranker (they were most of the train stage's memory on Baidu logs)."""
+    """Behaviour columns no page feature declares are left on disk, and the title/abstract token lists too when a
+    dense feature vector and a doc_id serve a non-BERT ranker (much of the train stage's memory on Baidu logs)."""
     from wpultr.schema import BAIDU_BEHAVIOUR_COLUMNS, TOKEN_COLUMNS
     available = ["session_id", "query_id", "position", "click", "doc_id", *TOKEN_COLUMNS, "query_reformulation",
                  "media_type", *BAIDU_BEHAVIOUR_COLUMNS, "features"]
     page = {"position": "ordinal", "media_type": "categorical", "serp_height": "continuous"}
     mlp = config_from_dict({"data": {"page_features": page}, "ranker": {"backbone": "mlp"}})
     kept = S.training_columns(mlp, available)
-    assert kept == ["session_id", "query_id", "position", "click", "doc_id", "media_type", "serp_height", "features"]
+    assert kept == ["session_id", "query_id", "position", "click", "doc_id", "query_tokens", "media_type",
+                    "serp_height", "features"]                  # query tokens: part of the query key
     bert = config_from_dict({"data": {"page_features": page}, "ranker": {"backbone": "bert"}})
     assert set(TOKEN_COLUMNS) <= set(S.training_columns(bert, available))
     no_doc = [c for c in available if c != "doc_id"]           # tokens then identify documents (identifiability)

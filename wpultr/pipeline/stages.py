@@ -240,12 +240,13 @@ def _schema_order(directory: Path) -> list[str]:
 def training_columns(cfg: RunConfig, available: list[str]) -> list[str]:
     """The sessions' columns the train stage hands a method: all but what no method reads — Baidu behaviour
     columns no page feature declares and, when a dense `features` vector and a `doc_id` serve a non-BERT ranker,
-    the token lists. Token lists held as Python objects were most of the train stage's memory."""
-    from ..schema import BAIDU_BEHAVIOUR_COLUMNS, DOC_ID, QUERY_REFORMULATION, TOKEN_COLUMNS
+    the title and abstract token lists (Python objects per row: much of the train stage's memory). The query
+    tokens stay: they are part of the query key (schema.query_key) that keeps test queries out of training."""
+    from ..schema import ABSTRACT_TOKENS, BAIDU_BEHAVIOUR_COLUMNS, DOC_ID, QUERY_REFORMULATION, TITLE_TOKENS
     declared = set(cfg.data.declared_page_features())
     drop = {c for c in (*BAIDU_BEHAVIOUR_COLUMNS, QUERY_REFORMULATION) if c not in declared}
     if cfg.ranker.backbone != "bert" and FEATURES in available and DOC_ID in available:
-        drop |= set(TOKEN_COLUMNS)
+        drop |= {TITLE_TOKENS, ABSTRACT_TOKENS}
     return [c for c in available if c not in drop]
 
 
