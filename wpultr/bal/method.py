@@ -126,12 +126,11 @@ def _current_client() -> Any:
     """The Dask client the pipeline runs on, if any: discovery spreads its CI tests over it.
 
     Without one (BAL fitted outside a pipeline) discovery runs serially here, and says so."""
-    from distributed import default_client
-    try:
-        return default_client()
-    except ValueError:                       # distributed: "No clients found"
+    from ..pipeline.cluster import current_client
+    client = current_client()
+    if client is None:
         log.warning("BAL: no Dask client found; causal discovery runs its CI tests serially in this process")
-        return None
+    return client
 
 
 class BAL:

@@ -50,11 +50,10 @@ def booster_params(cfg: "RunConfig") -> dict[str, Any]:
 
 def note_in_process(cfg: "RunConfig", rows: int) -> bool:
     """Log (and say True) when `baselines.lightgbm_distributed` would put this booster on Dask; it stays here."""
-    from .lightgbm_rank import current_client, inside_worker, n_workers
+    from ..pipeline.cluster import current_client
+    from .lightgbm_rank import wants_dask
     mode = cfg.baselines.lightgbm_distributed
-    client = current_client() if mode is not False else None
-    wanted = mode is True or (mode == "auto" and client is not None and n_workers(client) >= 2
-                              and rows > cfg.data.partition_rows and not inside_worker())
+    wanted = wants_dask(cfg, current_client() if mode is not False else None, rows)
     if wanted:
         log.info("ranker.backbone lightgbm trains in this process: lightgbm.dask cannot grow a booster on a "
                  "custom objective driven from here (baselines.lightgbm_distributed=%s ignored)", mode)

@@ -118,27 +118,15 @@ def session_partitions(group_sizes: np.ndarray, n_parts: int) -> list[tuple[int,
     return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
 
 
-def current_client() -> Any:
-    """The Dask client of this process (the run's), or None."""
-    try:
-        from distributed import default_client
-        return default_client()
-    except (ImportError, ValueError):
-        return None
-
-
-def n_workers(client: Any) -> int:
-    return len(client.nthreads())
-
-
-def inside_worker() -> bool:
-    """True in a Dask worker's task (an experiment's run): the runs, not one booster, share the workers there."""
-    try:
-        from distributed import get_worker
-        get_worker()
-        return True
-    except (ImportError, ValueError):
-        return False
+def wants_dask(config: "RunConfig", client: Any, rows: int) -> bool:
+    """Whether `baselines.lightgbm_distributed` puts a booster of `rows` training rows on the Dask cluster: true
+    always, false never, auto when `client` has >= 2 workers, the rows exceed one ingest partition and this is
+    not itself a worker's task."""
+    from ..pipeline.cluster import inside_worker, n_workers
+    mode = setting(config, "lightgbm_distributed")
+    if mode is True or mode is False:
+        return mode
+    return client is not None and n_workers(client) >= 2 and rows > config.data.partition_rows and not inside_worker()
 
 
 class LightGBMLambdaRank:
@@ -223,6 +211,7 @@ class LightGBMLambdaRank:
     # ------------------------------------------------------------------ lightgbm.dask
     def dask_client(self, config: "RunConfig", rows: int) -> Any:
         """The Dask client to train on (`baselines.lightgbm_distributed`), or None to train in this process."""
+        from ..pipeline.cluster import current_client
         mode = setting(config, "lightgbm_distributed")
         if mode is False:
             return None
@@ -231,8 +220,7 @@ class LightGBMLambdaRank:
             from ..config import ConfigError
             raise ConfigError("baselines.lightgbm_distributed: true needs a Dask client (the run's cluster) and "
                               "none is running; set it to auto or false")
-        if client is None or (mode == "auto" and (n_workers(client) < 2 or rows <= config.data.partition_rows
-                                                  or inside_worker())):
+        if client is None or not wants_dask(config, client, rows):
             return None
         if self.position_aware:
             log.info("%s trains in this process: lightgbm.dask's ranker takes no `position`", self.name)
@@ -248,6 +236,7 @@ class LightGBMLambdaRank:
 
         params = self.params(config)
         rounds = _positive_int(config, "lightgbm_rounds")
+        from ..pipeline.cluster import n_workers
         n_parts = max(n_workers(client), math.ceil(len(x) / config.data.partition_rows))
         bounds = session_partitions(groups, n_parts)
         starts = np.r_[0, np.cumsum(groups)]

@@ -19,6 +19,29 @@ from ..config import ClusterConfig
 from ..errors import ClusterError
 
 
+def current_client() -> Client | None:
+    """The Dask client of this process (the run's), or None when there is none."""
+    from distributed import default_client
+    try:
+        return default_client()
+    except ValueError:                       # distributed: "No clients found"
+        return None
+
+
+def n_workers(client: Client) -> int:
+    return len(client.nthreads())
+
+
+def inside_worker() -> bool:
+    """True in a Dask worker's task (an experiment's run): the runs, not one job, share the workers there."""
+    from distributed import get_worker
+    try:
+        get_worker()
+        return True
+    except ValueError:
+        return False
+
+
 @contextlib.contextmanager
 def open_client(cfg: ClusterConfig | None = None) -> Iterator[Client]:
     """Yield a Client on `cfg.scheduler` if given, else on a fresh LocalCluster closed on exit."""
