@@ -70,7 +70,7 @@ def _read_sessions(sessions_dir: str | Path, columns: list[str], session_ids: np
 
 def _scores_column(sessions_dir: str | Path, scores: str | Path) -> str | None:
     """The sessions column holding r̂ if `scores` names one; None if it is a scores file."""
-    if Path(scores).is_file() or Path(scores).is_dir():   # a scores file, or a directory of its partitions
+    if Path(scores).exists():   # a scores file, or a directory of its partitions
         return None
     names = ds.dataset([str(p) for p in partition_paths(sessions_dir)], format="parquet").schema.names
     if isinstance(scores, str) and scores in names:

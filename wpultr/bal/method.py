@@ -176,13 +176,13 @@ class BAL:
             click_model, cm_stats = self.click_model(r, nodes, clicks, weights, biases, kinds, n_categories,  # step 5
                                                      config, seed, trainer.generator)
             clock.lap("click_model")
-            listwise = config.train.loss in ("listwise", "lambdarank")      # a click-reweighting ranker step
-            if listwise:
+            reweighted = config.train.loss in ("listwise", "lambdarank")    # a click-reweighting ranker step
+            if reweighted:
                 weights = listwise_click_weights(weights, click_model.page_logits(nodes),
                                                  config.bal.weights.max_weight)
             if boosted:                                                                         # step 6
                 stats = self.boost_ranker(trainer, click_model, nodes, weights, config.train.loss)
-            elif listwise:
+            elif reweighted:                                                # listwise: lambdarank is the booster's
                 extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32))}
                 stats = trainer.epoch(lambda s, b: weighted_softmax_loss(s, b.clicks, b.mask, b.extras[WEIGHTS]),
                                       extras)

@@ -239,37 +239,31 @@ def parallel_pc(datasets: Sequence[np.ndarray], node_names: Sequence[str], alpha
     runs = [_Progress(np.asarray(d), spec.build(np.asarray(d)), h) for d, h in zip(datasets, handles)]
     for run, known in zip(runs, known_p_values or []):
         run.test.pvalue_cache.update({k: float(v) for k, v in (known or {}).items() if k not in _META_KEYS})
-    while True:
-        batch: list[tuple[_Progress, list[CITest]]] = []
-        for run in runs:
-            if run.done:
-                continue
-            cg = run.skeleton(alpha, background_knowledge, names)
-            if not (cg.max_degree() - 1 > run.depth) or (max_depth is not None and run.depth + 1 > max_depth):
-                run.done = True
-                continue
-            run.depth += 1
-            todo: dict[str, CITest] = {}
-            for x, y, S in level_tests(cg, run.depth):
-                key = run.test.get_formatted_XYZ_and_cachekey(x, y, S)[3]
-                if key not in run.test.pvalue_cache:
-                    todo.setdefault(key, (x, y, S))
-            batch.append((run, list(todo.items())))
-        if not batch:
-            break
-        try:
+    try:
+        while True:
+            batch: list[tuple[_Progress, list[CITest]]] = []
+            for run in runs:
+                if run.done:
+                    continue
+                cg = run.skeleton(alpha, background_knowledge, names)
+                if not (cg.max_degree() - 1 > run.depth) or (max_depth is not None and run.depth + 1 > max_depth):
+                    run.done = True
+                    continue
+                run.depth += 1
+                todo: dict[str, CITest] = {}
+                for x, y, S in level_tests(cg, run.depth):
+                    key = run.test.get_formatted_XYZ_and_cachekey(x, y, S)[3]
+                    if key not in run.test.pvalue_cache:
+                        todo.setdefault(key, (x, y, S))
+                batch.append((run, list(todo.items())))
+            if not batch:
+                break
             _evaluate(batch, spec, client, threads * tasks_per_thread, deadline)
-        except BaseException:
-            _forget_everywhere(client)
-            raise
-    _forget_everywhere(client)
+    finally:
+        _forget_tests()                       # the tests hold this call's data and caches
+        if client is not None:
+            client.run(_forget_tests)
     return [_final_pass(run, names, alpha, spec, background_knowledge, max_depth) for run in runs]
-
-
-def _forget_everywhere(client: Any) -> None:
-    _forget_tests()
-    if client is not None:
-        client.run(_forget_tests)
 
 
 def _check_deadline(deadline: float | None, depth: int) -> None:
@@ -286,14 +280,16 @@ def _evaluate(batch: list[tuple[_Progress, list[tuple[str, CITest]]]], spec: CIT
         if not keyed:
             continue
         key_of = {t: k for k, t in keyed}
-        local = [t for _, t in keyed] if client is None else [t for _, t in keyed if spec.runs_locally(t[0], t[1])]
-        remote = [t for _, t in keyed if client is not None and not spec.runs_locally(t[0], t[1])]
+        local: list[CITest] = []
+        remote: list[CITest] = []
+        for _, t in keyed:
+            (local if client is None or spec.runs_locally(t[0], t[1]) else remote).append(t)
         parts = _task_parts(remote, max(1, n_tasks // len(batch))) if remote else []
         futures = [client.submit(p_values, run.handle, spec, part, pure=False) for part in parts]
         jobs.append((run, [[key_of[t] for t in part] for part in parts], futures))
-        for part in (_task_parts(local, 1) if local else []):    # here, while the workers run theirs
+        for t in (_task_parts(local, 1)[0] if local else []):   # here (by conditioning set), while workers run theirs
             _check_deadline(deadline, run.depth)
-            run.test.pvalue_cache.update((key_of[t], float(run.test(*t))) for t in part)
+            run.test.pvalue_cache[key_of[t]] = float(run.test(*t))
     if client is not None and deadline is not None and any(futures for _, _, futures in jobs):
         from distributed import wait
         pending = [f for _, _, futures in jobs for f in futures]

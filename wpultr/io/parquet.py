@@ -7,6 +7,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from ..schema import SESSION_ID
 
@@ -17,6 +18,16 @@ def partition_paths(directory: str | Path) -> list[Path]:
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no such table directory")
     return sorted(p for p in directory.glob("*.parquet") if not p.name.startswith("."))
+
+
+def column_names(path: str | Path) -> list[str]:
+    """The columns `read_table(path)` gives, in its order, read from the Parquet footers only."""
+    path = Path(path)
+    if path.is_dir():
+        names = ds.dataset([str(p) for p in partition_paths(path)], format="parquet").schema.names
+    else:
+        names = pq.read_schema(path).names
+    return [n for n in names if not n.startswith("__index_level_")]
 
 
 def read_table(path: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,7 @@ from ..rankers.lightgbm import LightGBMRanker
 from ..rankers.mlp import feature_matrix
 from ..schema import CLICK
 from . import gbdt_objectives as obj
+from .lambda_pairs import GradHess, Loss, lambda_objective, session_pairs
 from .training import SessionLists
 
 if TYPE_CHECKING:
@@ -36,8 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GradHess = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]   # raw scores (dataset order) -> g, h
-Loss = Callable[[np.ndarray], float]
 
 
 def booster_params(cfg: "RunConfig") -> dict[str, Any]:
@@ -143,7 +142,6 @@ class BoostingTrainer:
         """LambdaMART on the clicks (gains 0/1, |ΔNDCG| at each round's ranking, normalised as LightGBM's lambdarank
         does), every clicked-over-skipped pair weighted by its clicked row's `click_weights` (dataset order): 1 for
         Naive, BAL's ω for its ranker step."""
-        from .lambda_pairs import lambda_objective, session_pairs
         pair_i, pair_j, _, _ = session_pairs(self.group_sizes, self.clicks)
         return lambda_objective(self.group_sizes, self.clicks, np.asarray(click_weights, np.float64)[pair_i],
                                 pair_i, pair_j, normalise=True)   # as LightGBM's lambdarank (lambdarank_norm)

@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-GradHess = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]   # as gbdt_training's (that module imports torch)
+GradHess = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]   # a booster objective: raw scores -> (g, h)
 Loss = Callable[[np.ndarray], float]
 MIN_HESS = 1e-12      # Hessian floor of a row: LightGBM divides leaf gradient sums by Hessian sums
 

@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ..config import RunConfig
-from ..io.parquet import partition_paths, read_table
+from ..io.parquet import column_names, partition_paths, read_table
 from ..schema import FEATURES, QUERY_ID, QUERY_KEY, page_features_from_config, query_key
 from .layout import (ANNOTATIONS, BIAS, FEATURED_ANNOTATIONS, FEATURED_SESSIONS_DIR, HISTORY,  # noqa: F401
                      INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
@@ -85,7 +85,7 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
     write_parquet(run.path(ANNOTATIONS), annotations)
     summary["annotation_rows"] = int(len(annotations))
     summary["annotated_queries"] = int(query_key(annotations).nunique())
-    summary["columns"] = table_columns(run.path(SESSIONS_DIR))   # from the Parquet footers, not the rows
+    summary["columns"] = sorted(column_names(run.path(SESSIONS_DIR)))   # from the Parquet footers, not the rows
     write_json(run.path(INGEST_SUMMARY), summary)
     return {k: v for k, v in summary.items() if k != "columns"}
 
@@ -100,15 +100,6 @@ def _expand(patterns: list[str], key: str) -> list[str]:
             raise FileNotFoundError(f"{key}: {pattern!r} matches no file")
         paths.extend(found)
     return paths
-
-
-def table_columns(directory: Path) -> list[str]:
-    """The sorted column names of a partitioned table, read from each partition's Parquet schema only."""
-    import pyarrow.parquet as pq
-    names: set[str] = set()
-    for part in partition_paths(directory):
-        names.update(n for n in pq.read_schema(part).names if not n.startswith("__index_level_"))
-    return sorted(names)
 
 
 def _copy_truth(raw: Path, truth: Path) -> None:
@@ -215,7 +206,7 @@ def train(ctx: StageContext) -> dict[str, Any]:
         n_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in partition_paths(sessions_path))
     else:
         sessions = read_sampled_sessions(sessions_path, cfg.data.max_sessions, cfg.seed,
-                                         training_columns(cfg, _schema_order(sessions_path)))
+                                         training_columns(cfg, column_names(sessions_path)))
         sessions, identifiability = preflight(sessions, cfg, run.root)   # warn | merge | fail | intervene
         result = get_method(cfg.train.method).fit(sessions, valid if len(valid) else None, cfg)
         n_rows = len(sessions)
@@ -228,13 +219,6 @@ def train(ctx: StageContext) -> dict[str, Any]:
     write_json(run.path(REPORT_FILE), identifiability)
     return {"train_rows": int(n_rows), "valid_rows": int(len(valid)),
             "identifiability": summary_entry(identifiability)}
-
-
-def _schema_order(directory: Path) -> list[str]:
-    """The partitioned table's columns in the order a whole-table read gives them (the first partition's schema)."""
-    first = pq.read_schema(partition_paths(directory)[0]).names
-    return [c for c in first if not c.startswith("__index_level_")] + \
-        [c for c in table_columns(directory) if c not in first]
 
 
 def training_columns(cfg: RunConfig, available: list[str]) -> list[str]:
