@@ -16,6 +16,10 @@ Reference rankers on the same sessions: **Oracle** = the same ranker trained on 
 shown results (listwise softmax on gains), **Ceiling** / **Ceiling-GBDT** = the family's best baseline,
 same method and settings, trained on clicks drawn for the same shown results with no bias at all (every
 result examined, clicked with its relevance's chance): what a perfect debiaser of these logs could reach.
+**Oracle-IPW** / **Oracle-IPW-GBDT** (when BAL-list / BAL-GBDT-lambda ran) = that BAL variant's reweighted
+ranker step with each click weighted by 1 / its true examination: the bound of any examination estimate
+with that step. The ceiling also sees every result examined (more clicks than any reweighting can recover),
+so the gap it sets is part bias, part information.
 
 The worlds (`default`, `production`, `position_only`) are described in `bench/worlds.py`, shared with
 `bench/discovery.py`; none is built to match BAL's click model.
@@ -40,7 +44,9 @@ import yaml
 
 from wpultr.config import config_from_dict, set_dotted
 from wpultr.experiment.tables import paired_test
-from wpultr.methods.losses import listwise_softmax_loss
+from wpultr.bal.weights import clip_and_normalise
+from wpultr.methods.gbdt_training import BoostingTrainer
+from wpultr.methods.losses import listwise_softmax_loss, weighted_softmax_loss
 from wpultr.methods.registry import get_method
 from wpultr.methods.training import Trainer, build_ranker
 from wpultr.metrics import per_query
@@ -73,6 +79,9 @@ METHODS: dict[str, dict[str, Any]] = {
     "Naive-GBDT-lambda": {"train.method": "naive", "ranker.backbone": "lightgbm", "train.loss": "lambdarank"},
     "LambdaMART-pos": {"train.method": "lightgbm_position"},
 }
+NO_DOC = {"bal.click_model.document_effects": False}   # the paper's click model: u = α·r̂ + β alone
+for _name in ("BAL", "BAL-list", "PB-BAL", "BAL-GBDT", "BAL-GBDT-lambda"):
+    METHODS[f"{_name}-nodoc"] = {**METHODS[_name], **NO_DOC}
 METHODS["LambdaMART"] = {"train.method": "lightgbm_lambdarank"}
 # Two families, each judged against its own baselines and ceiling: the neural rankers (MLP) against the
 # better Naive, the gradient-boosted ones against the better of Naive-GBDT and plain LambdaMART.
@@ -81,7 +90,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gbdt": {"baselines": ("Naive-GBDT", "LambdaMART"), "ceiling": "Ceiling-GBDT"},
 }
 GBDT_METHODS = ("Naive-GBDT", "LambdaMART", "BAL-GBDT", "BAL-GBDT-list", "BAL-GBDT-lambda", "Naive-GBDT-lambda",
-                "LambdaMART-pos", "Ceiling-GBDT")
+                "LambdaMART-pos", "Ceiling-GBDT", "BAL-GBDT-nodoc", "BAL-GBDT-lambda-nodoc", "Oracle-IPW-GBDT")
 
 
 def family(label: str) -> str:
@@ -119,6 +128,29 @@ def unbiased_clicks(train: pd.DataFrame, truth: pd.DataFrame, click_noise: float
                                                  on=[SESSION_ID, POSITION], how="left", validate="one_to_one")
     chance = click_relevance(labels["true_label"].to_numpy(np.float64), click_noise)
     return (np.random.default_rng(seed + 7919).random(len(chance)) < chance).astype(np.int8)
+
+
+def true_examination(train: pd.DataFrame, truth: pd.DataFrame) -> np.ndarray:
+    """The simulator's examination probability of every shown result of `train`."""
+    return train[[SESSION_ID, POSITION]].merge(truth[[SESSION_ID, POSITION, "examination_prob"]],
+                                               on=[SESSION_ID, POSITION], how="left",
+                                               validate="one_to_one")["examination_prob"].to_numpy(np.float64)
+
+
+def oracle_ipw(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg, boosted: bool) -> Any:
+    """The ranker step BAL's reweighting aims at, given the true examination: each click weighted by 1/examination
+    (mean 1, capped at bal.weights.max_weight as BAL's ω is) in the listwise softmax (MLP) or in the λ-pairs
+    (LightGBM). What any estimate of the page's examination could reach with that step."""
+    omega = clip_and_normalise(1.0 / true_examination(train, truth), cfg.bal.weights.max_weight)[0]
+    if boosted:
+        trainer = BoostingTrainer(train, valid, cfg)
+        trainer.warm_up()
+        grad_hess, loss = trainer.lambda_objective(trainer.in_dataset_order(omega))
+        return trainer.fit(grad_hess, loss)
+    trainer = Trainer(build_ranker(cfg, train), train, valid, cfg)
+    return trainer.fit(lambda s, b: weighted_softmax_loss(s, b.clicks, b.mask, b.extras["omega"]),
+                       extras={"omega": trainer.lists.gather(omega.astype(np.float32))},
+                       epochs=cfg.train.epochs + cfg.train.warmup_epochs)
 
 
 def oracle(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -> Any:
@@ -182,7 +214,14 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         result = get_method(overrides["train.method"]).fit(unbiased, valid,
                                                           config_from_dict(with_overrides(values, overrides)))
         out["per_query"][fam["ceiling"]] = measured(result.ranker)
-    for label in ("Oracle", *(f["ceiling"] for f in FAMILIES.values())):
+    # the reweighted step with the true examination, for each family that ran a reweighting BAL
+    for name, boosted, reweighting in (("Oracle-IPW", False, ("BAL-list",)),
+                                       ("Oracle-IPW-GBDT", True, ("BAL-GBDT-lambda", "BAL-GBDT-lambda-nodoc"))):
+        ran = [m for m in reweighting if m in out["per_query"]]
+        if ran:
+            out["per_query"][name] = measured(oracle_ipw(train, truth, valid, config_from_dict(
+                with_overrides(values, METHODS[ran[0]])), boosted))
+    for label in ("Oracle", *(f["ceiling"] for f in FAMILIES.values()), "Oracle-IPW", "Oracle-IPW-GBDT"):
         if label in out["per_query"]:
             print(f"  {world} seed {seed} {label:14s} DCG@10 {out['per_query'][label]['DCG@10'].mean():.3f}",
                   flush=True)

@@ -10,9 +10,9 @@ from wpultr.bal.biases import identify_biases
 from wpultr.causal.discovery import prior_violations
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
 from wpultr.config import BaselinesConfig, ConfigError, RunConfig, config_from_dict
-from wpultr.bal.method import BAL, click_model_rows, fixed_graph, listwise_click_weights
+from wpultr.bal.method import BAL, click_model_rows, document_pairs, fixed_graph, listwise_click_weights
 from wpultr.bal.config import VARIANTS, ClickModelConfig
-from wpultr.bal.click_model import ClickModel, PageInputs, log_click_likelihood, ranker_loss
+from wpultr.bal.click_model import ClickModel, PageInputs, document_offsets, log_click_likelihood, ranker_loss
 from wpultr.methods.registry import get_method
 from wpultr.metrics import evaluate
 from wpultr.pipeline import stages as S
@@ -151,6 +151,78 @@ def test_click_model_learns_the_page_effect():
     ratio = (1 / (1 + np.exp(-v[0]))) / (1 / (1 + np.exp(-v[1])))
     assert abs(ratio - 0.2 / 0.9) < 0.08          # examination ratio of the two page states
     assert abs(float(torch.nn.functional.softplus(model.scale.detach())) - 2.0) < 0.4
+
+
+@pytest.mark.parametrize("form", ["multiplicative", "additive"])
+def test_document_offsets_maximise_the_ridge_penalised_likelihood(form):
+    """Fisher scoring lands where an independent optimiser (torch L-BFGS on log_click_likelihood) does."""
+    rng = np.random.default_rng(1)
+    n, n_pairs, ridge = 600, 40, 0.5
+    pairs = rng.integers(0, n_pairs, n)
+    u, v = rng.normal(size=n), rng.normal(size=n)
+    clicks, weights = (rng.random(n) < 0.35).astype(float), rng.uniform(0.5, 2.0, n)
+    delta = np.zeros(0)
+    for _ in range(30):
+        delta = document_offsets(u, v, clicks, weights, pairs, form, ridge, delta)
+    reference = torch.zeros(n_pairs, dtype=torch.float64, requires_grad=True)
+    args = [torch.as_tensor(a, dtype=torch.float64) for a in (u, v, clicks, weights)]
+    optimiser = torch.optim.LBFGS([reference], max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-14)
+
+    def objective():
+        optimiser.zero_grad()
+        ll = log_click_likelihood(args[0] + reference[torch.as_tensor(pairs)], args[1], args[2], form)
+        loss = -(args[3] * ll).sum() + ridge / 2 * (reference ** 2).sum()
+        loss.backward()
+        return loss
+    optimiser.step(objective)
+    np.testing.assert_allclose(delta, reference.detach().numpy(), atol=1e-6)
+
+
+def _harvestable_logs(n_pairs=300, shows=30, seed=0):
+    """PBM logs (examination 1/p over 5 positions) where the logging ranker shows relevant documents higher but
+    noisily, so each document appears at several positions; r̂ carries none of the relevance."""
+    rng = np.random.default_rng(seed)
+    relevance = rng.uniform(0.05, 0.95, n_pairs)
+    pairs = np.repeat(np.arange(n_pairs), shows)
+    logit = np.log(relevance / (1 - relevance))[pairs] + rng.normal(scale=1.5, size=len(pairs))
+    position = np.clip(5 - np.digitize(logit, np.quantile(logit, [0.2, 0.4, 0.6, 0.8])), 1, 5)
+    clicks = (rng.random(len(pairs)) < relevance[pairs] / position).astype(np.float32)
+    return pairs, position.astype(float), clicks
+
+
+def test_document_effects_recover_examination_that_relevance_confounds():
+    """Without δ the page term takes the relevance the logging ranker put on top (examination falls too
+    steeply with position); with it, the same documents at other positions give examination back."""
+    pairs, position, clicks = _harvestable_logs()
+    nodes, r, ones = pd.DataFrame({"position": position}), np.zeros(len(pairs)), np.ones(len(pairs))
+
+    def exam_ratio(with_pairs):
+        torch.manual_seed(0)                        # the page branch's initial weights
+        model = ClickModel(PageInputs(("position",), (), ()), ClickModelConfig(epochs=30, hidden=[8],
+                                                                                learning_rate=0.03, batch_size=512))
+        model.fit(r, nodes, clicks, ones, torch.Generator().manual_seed(0), pairs if with_pairs else None)
+        exam = 1 / (1 + np.exp(-model.page_logits(pd.DataFrame({"position": [1.0, 5.0]}))))
+        return exam[1] / exam[0]
+
+    plain, harvested = exam_ratio(False), exam_ratio(True)
+    assert plain < 0.12                             # truth 0.2: confounded by relevance
+    assert abs(harvested - 0.2) < 0.04
+
+
+def test_document_pairs_follow_the_config_and_the_logs():
+    frame = pd.DataFrame({"query_id": ["a"] * 4 + ["b"] * 2, "doc_id": ["x", "x", "y", "y", "x", "z"],
+                          "position": [1, 2, 1, 1, 3, 4]})
+    cfg = RunConfig()
+    pairs, info = document_pairs(frame, cfg)          # auto: 2 of 6 rows are a pair at two positions
+    assert pairs is None and info["rows_in_pairs_at_two_positions"] == pytest.approx(2 / 6, abs=1e-4)
+    cfg.bal.click_model.document_effects = True
+    pairs, info = document_pairs(frame, cfg)
+    assert info["used"] and pairs.tolist() == [0, 0, 1, 1, 2, 3]   # (b, x) is not (a, x)
+    cfg.bal.click_model.document_effects = False
+    assert document_pairs(frame, cfg)[0] is None
+    cfg.bal.click_model.document_effects = True
+    with pytest.raises(ConfigError, match="bal.click_model.document_effects: true needs"):
+        document_pairs(frame.drop(columns="doc_id"), cfg)
 
 
 def test_listwise_click_weights_divide_out_the_page_examination():

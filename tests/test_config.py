@@ -136,7 +136,7 @@ BAD: dict[str, typing.Any] = {
     "bal.graph": "learned", "bal.features": [], "bal.estimator_rows": 0, "bal.graph_bootstrap": -1,
     "bal.click_model.form": "linear", "bal.click_model.hidden": [0], "bal.click_model.embedding_dim": 0,
     "bal.click_model.epochs": 0, "bal.click_model.learning_rate": 0.0, "bal.click_model.batch_size": 0,
-    "bal.click_model.max_rows": 0,
+    "bal.click_model.max_rows": 0, "bal.click_model.document_effects": "yes", "bal.click_model.document_ridge": 0.0,
     "bal.influence.hidden": [0], "bal.influence.epochs": 0, "bal.influence.patience": 0,
     "bal.influence.min_delta": -1.0, "bal.influence.learning_rate": 0.0, "bal.influence.weight_decay": -1.0,
     "bal.influence.lr_decay": 0.0, "bal.influence.lr_patience": -1, "bal.influence.batch_size": 0,

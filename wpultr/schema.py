@@ -181,6 +181,12 @@ def query_key(df: pd.DataFrame) -> pd.Series:
     return pd.Series(keys.to_numpy(zero_copy_only=False), index=df.index, name=QUERY_KEY, dtype=object)
 
 
+def query_document_pairs(df: pd.DataFrame) -> np.ndarray:
+    """Codes 0..n-1 of each row's (query_id, doc_id): the same document shown for the same query in another
+    session is the same pair. What intervention harvesting and BAL's document effects group impressions by."""
+    return pd.factorize(pd.MultiIndex.from_arrays([df[QUERY_ID].to_numpy(), df[DOC_ID].to_numpy()]))[0]
+
+
 QUARANTINE_SCHEMA = pa.schema([
     pa.field("file", pa.string(), nullable=False),
     pa.field("line", pa.int64(), nullable=False),

@@ -85,22 +85,35 @@ class ClickModel(torch.nn.Module):
         return self.branch(torch.cat(parts, dim=1)).squeeze(-1)
 
     def fit(self, r: np.ndarray, nodes: pd.DataFrame, clicks: np.ndarray, weights: np.ndarray,
-            generator: torch.Generator) -> dict[str, float]:
-        """Maximise Σ w log p(c | r̂, x) over φ_c with r̂ fixed (Eq. 10); returns the last epoch's mean loss."""
+            generator: torch.Generator, pairs: np.ndarray | None = None) -> dict[str, float]:
+        """Maximise Σ w log p(c | r̂, x) over φ_c with r̂ fixed (Eq. 10); returns the last epoch's mean loss.
+
+        With `pairs` (each row's (query, document) code, `schema.query_document_pairs`), u gets a per-pair
+        offset δ, updated before every pass by `document_offsets` (beyond the paper): the same document shown
+        at several positions then tells examination from the relevance r̂ misses. δ serves this fit only; the
+        ranker step's u is α·r̂ + β as without it.
+        """
         numeric, codes = self.page.tensors(nodes)
         r_t = torch.as_tensor(r, dtype=torch.float32)
         c_t = torch.as_tensor(clicks, dtype=torch.float32)
         w_t = torch.as_tensor(weights, dtype=torch.float32)
         optimizer = torch.optim.Adam(self.parameters(), lr=self.config.learning_rate)
         n, loss_value = len(r_t), float("nan")
+        offsets = torch.zeros(n)
+        delta = np.zeros(int(pairs.max()) + 1 if pairs is not None and len(pairs) else 0)
         self.train()
         for _ in range(self.config.epochs):
+            if pairs is not None:
+                with torch.no_grad():
+                    u, v = self.relevance_term(r_t).double().numpy(), self.page_term(numeric, codes).double().numpy()
+                delta = document_offsets(u, v, clicks, weights, pairs, self.form, self.config.document_ridge, delta)
+                offsets = torch.as_tensor(delta[pairs], dtype=torch.float32)
             order = torch.randperm(n, generator=generator)
             total = 0.0
             for start in range(0, n, self.config.batch_size):
                 idx = order[start: start + self.config.batch_size]
-                ll = log_click_likelihood(self.relevance_term(r_t[idx]), self.page_term(numeric[idx], codes[idx]),
-                                          c_t[idx], self.form)
+                ll = log_click_likelihood(self.relevance_term(r_t[idx]) + offsets[idx],
+                                          self.page_term(numeric[idx], codes[idx]), c_t[idx], self.form)
                 loss = -(w_t[idx] * ll).mean()
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -108,14 +121,49 @@ class ClickModel(torch.nn.Module):
                 total += float(loss.detach()) * len(idx)
             loss_value = total / max(n, 1)
         self.eval()
-        return {"click_model_nll": loss_value, "relevance_scale": float(F.softplus(self.scale.detach())),
-                "relevance_bias": float(self.bias.detach())}
+        stats = {"click_model_nll": loss_value, "relevance_scale": float(F.softplus(self.scale.detach())),
+                 "relevance_bias": float(self.bias.detach())}
+        if pairs is not None:
+            stats["document_offset_sd"] = float(np.std(delta[pairs]))
+        return stats
 
     @torch.no_grad()
     def page_logits(self, nodes: pd.DataFrame) -> np.ndarray:
         """v(x) for every row: fixed during the ranker step."""
         numeric, codes = self.page.tensors(nodes)
         return self.page_term(numeric, codes).numpy()
+
+
+def document_offsets(u: np.ndarray, v: np.ndarray, clicks: np.ndarray, weights: np.ndarray, pairs: np.ndarray,
+                     form: str, ridge: float, delta: np.ndarray, steps: int = 2) -> np.ndarray:
+    """Per-pair offsets δ maximising Σ w log p(c | u + δ_pair, v) − λ/2 Σ δ², u and v held fixed.
+
+    Fisher scoring, one Newton-like step per pair at once (sums by pair through bincount):
+    δ ← δ + (Σ w·g − λδ) / (Σ w·I + λ), with, for the row's p = p(c = 1):
+    multiplicative p = σ(v)·q, q = σ(u + δ):  g = (c − p)(1 − q)/(1 − p),  I = σ(v)·q(1 − q)²/(1 − p);
+    additive p = σ(u + v + δ):               g = c − p,                    I = p(1 − p).
+    The ridge (δ ~ N(0, 1/λ)) keeps a pair seen a few times near 0 and makes every step well defined.
+    """
+    n_pairs = int(pairs.max()) + 1
+    delta = np.asarray(delta, np.float64) if len(delta) == n_pairs else np.zeros(n_pairs)
+    clicks, weights = np.asarray(clicks, np.float64), np.asarray(weights, np.float64)
+    for _ in range(steps):
+        logit = u + delta[pairs]
+        if form == "additive":
+            p = _sigmoid(logit + v)
+            g, info = clicks - p, p * (1.0 - p)
+        else:
+            s, q = _sigmoid(v), _sigmoid(logit)
+            p = s * q
+            rest = np.maximum(1.0 - p, 1e-12)
+            g, info = (clicks - p) * (1.0 - q) / rest, s * q * (1.0 - q) ** 2 / rest
+        grad = np.bincount(pairs, weights * g, minlength=n_pairs) - ridge * delta
+        delta = delta + grad / (np.bincount(pairs, weights * info, minlength=n_pairs) + ridge)
+    return delta
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))        # σ(x) without overflow warnings
 
 
 def ranker_loss(click_model: ClickModel, scores: torch.Tensor, page_logits: torch.Tensor, clicks: torch.Tensor,

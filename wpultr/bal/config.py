@@ -43,6 +43,11 @@ class ClickModelConfig:
     batch_size: int = 4096                                             # rows
     max_rows: int | None = 200_000     # φ_c is fitted on at most this many rows drawn by the epoch's seed (None: all);
     #                                    a few hundred parameters need no more, and the ranker step still sees every row
+    document_effects: bool | str = "auto"   # fit φ_c with a per-(query, document) offset δ in u (beyond the paper):
+    #                                    r̂ misses part of the relevance the logging ranker saw, and without δ the page
+    #                                    term absorbs it (examination falls too steeply with position); auto = on when
+    #                                    the logs carry doc_id and most rows' pairs were shown at two positions or more
+    document_ridge: float = 0.3        # λ of δ ~ N(0, 1/λ): a pair seen a few times keeps δ near 0
 
     def __post_init__(self) -> None:
         k = self.KEY
@@ -55,6 +60,10 @@ class ClickModelConfig:
                 self.learning_rate)
         require(self.batch_size > 0, f"{k}.batch_size", "> 0", self.batch_size)
         require(self.max_rows is None or self.max_rows > 0, f"{k}.max_rows", "> 0 or null", self.max_rows)
+        require(isinstance(self.document_effects, bool) or self.document_effects == "auto", f"{k}.document_effects", "true, false or 'auto'",
+                self.document_effects)
+        require(0.0 < self.document_ridge < float("inf"), f"{k}.document_ridge", "a finite number > 0",
+                self.document_ridge)
 
 
 @dataclass

@@ -41,8 +41,8 @@ from ..methods.base import FitResult
 from ..methods.losses import weighted_softmax_loss
 from ..methods.training import Trainer, build_ranker
 from ..rankers.base import score_inputs
-from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, \
-    page_features_from_config
+from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, \
+    page_features_from_config, query_document_pairs
 from .biases import BiasReport, identify_biases
 from .click_model import ClickModel, page_inputs, ranker_loss
 from .influence import FeatureInfluence, fit_influence_estimators
@@ -109,6 +109,32 @@ def listwise_click_weights(weights: np.ndarray, page_logits: np.ndarray, max_wei
     return clip_and_normalise(omega, max_weight)[0]
 
 
+def document_pairs(train: pd.DataFrame, config: "RunConfig") -> tuple[np.ndarray | None, dict[str, Any]]:
+    """Each row's (query, document) code for the click model's document effects, or None, and why.
+
+    `bal.click_model.document_effects`: true needs query_id and doc_id; auto turns them on when at least
+    half the rows belong to a pair shown at two positions or more (the harvested interventions that tell
+    examination from relevance); false keeps the paper's u = α·r̂ + β.
+    """
+    wanted = config.bal.click_model.document_effects
+    if wanted is False:
+        return None, {"used": False, "reason": "bal.click_model.document_effects is false"}
+    if DOC_ID not in train.columns or QUERY_ID not in train.columns:
+        if wanted is True:
+            from ..errors import ConfigError
+            raise ConfigError("bal.click_model.document_effects: true needs the sessions' query_id and doc_id columns; "
+                              f"present: {sorted(map(str, train.columns))}")
+        return None, {"used": False, "reason": "the sessions have no doc_id"}
+    pairs = query_document_pairs(train)
+    spread = pd.Series(train[POSITION].to_numpy()).groupby(pairs).nunique().to_numpy()
+    share = float(np.mean(spread[pairs] >= 2))
+    info = {"pairs": int(pairs.max()) + 1 if len(pairs) else 0, "rows_in_pairs_at_two_positions": round(share, 4)}
+    if wanted == "auto" and share < 0.5:
+        return None, {**info, "used": False, "reason": "auto: under half the rows' documents were shown at two "
+                                                       "positions or more"}
+    return pairs, {**info, "used": True}
+
+
 class StepClock:
     """Seconds spent in each step of an epoch, so a slow epoch says where its time went."""
 
@@ -158,6 +184,7 @@ class BAL:
         reuse: ReusableTests | None = None
         rows = self.graph_rows(train, config) if config.bal.graph == "discovered" else None
         estimators: dict[str, FeatureInfluence] = {}
+        pairs, document_effects = document_pairs(train, config)
         for k in range(config.train.epochs):
             start = time.perf_counter()
             clock = StepClock()
@@ -174,7 +201,7 @@ class BAL:
                                                             estimators)
             clock.lap("weights")
             click_model, cm_stats = self.click_model(r, nodes, clicks, weights, biases, kinds, n_categories,  # step 5
-                                                     config, seed, trainer.generator)
+                                                     config, seed, trainer.generator, pairs)
             clock.lap("click_model")
             reweighted = config.train.loss in ("listwise", "lambdarank")    # a click-reweighting ranker step
             if reweighted:
@@ -199,7 +226,7 @@ class BAL:
         ranker = trainer.finish()
         bias = {"method": self.name, "graph_mode": config.bal.graph, "features": [f.name for f in features],
                 "best_epoch": trainer.best_epoch, "click_model_form": config.bal.click_model.form,
-                "backbone": config.ranker.backbone,
+                "backbone": config.ranker.backbone, "document_effects": document_effects,
                 "epochs": [{"epoch": e["bal_epoch"], "biases": e["biases"], "weights": e["weights"]}
                            for e in trainer.history if e.get("phase") == "bal"]}
         return FitResult(ranker, trainer.history, bias, graphs)
@@ -279,12 +306,14 @@ class BAL:
     @staticmethod
     def click_model(r: np.ndarray, nodes: pd.DataFrame, clicks: np.ndarray, weights: np.ndarray, biases: BiasReport,
                     kinds: dict[str, str], n_categories: dict[str, int], config: "RunConfig", seed: int,
-                    generator: Any) -> tuple[ClickModel, dict[str, float]]:
-        """φ_c fitted by the weighted likelihood of Eq. 10 over the page parents of c, on at most max_rows rows."""
+                    generator: Any, pairs: np.ndarray | None = None) -> tuple[ClickModel, dict[str, float]]:
+        """φ_c fitted by the weighted likelihood of Eq. 10 over the page parents of c, on at most max_rows rows;
+        with `pairs` (`document_pairs`), u has a per-(query, document) offset during the fit."""
         click_parents = [p for p in biases.click_parents if p != RELEVANCE_SCORE]
         model = ClickModel(page_inputs(click_parents, kinds, n_categories), config.bal.click_model)
         rows = click_model_rows(len(nodes), config.bal.click_model.max_rows, seed)
-        stats = model.fit(r[rows], nodes.iloc[rows], clicks[rows], weights[rows], generator)
+        fit_pairs = None if pairs is None else np.unique(pairs[rows], return_inverse=True)[1]
+        stats = model.fit(r[rows], nodes.iloc[rows], clicks[rows], weights[rows], generator, fit_pairs)
         return model, stats
 
     @staticmethod

@@ -32,7 +32,7 @@ import pandas as pd
 
 from ..config import BaselinesConfig
 from ..errors import ConfigError
-from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, SchemaError
+from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, SchemaError, query_document_pairs
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -234,7 +234,7 @@ def harvest_propensities(frame: pd.DataFrame, iterations: int = 200, tol: float 
         if column not in frame.columns:
             raise SchemaError(f"sessions: intervention harvesting needs column {column!r} (the same document "
                               f"shown at several positions); present: {list(frame.columns)}")
-    pair = pd.factorize(pd.MultiIndex.from_arrays([frame[QUERY_ID].to_numpy(), frame[DOC_ID].to_numpy()]))[0]
+    pair = query_document_pairs(frame)
     position = frame[POSITION].to_numpy().astype(np.int64)
     spread = pd.Series(position).groupby(pair).nunique().to_numpy()
     keep = spread[pair] >= 2
