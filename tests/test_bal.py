@@ -304,6 +304,17 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
         steps = entry["step_seconds"]
         assert list(steps) == ["score", "graph", "weights", "click_model", "ranker"]
         assert all(v >= 0 for v in steps.values()) and sum(steps.values()) <= entry["seconds"] + 1e-2
+        # the click model's position bias, relative to position 1, recorded and shown with the graph
+        profile = entry["train"]["examination_by_position"]
+        assert profile["1"] == 1.0 and len(profile) >= 5 and all(v > 0 for v in profile.values())
+    bias = json.loads((run / S.BIAS).read_text())
+    assert bias["epochs"][-1]["examination_by_position"] == history[-1]["train"]["examination_by_position"]
+    assert "rows_in_pairs_at_two_positions" in bias["document_effects"]
+    from typer.testing import CliRunner
+    from wpultr.bal.cli import graph_app
+    shown = CliRunner().invoke(graph_app, ["show", str(run)])
+    assert shown.exit_code == 0 and "examination by position (click model, relative to the first): 1: 1.000" \
+        in shown.output
     test = pd.read_parquet(run / S.TEST_SCORES)
     if backbone == "mlp":   # the tiny BERT learns next to nothing in two epochs on 400 sessions: a smoke run only
         assert result.metrics["all"]["DCG@10"] > random_ranker_dcg10(test) + MARGIN

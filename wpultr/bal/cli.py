@@ -16,6 +16,7 @@ import typer
 
 from ..causal.graph import diff_graphs, epoch_dir, load_epoch_graph, render, to_dot, to_text
 from ..cli_support import nest, parse_sets, user_errors
+from ..pipeline.layout import BIAS
 from ..pipeline.rundir import atomic_path
 from .biases import identify_biases
 
@@ -40,6 +41,19 @@ def _bias_lines(graph) -> list[str]:
     return lines
 
 
+def _examination_lines(run: Path, k: int) -> list[str]:
+    """The click model's examination by position (relative to the first) that epoch k of a BAL run learned."""
+    path = Path(run) / BIAS
+    if not path.exists():
+        return []
+    epochs = {e.get("epoch"): e for e in json.loads(path.read_text()).get("epochs", [])}
+    profile = (epochs.get(k) or {}).get("examination_by_position")
+    if not profile:
+        return []
+    return ["", "examination by position (click model, relative to the first): "
+            + ", ".join(f"{p}: {e:.3f}" for p, e in profile.items())]
+
+
 @graph_app.command("show")
 @user_errors
 def show(run: Path = typer.Argument(..., help="run directory"),
@@ -50,7 +64,8 @@ def show(run: Path = typer.Argument(..., help="run directory"),
     """Print an epoch's graph (edges, stabilities, biases) or render it with Graphviz."""
     k, graph = load_epoch_graph(run, epoch)
     if fmt in (GraphFormat.text, GraphFormat.dot):
-        body = "\n".join([f"epoch {k}", to_text(graph), *_bias_lines(graph)]) if fmt is GraphFormat.text \
+        body = "\n".join([f"epoch {k}", to_text(graph), *_bias_lines(graph), *_examination_lines(run, k)]) \
+            if fmt is GraphFormat.text \
             else to_dot(graph)
         if output is None:
             typer.echo(body)

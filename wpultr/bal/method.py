@@ -135,6 +135,13 @@ def document_pairs(train: pd.DataFrame, config: "RunConfig") -> tuple[np.ndarray
     return pairs, {**info, "used": True}
 
 
+def examination_by_position(page_logits: np.ndarray, positions: np.ndarray) -> dict[str, float]:
+    """The click model's examination σ(v) averaged by position, relative to the first position: the position
+    bias BAL learned, recorded every epoch so a user can read it (and a bench can hold it to the truth)."""
+    exam = pd.Series(0.5 * (1.0 + np.tanh(0.5 * np.asarray(page_logits, np.float64)))).groupby(positions).mean()
+    return {str(int(p)): round(float(e / exam.iloc[0]), 4) for p, e in exam.items()}
+
+
 class StepClock:
     """Seconds spent in each step of an epoch, so a slow epoch says where its time went."""
 
@@ -202,20 +209,21 @@ class BAL:
             clock.lap("weights")
             click_model, cm_stats = self.click_model(r, nodes, clicks, weights, biases, kinds, n_categories,  # step 5
                                                      config, seed, trainer.generator, pairs)
+            page_logits = click_model.page_logits(nodes)                    # v(x): a constant of the ranker step
+            cm_stats["examination_by_position"] = examination_by_position(page_logits, train[POSITION].to_numpy())
             clock.lap("click_model")
             reweighted = config.train.loss in ("listwise", "lambdarank")    # a click-reweighting ranker step
             if reweighted:
-                weights = listwise_click_weights(weights, click_model.page_logits(nodes),
-                                                 config.bal.weights.max_weight)
+                weights = listwise_click_weights(weights, page_logits, config.bal.weights.max_weight)
             if boosted:                                                                         # step 6
-                stats = self.boost_ranker(trainer, click_model, nodes, weights, config.train.loss)
+                stats = self.boost_ranker(trainer, click_model, page_logits, weights, config.train.loss)
             elif reweighted:                                                # listwise: lambdarank is the booster's
                 extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32))}
                 stats = trainer.epoch(lambda s, b: weighted_softmax_loss(s, b.clicks, b.mask, b.extras[WEIGHTS]),
                                       extras)
             else:
                 extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32)),
-                          PAGE_LOGITS: trainer.lists.gather(click_model.page_logits(nodes).astype(np.float32))}
+                          PAGE_LOGITS: trainer.lists.gather(page_logits.astype(np.float32))}
                 stats = trainer.epoch(lambda s, b: ranker_loss(click_model, s, b.extras[PAGE_LOGITS], b.clicks,
                                                                b.extras[WEIGHTS], b.mask), extras)
             clock.lap("ranker")
@@ -227,7 +235,8 @@ class BAL:
         bias = {"method": self.name, "graph_mode": config.bal.graph, "features": [f.name for f in features],
                 "best_epoch": trainer.best_epoch, "click_model_form": config.bal.click_model.form,
                 "backbone": config.ranker.backbone, "document_effects": document_effects,
-                "epochs": [{"epoch": e["bal_epoch"], "biases": e["biases"], "weights": e["weights"]}
+                "epochs": [{"epoch": e["bal_epoch"], "biases": e["biases"], "weights": e["weights"],
+                            "examination_by_position": e["train"].get("examination_by_position")}
                            for e in trainer.history if e.get("phase") == "bal"]}
         return FitResult(ranker, trainer.history, bias, graphs)
 
@@ -244,7 +253,7 @@ class BAL:
         return BoostingTrainer(train, valid, config)
 
     @staticmethod
-    def boost_ranker(trainer: Any, click_model: ClickModel, nodes: pd.DataFrame,
+    def boost_ranker(trainer: Any, click_model: ClickModel, page_logits: np.ndarray,
                      weights: np.ndarray, loss: str = "pointwise") -> dict[str, float]:
         """Step 6 for the LightGBM backbone: rounds_per_epoch trees on the blocked, weighted likelihood of Eq. 10.
 
@@ -263,7 +272,7 @@ class BAL:
             return trainer.boost(lambda f: obj.weighted_softmax_grad_hess(f, c, sizes, omega),
                                  lambda f: obj.weighted_softmax_loss(f, c, sizes, omega))
         alpha, beta = click_model.relevance_affine()
-        v = trainer.in_dataset_order(click_model.page_logits(nodes).astype(np.float64))
+        v = trainer.in_dataset_order(np.asarray(page_logits, np.float64))
         w = trainer.in_dataset_order(np.asarray(weights, dtype=np.float64))
         c, form = trainer.clicks, click_model.form
         return trainer.boost(lambda f: obj.bal_click_grad_hess(f, v, c, w, alpha, beta, form),
