@@ -13,9 +13,11 @@ files. Then it prints, all from the same run:
 The machine may be shared: other work slows the wall-clock figures (the speed-up most), much less
 the work done per CPU-second, so the load is printed beside them. Every measured run happens in a
 fresh child process; cluster start-up (and the workers' first import of the reader, as a running
-cluster has done once) is excluded and printed separately. Optional extras from earlier figures:
---plain (the obvious single-process Python line reader) and --memory (peak RSS of our ingest on
-the 1x set and on a 4x set of as many files, each four gzip members of the 1x file).
+cluster has done once) is excluded and printed separately. What the warm cluster burns while idle
+(heartbeats, memory monitors) is printed too and stays counted: a share of a run's CPU-seconds that
+grows with its wall time, so with the load. Optional extras from earlier figures: --plain (the
+obvious single-process Python line reader) and --memory (peak RSS of our ingest on the 1x set and on
+a 4x set of as many files, each four gzip members of the 1x file).
 
     .venv/bin/python bench/ingest.py [--dir /tmp/wpultr-bench-ingest] [--gb 1.0] [--files 8] [--plain] [--memory]
 """
@@ -49,6 +51,7 @@ SEED = 20240601
 RESULTS_PER_SESSION = 10
 LOG_LAYOUT = 2               # bump when the generated files change, so a stale set is rebuilt
 COPIES = 4                   # the "4x" input
+IDLE_SECONDS = 2.0           # the warm cluster watched idle, to print the CPU its heartbeats and monitors take
 RESULT_PREFIX = "BENCH-RESULT "
 _INDEX = {name: i for i, name in enumerate(BAIDU_RESULT_FIELDS) if name}
 _FIRST_TAIL_FIELD = _INDEX["media_type"]  # result fields from here on are generated per line
@@ -254,10 +257,15 @@ def _child_ours(spec: dict) -> dict:
         startup = time.perf_counter() - started
         me = psutil.Process()
         idle_rss = tree_rss(me)
+        idle_started, idle_cpu = time.perf_counter(), tree_cpu(me)   # what the cluster itself burns, idle
+        time.sleep(IDLE_SECONDS)
+        idle_rate = (tree_cpu(me) - idle_cpu) / (time.perf_counter() - idle_started)
         started, cpu = time.perf_counter(), tree_cpu(me)
         summary = ingest_baidu(spec["paths"], spec["out"], client, spec["partition_rows"])
         seconds, cpu = time.perf_counter() - started, tree_cpu(me) - cpu
+    written = sum(p.stat().st_size for p in (Path(spec["out"]) / "sessions").glob("*.parquet"))
     return {"seconds": seconds, "cpu_seconds": cpu, "startup_seconds": startup, "idle_rss": idle_rss,
+            "parquet_bytes": written, "idle_cpu_per_second": idle_rate,
             "sessions": summary.sessions, "results": summary.results, "quarantined": summary.quarantined,
             "partitions": summary.partitions, "bytes_uncompressed": summary.bytes_uncompressed}
 
@@ -361,7 +369,10 @@ def report(manifest: dict, decompress: dict[str, dict], ours: dict[int, dict]) -
         print(f"ours, {workers} worker{'s' if workers > 1 else ' '}       : {run['cpu_seconds']:6.1f} CPU-s  "
               f"{own:6.1f} MB/CPU-s   ({run['seconds']:.1f} s wall, {mb / run['seconds']:.1f} MB/s, "
               f"{manifest['sessions'] / run['seconds']:.0f} sessions/s, {_load(run)}; "
-              f"start-up {run['startup_seconds']:.1f} s untimed)   per CPU-second: {ratios}")
+              f"start-up {run['startup_seconds']:.1f} s untimed)   per CPU-second: {ratios}; "
+              f"sessions Parquet written: {run['parquet_bytes'] / 1e6:.0f} MB; the idle cluster alone burns "
+              f"{run['idle_cpu_per_second']:.2f} CPU-s per second ({run['idle_cpu_per_second'] * run['seconds']:.1f} "
+              f"of these CPU-s, counted in them)")
     costlier = max(ours.values(), key=lambda run: run["cpu_seconds"])   # judged on the run that used more CPU
     worst_ratio = min(mb / costlier["cpu_seconds"] / rate[name] for name in decompress)
     gzip_ratio = mb / costlier["cpu_seconds"] / rate["gzip -dc"]

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from wpultr.io import baidu
 from wpultr.io.baidu import (FILE_INDEX_SHIFT, MAX_LINE_BYTES, ingest_baidu, ingest_baidu_annotations,
                              read_baidu_annotations, read_baidu_sessions)
 from wpultr.io.quarantine import FILE_REASONS, REASONS
@@ -147,6 +148,45 @@ def test_overlong_line_is_skipped_not_held(tmp_path):
     sessions, bad = read_baidu_sessions(path, chunk_bytes=1 << 16)
     assert list(zip(bad["line"], bad["reason"])) == [(3, "line_too_long")]
     assert len(bad["text"].iloc[0]) < 10_000 and list(sessions[POSITION]) == [1, 2]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 16, 4 << 20])
+def test_only_a_line_longer_than_the_limit_is_too_long(tmp_path, chunk_bytes):
+    """Whole lines adding up to more than MAX_LINE_BYTES are never taken for one long line, whether they
+    share a block with the long line after them (4 MiB blocks) or not (64 KiB)."""
+    session = [query(1)] + [result(p) for p in range(1, 11)]
+    n = MAX_LINE_BYTES // sum(len(line) + 1 for line in session) + 2   # the sessions before it exceed the limit
+    lines = session * n + ["x" * (MAX_LINE_BYTES + 10)] + session * n
+    sessions, bad = read_baidu_sessions(write_gz(tmp_path / "long.gz", lines), chunk_bytes=chunk_bytes)
+    assert list(zip(bad["line"], bad["reason"])) == [(11 * n + 1, "line_too_long")]
+    assert len(sessions) == 20 * n and sessions[SESSION_ID].nunique() == 2 * n
+
+
+def test_partitions_gather_blocks_into_row_groups_and_delta_pack_token_ids(tmp_path, monkeypatch):
+    """One worker task's output: the rows of many small blocks gathered into row groups of about
+    ROW_GROUP_ROWS rows, equal to a serial read; token-id lists delta-packed with no dictionary and no
+    statistics, the other columns dictionary-encoded with statistics."""
+    monkeypatch.setattr(baidu, "ROW_GROUP_ROWS", 40)
+    path = write_gz(tmp_path / "log.gz", _valid_log(np.random.default_rng(3), 60))
+    for sub in ("sessions", "quarantine"):
+        (tmp_path / sub).mkdir()
+    summary = baidu._ingest_file(str(path), 0, str(tmp_path / "sessions"), str(tmp_path / "quarantine"),
+                                 partition_rows=10_000, chunk_bytes=300)
+    (part,) = (tmp_path / "sessions").glob("*.parquet")
+    expected, _ = read_baidu_sessions(path, chunk_bytes=300)
+    pd.testing.assert_frame_equal(pd.read_parquet(part), expected)
+    meta = pq.ParquetFile(part).metadata
+    rows = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    # A write holds back its last session for the next (tables.SessionPartitionWriter): a row group has
+    # ROW_GROUP_ROWS rows less at most a session (<= 4 rows here), but for the last run and that session.
+    assert len(rows) > 3 and min(rows[:-2]) >= 40 - 4 and sum(rows) == summary.results == len(expected)
+    for g in range(meta.num_row_groups):
+        for c in range(meta.num_columns):
+            column = meta.row_group(g).column(c)
+            tokens = column.path_in_schema.endswith(".list.element")
+            assert ("DELTA_BINARY_PACKED" in column.encodings) == tokens, column.path_in_schema
+            assert ("RLE_DICTIONARY" in column.encodings) != tokens, column.path_in_schema
+            assert column.is_stats_set != tokens, column.path_in_schema
 
 
 def test_plain_text_log_is_read_too(tmp_path):

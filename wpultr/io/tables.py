@@ -66,12 +66,14 @@ class SessionPartitionWriter:
     A partition is written under a hidden temporary name and renamed into place when complete.
     """
 
-    def __init__(self, directory: str | Path, file_index: int, partition_rows: int):
+    def __init__(self, directory: str | Path, file_index: int, partition_rows: int,
+                 parquet_options: dict | None = None):
         if partition_rows <= 0:
             raise ValueError(f"partition_rows: must be > 0, got {partition_rows}")
         self.directory = Path(directory)
         self.file_index = file_index
         self.partition_rows = partition_rows
+        self.parquet_options = parquet_options or {}   # pq.ParquetWriter keywords (encodings, statistics)
         self.partitions = 0                         # partitions completed
         self.rows = 0                               # rows in completed partitions
         self._held: pa.Table | None = None          # rows not placed yet: the last session seen (or more)
@@ -113,7 +115,7 @@ class SessionPartitionWriter:
         if self._writer is None:
             final = self.directory / partition_name(self.file_index, self.partitions)
             self._tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-            self._writer = pq.ParquetWriter(self._tmp, table.schema)
+            self._writer = pq.ParquetWriter(self._tmp, table.schema, **self.parquet_options)
         self._writer.write_table(table)
         self._open_rows += table.num_rows
 
