@@ -176,7 +176,9 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     def measured(ranker: Any) -> pd.DataFrame:
         return per_query(test.assign(score=score_frame(ranker, test)), "score", label_col=LABEL)
 
-    out: dict[str, Any] = {"per_query": {}, "seconds": {}, "steps": {}, "graphs": {}}
+    out: dict[str, Any] = {"per_query": {}, "seconds": {}, "steps": {}, "graphs": {}, "examination": {}}
+    exam = pd.Series(true_examination(train, truth)).groupby(train[POSITION].to_numpy()).mean()
+    out["true_examination"] = (exam / exam.iloc[0]).to_numpy()
     for label in args.methods:
         cfg = config_from_dict(with_overrides(values, METHODS[label]))
         start = time.perf_counter()
@@ -191,6 +193,9 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
                   f"estimator epochs {fits}", flush=True)
         if steps:
             out["steps"][label] = {k: float(np.mean([s[k] for s in steps])) for k in steps[0]}
+        learned = [e.get("examination_by_position") for e in (result.bias or {}).get("epochs", [])]
+        if learned and learned[-1]:                    # the click model's position bias, last epoch
+            out["examination"][label] = np.array(list(learned[-1].values()), dtype=float)
         edges = [e.get("graph_edges") for e in result.history if e.get("graph_edges")]
         if edges:
             out["graphs"][label] = edges[-1]
@@ -277,6 +282,17 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
         steps = [s["steps"][label] for s in seeds if label in s["steps"]]
         if steps:
             print(f"  {label} by step: " + ", ".join(f"{k} {np.mean([st[k] for st in steps]):.2f}" for k in steps[0]))
+    truth = np.mean([s["true_examination"] for s in seeds], axis=0)
+    learned_by = {label: [s["examination"][label] for s in seeds if label in s["examination"]] for label in labels}
+    if any(learned_by.values()):
+        print(f"\nexamination by position relative to position 1, last epoch's click model (mean over seeds):\n"
+              f"  {'truth':14s} {np.array2string(truth, precision=3, max_line_width=200)}")
+    for label, learned in learned_by.items():
+        if learned and all(len(x) == len(truth) for x in learned):
+            mean = np.mean(learned, axis=0)
+            error = np.max(np.abs(np.log(mean / truth)))
+            print(f"  {label:14s} {np.array2string(mean, precision=3, max_line_width=200)}  "
+                  f"max |log(learned / true)| {error:.3f}")
     for label in labels:
         graphs = [s["graphs"][label] for s in seeds if label in s["graphs"]]
         if graphs:
