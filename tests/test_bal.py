@@ -209,6 +209,14 @@ def test_document_effects_recover_examination_that_relevance_confounds():
     assert abs(harvested - 0.2) < 0.04
 
 
+def test_page_logits_in_chunks_equal_one_pass():
+    torch.manual_seed(0)
+    model = ClickModel(PageInputs(("position",), ("media_type",), (5,)), ClickModelConfig(hidden=[8]))
+    nodes = _frame(n=1000)
+    np.testing.assert_allclose(model.page_logits(nodes, chunk_rows=64), model.page_logits(nodes, chunk_rows=10**6),
+                               rtol=1e-6, atol=1e-6)
+
+
 def test_document_pairs_follow_the_config_and_the_logs():
     frame = pd.DataFrame({"query_id": ["a"] * 4 + ["b"] * 2, "doc_id": ["x", "x", "y", "y", "x", "z"],
                           "position": [1, 2, 1, 1, 3, 4]})

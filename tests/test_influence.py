@@ -220,3 +220,19 @@ def test_warm_start_begins_where_the_last_fit_ended_and_ignores_a_different_mode
     assert warm.history_["valid_nll"][0] < min(fresh.history_["valid_nll"]) + 0.15
     other = ConditionalDensity("continuous", [R, "click"], config=cfg, seed=2).fit(moved, "x", warm_start=cold)
     assert not other.history_["warm_start"]                            # other parents: starts from scratch
+
+
+@pytest.mark.parametrize("kind", ["continuous", "categorical"])
+def test_log_prob_permuted_equals_log_prob_on_permuted_copies(kind):
+    """BAL's permutation numerator builds the design matrix once: the numbers are those of copies with r̂ reordered."""
+    rng = np.random.default_rng(3)
+    n = 400
+    frame = pd.DataFrame({R: rng.normal(size=n), "h": rng.normal(size=n), "m": rng.integers(0, 3, n)})
+    frame["x"] = rng.integers(0, 4, n) if kind == "categorical" else frame[R] + rng.normal(size=n)
+    density = ConditionalDensity(kind, [R, "h", "m"], 4 if kind == "categorical" else None, {"m": 3},
+                                 InfluenceConfig(epochs=3), 0).fit(frame, "x")
+    orders = [rng.permutation(n) for _ in range(3)]
+    expected = [density.log_prob(frame.assign(**{R: frame[R].to_numpy()[o]})) for o in orders]
+    np.testing.assert_array_equal(density.log_prob_permuted(frame, R, orders), np.stack(expected))
+    with pytest.raises(ValueError, match="not a numeric parent"):
+        density.log_prob_permuted(frame, "m", orders)

@@ -184,7 +184,9 @@ def query_key(df: pd.DataFrame) -> pd.Series:
 def query_document_pairs(df: pd.DataFrame) -> np.ndarray:
     """Codes 0..n-1 of each row's (query_id, doc_id): the same document shown for the same query in another
     session is the same pair. What intervention harvesting and BAL's document effects group impressions by."""
-    return pd.factorize(pd.MultiIndex.from_arrays([df[QUERY_ID].to_numpy(), df[DOC_ID].to_numpy()]))[0]
+    query = pd.factorize(df[QUERY_ID].to_numpy(), use_na_sentinel=False)[0].astype(np.int64)
+    doc = pd.factorize(df[DOC_ID].to_numpy(), use_na_sentinel=False)[0].astype(np.int64)
+    return pd.factorize(query * (int(doc.max(initial=-1)) + 1) + doc)[0]     # no tuple per row
 
 
 QUARANTINE_SCHEMA = pa.schema([

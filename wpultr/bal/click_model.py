@@ -128,10 +128,14 @@ class ClickModel(torch.nn.Module):
         return stats
 
     @torch.no_grad()
-    def page_logits(self, nodes: pd.DataFrame) -> np.ndarray:
-        """v(x) for every row: fixed during the ranker step."""
-        numeric, codes = self.page.tensors(nodes)
-        return self.page_term(numeric, codes).numpy()
+    def page_logits(self, nodes: pd.DataFrame, chunk_rows: int = 65536) -> np.ndarray:
+        """v(x) for every row: fixed during the ranker step. In chunks, so the branch's activations over
+        millions of rows are never held at once."""
+        out = np.empty(len(nodes), dtype=np.float32)
+        for start in range(0, len(nodes), chunk_rows):
+            numeric, codes = self.page.tensors(nodes.iloc[start: start + chunk_rows])
+            out[start: start + chunk_rows] = self.page_term(numeric, codes).numpy()
+        return out
 
 
 def document_offsets(u: np.ndarray, v: np.ndarray, clicks: np.ndarray, weights: np.ndarray, pairs: np.ndarray,

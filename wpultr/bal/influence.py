@@ -346,15 +346,16 @@ class ConditionalDensity:
                          "n_train": int(n_train), "n_valid": int(n_valid)}
 
     # -- predict --------------------------------------------------------------------------------
-    def _params(self, nodes_df: pd.DataFrame) -> tuple[torch.Tensor, ...]:
-        """Distribution parameters per row, in standardised units for a Gaussian head."""
+    def _params(self, nodes_df: pd.DataFrame, inputs: np.ndarray | None = None) -> tuple[torch.Tensor, ...]:
+        """Distribution parameters per row, in standardised units for a Gaussian head (`inputs`: the rows'
+        design matrix when the caller already built it)."""
         n = len(nodes_df)
         if self.net_ is None:
             theta = torch.as_tensor(self.marginal_, dtype=torch.float64)
             if self.categorical:
                 return (theta.unsqueeze(0).expand(n, -1),)
             return theta[0].expand(n), theta[1].expand(n)
-        X = torch.as_tensor(self._inputs(nodes_df), dtype=torch.float32)
+        X = torch.as_tensor(self._inputs(nodes_df) if inputs is None else inputs, dtype=torch.float32)
         parts = []
         with torch.no_grad():
             for start in range(0, n, _PREDICT_CHUNK):
@@ -367,12 +368,33 @@ class ConditionalDensity:
     def log_prob(self, nodes_df: pd.DataFrame) -> np.ndarray:
         """log p(x | parents) of each row's observed value (a density in x's units, or a probability)."""
         self._check_fitted()
-        params = self._params(nodes_df)
+        return self._log_prob_of(self._targets(nodes_df), self._params(nodes_df))
+
+    def _log_prob_of(self, targets: np.ndarray, params: tuple[torch.Tensor, ...]) -> np.ndarray:
         if self.categorical:
-            y = torch.as_tensor(self._targets(nodes_df))
-            return categorical_log_prob(y, params[0]).numpy().astype(np.float64)
-        y = torch.as_tensor(self._targets(nodes_df), dtype=torch.float64)
+            return categorical_log_prob(torch.as_tensor(targets), params[0]).numpy().astype(np.float64)
+        y = torch.as_tensor(targets, dtype=torch.float64)
         return (gaussian_log_prob(y, *params) - math.log(self.target_scale_)).numpy()   # Jacobian of standardising
+
+    def log_prob_permuted(self, nodes_df: pd.DataFrame, parent: str, orders: Sequence[np.ndarray]) -> np.ndarray:
+        """(len(orders), rows): log p(x | parents) with the numeric parent's column replaced by
+        `column[order]` for each order — the same numbers as `log_prob` on such copies of `nodes_df`, with
+        the design matrix and targets built once instead of once per order (BAL's permutation numerator)."""
+        self._check_fitted()
+        if parent not in self.numeric_parents:
+            raise ValueError(f"{parent!r} is not a numeric parent of {self._what()}")
+        targets = self._targets(nodes_df)
+        if self.net_ is None:                      # unconditional: no parent to permute
+            row = self._log_prob_of(targets, self._params(nodes_df))
+            return np.stack([row] * len(orders))
+        inputs = self._inputs(nodes_df)
+        j = self.numeric_parents.index(parent)
+        standardised = inputs[:, j].copy()
+        out = []
+        for order in orders:
+            inputs[:, j] = standardised[order]      # standardising commutes with reordering rows
+            out.append(self._log_prob_of(targets, self._params(nodes_df, inputs)))
+        return np.stack(out)
 
     def score(self, nodes_df: pd.DataFrame) -> float:
         """Mean log-likelihood per row (higher is better), the objective of Eq. 7."""

@@ -159,13 +159,8 @@ def permutation_log_numerator(estimator: FeatureInfluence, nodes_df: pd.DataFram
     """log (1/K) Σ_k p(x | r̂_{π_k}, m): r̂ marginalised over the batch's own relevance scores (§3.2)."""
     if RELEVANCE_SCORE not in nodes_df.columns:
         raise KeyError(f"column {RELEVANCE_SCORE!r} is missing; present: {list(nodes_df.columns)}")
-    relevance = nodes_df[RELEVANCE_SCORE].to_numpy()
-    shuffled = nodes_df.copy()
-    stack = []
-    for _ in range(n_permutations):
-        shuffled[RELEVANCE_SCORE] = relevance[rng.permutation(len(relevance))]
-        stack.append(estimator.denominator.log_prob(shuffled))
-    return log_mean_exp(np.stack(stack), axis=0)
+    orders = [rng.permutation(len(nodes_df)) for _ in range(n_permutations)]
+    return log_mean_exp(estimator.denominator.log_prob_permuted(nodes_df, RELEVANCE_SCORE, orders), axis=0)
 
 
 @dataclass

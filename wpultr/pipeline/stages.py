@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ..config import RunConfig
-from ..io.parquet import column_names, partition_paths, read_table
+from ..io.parquet import column_names, partition_paths, read_table, table_to_pandas
 from ..schema import FEATURES, QUERY_ID, QUERY_KEY, page_features_from_config, query_key
 from .layout import (ANNOTATIONS, BIAS, FEATURED_ANNOTATIONS, FEATURED_SESSIONS_DIR, HISTORY,  # noqa: F401
                      INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
@@ -195,6 +195,7 @@ def train(ctx: StageContext) -> dict[str, Any]:
     """Fit the configured method on the click logs, selecting epochs on the validation queries."""
     from ..methods.base import get_method
     cfg, run = ctx.config, ctx.run
+    map_large_allocations()
     sessions_path, annotations_path = _training_tables(run)
     annotations = read_table(annotations_path)
     valid = _annotation_split(run, annotations, "valid")
@@ -206,7 +207,7 @@ def train(ctx: StageContext) -> dict[str, Any]:
         n_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in partition_paths(sessions_path))
     else:
         sessions = read_sampled_sessions(sessions_path, cfg.data.max_sessions, cfg.seed,
-                                         training_columns(cfg, column_names(sessions_path)))
+                                         training_columns(cfg, column_names(sessions_path)), arrow_lists(cfg))
         sessions, identifiability = preflight(sessions, cfg, run.root)   # warn | merge | fail | intervene
         result = get_method(cfg.train.method).fit(sessions, valid if len(valid) else None, cfg)
         n_rows = len(sessions)
@@ -219,6 +220,24 @@ def train(ctx: StageContext) -> dict[str, Any]:
     write_json(run.path(REPORT_FILE), identifiability)
     return {"train_rows": int(n_rows), "valid_rows": int(len(valid)),
             "identifiability": summary_entry(identifiability)}
+
+
+M_MMAP_THRESHOLD = -3                 # glibc's mallopt parameter number (malloc.h)
+MMAP_THRESHOLD_BYTES = 4 << 20        # per-row arrays of a large log are far above it; a training batch's far below
+
+
+def map_large_allocations(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Give every allocation of `threshold` bytes or more its own mapping, returned to the OS when freed (glibc's
+    mallopt; False where there is none). By default glibc raises that threshold to 32 MiB as large blocks are freed,
+    so the train stage's per-row temporaries (scoring chunks, weights, preflight codes) land on a heap that never
+    shrinks: measured +0.4 GB of resident memory at 0.5 M shown results. Numbers computed are unchanged."""
+    import ctypes
+    import ctypes.util
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):   # not glibc (macOS, musl without mallopt): nothing to tune
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
 
 
 def training_columns(cfg: RunConfig, available: list[str]) -> list[str]:
@@ -234,26 +253,36 @@ def training_columns(cfg: RunConfig, available: list[str]) -> list[str]:
     return [c for c in available if c not in drop]
 
 
+def arrow_lists(cfg: RunConfig) -> tuple[str, ...]:
+    """The list columns the train stage keeps as Arrow arrays (io.parquet.read_table): the dense `features`
+    (the rankers read them as one matrix, rankers.mlp.feature_matrix) and, but for BERT (which reads each
+    row's token ids), the query tokens (read only by schema.query_key, through Arrow)."""
+    from ..schema import QUERY_TOKENS
+    return (FEATURES,) if cfg.ranker.backbone == "bert" else (FEATURES, QUERY_TOKENS)
+
+
 def read_sampled_sessions(directory: Path, max_sessions: int | None, seed: int,
-                          columns: list[str] | None = None) -> pd.DataFrame:
+                          columns: list[str] | None = None, arrow_lists: tuple[str, ...] = ()) -> pd.DataFrame:
     """`io.parquet.sample_sessions(read_table(directory), max_sessions, seed)` without reading unsampled rows.
 
     The session ids are chosen from the session_id column alone (same ids, same draw), then only their rows
-    are read, the choice pushed down to the Parquet scan as a filter. `columns` (None: all) are read.
+    are read, the choice pushed down to the Parquet scan as a filter. `columns` (None: all) are read;
+    `arrow_lists` as in `read_table`.
     """
     if max_sessions is None:
-        return read_table(directory, columns)
+        return read_table(directory, columns, arrow_lists)
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
     from ..schema import SESSION_ID
     ids = read_table(directory, columns=[SESSION_ID])[SESSION_ID].unique()
     if len(ids) <= max_sessions:
-        return read_table(directory, columns)
+        return read_table(directory, columns, arrow_lists)
     keep = np.random.default_rng(seed).choice(ids, size=max_sessions, replace=False)
+    del ids
     dataset = ds.dataset([str(p) for p in partition_paths(directory)], format="parquet")
     table = dataset.to_table(columns=columns, filter=pc.field(SESSION_ID).isin(pa.array(keep)))
-    return table.to_pandas().reset_index(drop=True)
+    return table_to_pandas(table, arrow_lists).reset_index(drop=True)
 
 
 def _write_graphs(run: RunDir, result) -> None:

@@ -9,6 +9,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from ..errors import ExportError
@@ -39,19 +41,41 @@ def feature_matrix(frame: pd.DataFrame, table: str = "table") -> np.ndarray:
     if FEATURES not in frame.columns:
         raise SchemaError(f"{table}: the mlp ranker needs a dense {FEATURES!r} column (or lexical features "
                           f"from token ids); present: {list(frame.columns)}")
-    values = frame[FEATURES].to_numpy()
-    if len(values) == 0:
+    column = frame[FEATURES]
+    if len(column) == 0:
         return np.zeros((0, 0), dtype=np.float32)
-    lengths = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
-    if (lengths != lengths[0]).any():
-        row = int(np.flatnonzero(lengths != lengths[0])[0])
-        raise SchemaError(f"{table}: column {FEATURES!r} row {row} has {lengths[row]} values, row 0 has {lengths[0]}")
-    matrix = np.stack([np.asarray(v, dtype=np.float32) for v in values])
+    if isinstance(column.dtype, pd.ArrowDtype) and pa.types.is_list(column.dtype.pyarrow_dtype):
+        matrix = _arrow_feature_matrix(pa.array(column.array), table)
+    else:
+        values = column.to_numpy()
+        lengths = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+        _check_lengths(lengths, table)
+        matrix = np.stack([np.asarray(v, dtype=np.float32) for v in values])
     bad = ~np.isfinite(matrix)
     if bad.any():
         row, col = (int(i[0]) for i in np.nonzero(bad))
         raise SchemaError(f"{table}: column {FEATURES!r} row {row} value {col} is {matrix[row, col]}, expected finite")
     return matrix
+
+
+def _check_lengths(lengths: np.ndarray, table: str) -> None:
+    """Every row holds as many values as row 0 (SchemaError naming the first row that does not)."""
+    if (lengths != lengths[0]).any():
+        row = int(np.flatnonzero(lengths != lengths[0])[0])
+        raise SchemaError(f"{table}: column {FEATURES!r} row {row} has {lengths[row]} values, row 0 has {lengths[0]}")
+
+
+def _arrow_feature_matrix(column: pa.Array | pa.ChunkedArray, table: str) -> np.ndarray:
+    """An Arrow list column as one (n, d) float32 matrix, read from the values buffers: no object per row."""
+    column = column if isinstance(column, pa.ChunkedArray) else pa.chunked_array([column])
+    if column.null_count:
+        row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise SchemaError(f"{table}: column {FEATURES!r} row {row} is null, expected {FEATURES!r} values")
+    lengths = pc.list_value_length(column).to_numpy()
+    _check_lengths(lengths, table)
+    values = [chunk.flatten().to_numpy(zero_copy_only=False) for chunk in column.chunks]
+    flat = np.concatenate(values).astype(np.float32, copy=False) if values else np.zeros(0, np.float32)
+    return flat.reshape(len(lengths), int(lengths[0]))
 
 
 def feature_inputs(frame: pd.DataFrame, n_features: int) -> Inputs:
