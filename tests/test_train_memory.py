@@ -158,8 +158,13 @@ def test_the_train_stage_hands_freed_large_blocks_back_to_the_os():
     """With glibc's default, the freed 20 MiB blocks stay resident (heap); mapped, none of them does."""
     import subprocess
     import sys
+    import os
+    # glibc's own defaults: a Dask cluster started earlier in this process may have set MALLOC_TRIM_THRESHOLD_ etc.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+
     def grown(mode: str) -> tuple[str, int]:
-        out = subprocess.run([sys.executable, "-c", FREED_BLOCKS, mode], capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", FREED_BLOCKS, mode], capture_output=True, text=True, check=True,
+                             env=env)
         mapped, mib = out.stdout.split()
         return mapped, int(mib)
     assert grown("default")[1] >= 15
