@@ -80,6 +80,9 @@ class ClusterConfig:
     memory_limit: str = "4GiB"            # per LocalCluster worker: a size ("4GiB", "500MB") or "auto"
     connect_timeout: float = 10.0         # seconds to reach `scheduler` before giving up
     no_worker_timeout: float = 60.0       # seconds a stage may wait on a cluster with no workers
+    worker_profiling: bool = False        # Dask's statistical profiler on the LocalCluster's workers (it samples every
+    #                                       thread's stack each 10 ms: about a sixth of an ingest's CPU); true for the
+    #                                       dashboard's profile page. An external cluster's workers keep their own setting
 
     def __post_init__(self) -> None:
         k = self.KEY

@@ -51,8 +51,11 @@ def open_client(cfg: ClusterConfig | None = None) -> Iterator[Client]:
         with client:
             yield client
         return
-    with LocalCluster(n_workers=cfg.n_workers, threads_per_worker=cfg.threads_per_worker,
-                      memory_limit=cfg.memory_limit, processes=True, dashboard_address=None) as cluster, \
+    import dask
+    # the workers start with this process's Dask config: their statistical profiler off unless asked for
+    with dask.config.set({"distributed.worker.profile.enabled": bool(cfg.worker_profiling)}), \
+            LocalCluster(n_workers=cfg.n_workers, threads_per_worker=cfg.threads_per_worker,
+                         memory_limit=cfg.memory_limit, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         yield client
 
