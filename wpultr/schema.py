@@ -181,12 +181,18 @@ def query_key(df: pd.DataFrame) -> pd.Series:
     return pd.Series(keys.to_numpy(zero_copy_only=False), index=df.index, name=QUERY_KEY, dtype=object)
 
 
+def pair_codes(first: Sequence | np.ndarray | pd.Series, second: Sequence | np.ndarray | pd.Series) -> np.ndarray:
+    """Codes 0..n-1 of each row's (first, second) pair, in order of first appearance (as factorising the
+    pairs would give), from the two columns' own codes: no tuple or string per row. Nulls are values."""
+    a = pd.factorize(np.asarray(first), use_na_sentinel=False)[0].astype(np.int64)
+    b = pd.factorize(np.asarray(second), use_na_sentinel=False)[0].astype(np.int64)
+    return pd.factorize(a * (int(b.max(initial=-1)) + 1) + b)[0]
+
+
 def query_document_pairs(df: pd.DataFrame) -> np.ndarray:
     """Codes 0..n-1 of each row's (query_id, doc_id): the same document shown for the same query in another
     session is the same pair. What intervention harvesting and BAL's document effects group impressions by."""
-    query = pd.factorize(df[QUERY_ID].to_numpy(), use_na_sentinel=False)[0].astype(np.int64)
-    doc = pd.factorize(df[DOC_ID].to_numpy(), use_na_sentinel=False)[0].astype(np.int64)
-    return pd.factorize(query * (int(doc.max(initial=-1)) + 1) + doc)[0]     # no tuple per row
+    return pair_codes(df[QUERY_ID].to_numpy(), df[DOC_ID].to_numpy())
 
 
 QUARANTINE_SCHEMA = pa.schema([

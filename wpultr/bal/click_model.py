@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from scipy.special import expit
 
 from ..rankers.mlp import mlp
 from .config import ClickModelConfig
@@ -154,20 +155,16 @@ def document_offsets(u: np.ndarray, v: np.ndarray, clicks: np.ndarray, weights: 
     for _ in range(steps):
         logit = u + delta[pairs]
         if form == "additive":
-            p = _sigmoid(logit + v)
+            p = expit(logit + v)
             g, info = clicks - p, p * (1.0 - p)
         else:
-            s, q = _sigmoid(v), _sigmoid(logit)
+            s, q = expit(v), expit(logit)
             p = s * q
             rest = np.maximum(1.0 - p, 1e-12)
             g, info = (clicks - p) * (1.0 - q) / rest, s * q * (1.0 - q) ** 2 / rest
         grad = np.bincount(pairs, weights * g, minlength=n_pairs) - ridge * delta
         delta = delta + grad / (np.bincount(pairs, weights * info, minlength=n_pairs) + ridge)
     return delta
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))        # σ(x) without overflow warnings
 
 
 def ranker_loss(click_model: ClickModel, scores: torch.Tensor, page_logits: torch.Tensor, clicks: torch.Tensor,

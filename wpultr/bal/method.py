@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.special import expit
 
 from ..causal.discovery import (ReusableTests, click_row_mask, click_rows_frame, discover, one_row_per_session,
                                sample_session_ids)
@@ -39,6 +40,7 @@ from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
 from ..features.encoders import CategoricalEncoder, PageFeatureEncoder
 from ..methods.base import FitResult
 from ..methods.losses import weighted_softmax_loss
+from ..methods.position_propensity import shown_at_several_positions
 from ..methods.training import Trainer, build_ranker
 from ..rankers.base import score_inputs
 from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, \
@@ -126,8 +128,7 @@ def document_pairs(train: pd.DataFrame, config: "RunConfig") -> tuple[np.ndarray
                               f"present: {sorted(map(str, train.columns))}")
         return None, {"used": False, "reason": "the sessions have no doc_id"}
     pairs = query_document_pairs(train)
-    spread = pd.Series(train[POSITION].to_numpy()).groupby(pairs).nunique().to_numpy()
-    share = float(np.mean(spread[pairs] >= 2))
+    share = float(np.mean(shown_at_several_positions(pairs, train[POSITION].to_numpy())))
     info = {"pairs": int(pairs.max()) + 1 if len(pairs) else 0, "rows_in_pairs_at_two_positions": round(share, 4)}
     if wanted == "auto" and share < 0.5:
         return None, {**info, "used": False, "reason": "auto: under half the rows' documents were shown at two "
@@ -138,7 +139,7 @@ def document_pairs(train: pd.DataFrame, config: "RunConfig") -> tuple[np.ndarray
 def examination_by_position(page_logits: np.ndarray, positions: np.ndarray) -> dict[str, float]:
     """The click model's examination σ(v) averaged by position, relative to the first position: the position
     bias BAL learned, recorded every epoch so a user can read it (and a bench can hold it to the truth)."""
-    exam = pd.Series(0.5 * (1.0 + np.tanh(0.5 * np.asarray(page_logits, np.float64)))).groupby(positions).mean()
+    exam = pd.Series(expit(np.asarray(page_logits, np.float64))).groupby(positions).mean()
     return {str(int(p)): round(float(e / exam.iloc[0]), 4) for p, e in exam.items()}
 
 

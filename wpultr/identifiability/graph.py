@@ -18,7 +18,7 @@ from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
 from ..errors import SchemaError
-from ..schema import ABSTRACT_TOKENS, CLICK, DOC_ID, FEATURES, QUERY_ID, TITLE_TOKENS
+from ..schema import ABSTRACT_TOKENS, CLICK, DOC_ID, FEATURES, QUERY_ID, TITLE_TOKENS, pair_codes
 
 DOC = "doc"   # column of `IdentifiabilityGraph.pairs`: the document's code
 
@@ -81,10 +81,7 @@ def document_codes(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     else the feature vector, else the title and abstract tokens (the query–document's own identity)."""
     if DOC_ID in frame.columns:
         query = frame[QUERY_ID].astype(str) if QUERY_ID in frame.columns else pd.Series("", index=frame.index)
-        # codes of each column, then of the pair: as factorising "query\tdoc" texts, without a string per row
-        q = pd.factorize(query, sort=False, use_na_sentinel=False)[0].astype(np.int64)
-        d = pd.factorize(frame[DOC_ID].astype(str), sort=False, use_na_sentinel=False)[0]
-        key = q * (int(d.max()) + 1 if len(d) else 1) + d
+        key = pair_codes(query, frame[DOC_ID].astype(str))   # as factorising "query\tdoc" texts, no string per row
     elif FEATURES in frame.columns:
         key = frame[FEATURES].map(lambda v: np.asarray(v, dtype=np.float32).tobytes())
     elif TITLE_TOKENS in frame.columns and ABSTRACT_TOKENS in frame.columns:

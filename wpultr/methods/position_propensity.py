@@ -221,6 +221,13 @@ def simulate_swaps(cfg: "SimulateConfig", seed: int, n_sessions: int, draw: Swap
 # ---------------------------------------------------------------------------------------------
 # Intervention harvesting: PBM EM over (query, document)
 # ---------------------------------------------------------------------------------------------
+def shown_at_several_positions(pairs: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Per row: was its (query, document) pair shown at two positions or more? Those impressions are the
+    harvested interventions that tell examination from relevance (Agarwal et al. 2019)."""
+    spread = pd.Series(np.asarray(positions)).groupby(np.asarray(pairs)).nunique().to_numpy()
+    return spread[pairs] >= 2
+
+
 def harvest_propensities(frame: pd.DataFrame, iterations: int = 200, tol: float = 1e-7) -> dict[str, Any]:
     """θ_k/θ_1 of the position-based model P(c) = θ_k γ_{q,d} fitted by EM on the logs (Wang et al. 2018 §3).
 
@@ -236,8 +243,7 @@ def harvest_propensities(frame: pd.DataFrame, iterations: int = 200, tol: float 
                               f"shown at several positions); present: {list(frame.columns)}")
     pair = query_document_pairs(frame)
     position = frame[POSITION].to_numpy().astype(np.int64)
-    spread = pd.Series(position).groupby(pair).nunique().to_numpy()
-    keep = spread[pair] >= 2
+    keep = shown_at_several_positions(pair, position)
     if not keep.any():
         raise SchemaError("sessions: no (query_id, doc_id) is shown at two positions; harvesting has no intervention")
     pair, position, click = pair[keep], position[keep] - 1, frame[CLICK].to_numpy()[keep].astype(np.float64)
