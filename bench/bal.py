@@ -83,6 +83,12 @@ NO_DOC = {"bal.click_model.document_effects": False}   # the paper's click model
 for _name in ("BAL", "BAL-list", "PB-BAL", "BAL-GBDT", "BAL-GBDT-lambda"):
     METHODS[f"{_name}-nodoc"] = {**METHODS[_name], **NO_DOC}
 METHODS["LambdaMART"] = {"train.method": "lightgbm_lambdarank"}
+# the permutation numerator's K (`bal.weights.max_permuted_rows`): every permutation, or K = 2 at 50 000 sessions
+# BAL-GBDT-lambda's pair weights (`bal.pair_weights`, default skip)
+for _pw in ("click", "both"):
+    METHODS[f"BAL-GBDT-lambda-{_pw}"] = {**METHODS["BAL-GBDT-lambda"], "bal.pair_weights": _pw}
+METHODS["BAL-K16"] = {**BAL, "bal.weights.max_permuted_rows": None}
+METHODS["BAL-K2"] = {**BAL, "bal.weights.max_permuted_rows": 1_000_000}
 # Two families, each judged against its own baselines and ceiling: the neural rankers (MLP) against the
 # better Naive, the gradient-boosted ones against the better of Naive-GBDT and plain LambdaMART.
 FAMILIES: dict[str, dict[str, Any]] = {
@@ -90,7 +96,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gbdt": {"baselines": ("Naive-GBDT", "LambdaMART"), "ceiling": "Ceiling-GBDT"},
 }
 GBDT_METHODS = ("Naive-GBDT", "LambdaMART", "BAL-GBDT", "BAL-GBDT-list", "BAL-GBDT-lambda", "Naive-GBDT-lambda",
-                "LambdaMART-pos", "Ceiling-GBDT", "BAL-GBDT-nodoc", "BAL-GBDT-lambda-nodoc", "Oracle-IPW-GBDT")
+                "LambdaMART-pos", "Ceiling-GBDT", "BAL-GBDT-nodoc", "BAL-GBDT-lambda-nodoc", "Oracle-IPW-GBDT",
+                "BAL-GBDT-lambda-click", "BAL-GBDT-lambda-both")
 
 
 def family(label: str) -> str:
@@ -221,7 +228,7 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         out["per_query"][fam["ceiling"]] = measured(result.ranker)
     # the reweighted step with the true examination, for each family that ran a reweighting BAL
     for name, boosted, reweighting in (("Oracle-IPW", False, ("BAL-list",)),
-                                       ("Oracle-IPW-GBDT", True, ("BAL-GBDT-lambda", "BAL-GBDT-lambda-nodoc"))):
+                                       ("Oracle-IPW-GBDT", True, ("BAL-GBDT-lambda-click", "BAL-GBDT-lambda-both"))):
         ran = [m for m in reweighting if m in out["per_query"]]
         if ran:
             out["per_query"][name] = measured(oracle_ipw(train, truth, valid, config_from_dict(

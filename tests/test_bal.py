@@ -12,7 +12,8 @@ from wpultr.causal.graph import DiscoveredGraph, epoch_dir
 from wpultr.config import BaselinesConfig, ConfigError, RunConfig, config_from_dict
 from wpultr.bal.method import BAL, click_model_rows, document_pairs, fixed_graph, listwise_click_weights
 from wpultr.bal.config import VARIANTS, ClickModelConfig
-from wpultr.bal.click_model import ClickModel, PageInputs, document_offsets, log_click_likelihood, ranker_loss
+from wpultr.bal.click_model import (ClickModel, PageInputs, document_offsets, log_click_likelihood, ranker_loss,
+                                    skipped_irrelevance)
 from wpultr.methods.registry import get_method
 from wpultr.metrics import evaluate
 from wpultr.pipeline import stages as S
@@ -207,6 +208,38 @@ def test_document_effects_recover_examination_that_relevance_confounds():
     plain, harvested = exam_ratio(False), exam_ratio(True)
     assert plain < 0.12                             # truth 0.2: confounded by relevance
     assert abs(harvested - 0.2) < 0.04
+
+
+def test_skipped_irrelevance_is_the_posterior_of_an_irrelevant_skip():
+    """P(not relevant | not clicked) under p(c) = σ(u)σ(v), by Bayes on a direct (float64) computation, tails too."""
+    u = np.array([-3.0, -0.5, 0.0, 1.2, 4.0, 30.0, -30.0])
+    v = np.array([2.0, -1.0, 0.3, -4.0, 0.0, -30.0, 30.0])
+    q, e = 1 / (1 + np.exp(-u)), 1 / (1 + np.exp(-v))
+    direct = (1 / (1 + np.exp(u))) / (1 - q * e)    # 1 − σ(u) written as σ(−u): no cancellation at u = 30
+    np.testing.assert_allclose(skipped_irrelevance(u, v), direct, rtol=1e-9)
+    # a result surely seen: its skip means irrelevant
+    assert skipped_irrelevance(np.array([0.0]), np.array([40.0]))[0] == pytest.approx(1.0)
+    # a result nobody saw: the skip says nothing, the prior 1 − σ(u) stays
+    assert skipped_irrelevance(np.array([1.0]), np.array([-40.0]))[0] == pytest.approx(1 - 1 / (1 + np.exp(-1.0)))
+
+
+def test_relevance_logits_add_the_documents_offsets_over_all_rows():
+    pairs, position, clicks = _harvestable_logs(n_pairs=50, shows=10)
+    nodes, ones = pd.DataFrame({"position": position}), np.ones(len(pairs))
+    r = np.random.default_rng(2).normal(size=len(pairs))
+    torch.manual_seed(0)
+    model = ClickModel(PageInputs(("position",), (), ()), ClickModelConfig(epochs=2, hidden=[4]))
+    model.fit(r, nodes, clicks, ones, torch.Generator().manual_seed(0), pairs)
+    alpha, beta = model.relevance_affine()
+    v = model.page_logits(nodes)
+    np.testing.assert_allclose(model.relevance_logits(r, v, clicks, ones), alpha * r + beta)
+    with_docs = model.relevance_logits(r, v, clicks, ones, pairs + 7)        # any codes: only equality matters
+    delta = document_offsets(alpha * r + beta, v.astype(float), clicks, ones, pairs, "multiplicative",
+                             model.config.document_ridge, np.zeros(0), steps=4)
+    np.testing.assert_allclose(with_docs, alpha * r + beta + delta[pairs], rtol=1e-9)
+    # one offset per document: rows of the same pair move together
+    shift = with_docs - (alpha * r + beta)
+    assert all(np.ptp(shift[pairs == k]) < 1e-9 for k in range(5))
 
 
 def test_page_logits_in_chunks_equal_one_pass():

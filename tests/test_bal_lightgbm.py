@@ -176,6 +176,31 @@ def test_lambdarank_step_weights_each_pair_by_its_clicked_rows_weight(logs):
     assert weighted > plain
 
 
+def test_lambdarank_skip_weights_scale_each_pair_by_its_skipped_row(logs):
+    """`bal.pair_weights` skip/both: a pair's weight is its click's weight times its skipped row's; with skip weights
+    of 1 the objective is the click-weighted one, and zeroing one skipped row removes exactly its pairs."""
+    trainer = BoostingTrainer(logs.sessions, None, naive_config("lambdarank"))
+    n = len(trainer.order)
+    f = np.random.default_rng(1).normal(size=n)
+    ones = np.ones(n)
+    g, h = trainer.lambda_objective(ones)[0](f)
+    g1, h1 = trainer.lambda_objective(ones, ones)[0](f)
+    np.testing.assert_allclose(g1, g)
+    np.testing.assert_allclose(h1, h)
+    first = np.arange(trainer.group_sizes[0])
+    skipped = first[trainer.clicks[first] == 0]
+    clicked = first[trainer.clicks[first] > 0]
+    if len(skipped) and len(clicked):
+        skip = ones.copy()
+        skip[skipped[0]] = 0.0                       # that row's pairs weigh nothing
+        gz, _ = trainer.lambda_objective(ones, skip)[0](f)
+        assert gz[skipped[0]] == 0.0 and g[skipped[0]] > 0.0
+        np.testing.assert_allclose(gz[len(first):], g[len(first):])
+    half = trainer.lambda_objective(ones, np.full(n, 0.5))
+    np.testing.assert_allclose(half[0](f)[0], 0.5 * g)
+    assert half[1](f) == pytest.approx(0.5 * trainer.lambda_objective(ones)[1](f))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", ["listwise", "lambdarank"])
 def test_click_reweighting_bal_with_the_lightgbm_backbone_ranks(tmp_path, dask_client, loss):

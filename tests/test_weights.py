@@ -166,6 +166,26 @@ def test_total_weight_is_the_product_over_confounded_features():
     np.testing.assert_array_equal(again.weights, result.weights)
 
 
+def test_permutations_shrink_with_rows_under_the_budget():
+    config = WeightConfig(n_permutations=16, max_permuted_rows=4_000_000)
+    assert [config.permutations_for(n) for n in (1_000, 250_000, 500_000, 2_000_000, 9_000_000)] == [16, 16, 8, 2, 1]
+    assert WeightConfig(max_permuted_rows=None).permutations_for(10**9) == 16
+    # the weights record the K they used, and a budget of K = 1 gives other (unbiased, noisier) weights
+    rng = np.random.default_rng(5)
+    n = 2000
+    r = rng.normal(size=n)
+    df = pd.DataFrame({R: r, "h": rng.normal(size=n)})
+    df["a"] = r + df["h"] + rng.normal(size=n)
+    report = BiasReport((ConfoundedFeature("a", (R, "h"), 2),), ("a",), (R,))
+    est = fit_influence_estimators(df, report, {"a": "continuous", "h": "continuous"}, InfluenceConfig(epochs=3),
+                                   seed=0)
+    full = importance_weights(df, est, WeightConfig(max_weight=None, n_permutations=8, max_permuted_rows=None))
+    one = importance_weights(df, est, WeightConfig(max_weight=None, n_permutations=8, max_permuted_rows=n))
+    assert full.features["a"]["n_permutations"] == 8 and one.features["a"]["n_permutations"] == 1
+    assert not np.allclose(full.weights, one.weights)
+    assert np.corrcoef(full.log_weights, one.log_weights)[0, 1] > 0.3
+
+
 def test_no_confounded_features_gives_unit_weights():
     df = pd.DataFrame({R: np.arange(5.0)})
     result = importance_weights(df, {})

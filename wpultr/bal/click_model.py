@@ -129,6 +129,21 @@ class ClickModel(torch.nn.Module):
         return stats
 
     @torch.no_grad()
+    def relevance_logits(self, r: np.ndarray, page_logits: np.ndarray, clicks: np.ndarray, weights: np.ndarray,
+                         pairs: np.ndarray | None = None, steps: int = 4) -> np.ndarray:
+        """u of every row, the click model's belief in each shown result's relevance: α·r̂ + β, plus the row's
+        (query, document) offset δ (`document_offsets`, re-estimated over all rows with φ_c fixed) when `pairs`
+        are given. A constant of the ranker step, like the page logits."""
+        alpha, beta = self.relevance_affine()
+        u = alpha * np.asarray(r, np.float64) + beta
+        if pairs is None or not len(pairs):
+            return u
+        codes = np.unique(pairs, return_inverse=True)[1]
+        delta = document_offsets(u, np.asarray(page_logits, np.float64), clicks, weights, codes, self.form,
+                                 self.config.document_ridge, np.zeros(0), steps=steps)
+        return u + delta[codes]
+
+    @torch.no_grad()
     def page_logits(self, nodes: pd.DataFrame, chunk_rows: int = 65536) -> np.ndarray:
         """v(x) for every row: fixed during the ranker step. In chunks, so the branch's activations over
         millions of rows are never held at once."""
@@ -165,6 +180,15 @@ def document_offsets(u: np.ndarray, v: np.ndarray, clicks: np.ndarray, weights: 
         grad = np.bincount(pairs, weights * g, minlength=n_pairs) - ridge * delta
         delta = delta + grad / (np.bincount(pairs, weights * info, minlength=n_pairs) + ridge)
     return delta
+
+
+def skipped_irrelevance(relevance_logits: np.ndarray, page_logits: np.ndarray) -> np.ndarray:
+    """P(not relevant | not clicked) = (1 − σ(u)) / (1 − σ(u)σ(v)) under the multiplicative model, per row: near 1
+    for a result the page made sure was seen (σ(v) → 1), near 1 − σ(u) for one nobody looked at (σ(v) → 0).
+    Computed in logs: log(1 − σ(u)σ(v)) as in `log_click_likelihood`."""
+    u, v = np.asarray(relevance_logits, np.float64), np.asarray(page_logits, np.float64)
+    log_rest = np.logaddexp(np.logaddexp(-u, -v), -u - v) - np.logaddexp(0.0, -u) - np.logaddexp(0.0, -v)
+    return np.exp(-np.logaddexp(0.0, u) - log_rest)
 
 
 def ranker_loss(click_model: ClickModel, scores: torch.Tensor, page_logits: torch.Tensor, clicks: torch.Tensor,

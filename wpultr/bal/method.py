@@ -13,8 +13,11 @@ Each epoch, with the current ranker f_Θ:
    listwise` (beyond the paper) by the IPW softmax loss over each session instead, each click weighted
    by w / σ(v(page)) (`listwise_click_weights`): the page's examination divided out, as IPW divides by
    a position propensity, and the page path blocked just the same (v is a constant of the step); with
-   `train.loss: lambdarank` (LightGBM backbone) by LambdaMART's λ-gradients, each clicked-over-skipped pair
-   weighted by its click's same ω.
+   `train.loss: lambdarank` (LightGBM backbone) by LambdaMART's λ-gradients over clicked-over-skipped pairs,
+   weighted per `bal.pair_weights`: by the click's same ω (click), or by the click's w times the chance, under
+   the click model (u with its document offsets), that the skipped result was skipped for irrelevance rather
+   than unseen (skip, the default: it removes the skip side's bias without the click side's 1/σ(v) variance),
+   or both.
 The graph step samples the same sessions every epoch and re-runs only the CI tests that involve r̂;
 the influence estimators are refitted on the same rows, warm-started from the previous epoch's.
 The ranker first gets BAL's warm-up (naive click loss, plus masked LM for BERT; `train.warmup_epochs`).
@@ -46,7 +49,7 @@ from ..rankers.base import score_inputs
 from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, \
     page_features_from_config, query_document_pairs
 from .biases import BiasReport, identify_biases
-from .click_model import ClickModel, page_inputs, ranker_loss
+from .click_model import ClickModel, page_inputs, ranker_loss, skipped_irrelevance
 from .influence import FeatureInfluence, fit_influence_estimators
 from .weights import clip_and_normalise, importance_weights
 
@@ -214,10 +217,14 @@ class BAL:
             cm_stats["examination_by_position"] = examination_by_position(page_logits, train[POSITION].to_numpy())
             clock.lap("click_model")
             reweighted = config.train.loss in ("listwise", "lambdarank")    # a click-reweighting ranker step
-            if reweighted:
+            skip = None
+            if boosted and config.train.loss == "lambdarank" and config.bal.pair_weights != "click":
+                skip = skipped_irrelevance(click_model.relevance_logits(r, page_logits, clicks, weights, pairs),
+                                           page_logits)
+            if reweighted and not (skip is not None and config.bal.pair_weights == "skip"):
                 weights = listwise_click_weights(weights, page_logits, config.bal.weights.max_weight)
             if boosted:                                                                         # step 6
-                stats = self.boost_ranker(trainer, click_model, page_logits, weights, config.train.loss)
+                stats = self.boost_ranker(trainer, click_model, page_logits, weights, config.train.loss, skip)
             elif reweighted:                                                # listwise: lambdarank is the booster's
                 extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32))}
                 stats = trainer.epoch(lambda s, b: weighted_softmax_loss(s, b.clicks, b.mask, b.extras[WEIGHTS]),
@@ -255,19 +262,22 @@ class BAL:
 
     @staticmethod
     def boost_ranker(trainer: Any, click_model: ClickModel, page_logits: np.ndarray,
-                     weights: np.ndarray, loss: str = "pointwise") -> dict[str, float]:
+                     weights: np.ndarray, loss: str = "pointwise", skip: np.ndarray | None = None) -> dict[str, float]:
         """Step 6 for the LightGBM backbone: rounds_per_epoch trees on the blocked, weighted likelihood of Eq. 10.
 
         The objective's only variable is r̂: α, β of the relevance term and the page logits v(x) are this
         epoch's constants (`gbdt_objectives.bal_click_grad_hess`), the importance weights multiply each row.
         Listwise (`train.loss`), `weights` are already `listwise_click_weights` and the objective is the
         IPW softmax over each session (`gbdt_objectives.weighted_softmax_grad_hess`); lambdarank, LambdaMART's
-        λ-gradients with each clicked-over-skipped pair weighted by its click's ω (as Unbiased LambdaMART
-        weights a pair by its click's inverse propensity).
+        λ-gradients with each clicked-over-skipped pair weighted by its click's `weights` (ω = w/σ(v), as Unbiased
+        LambdaMART weights a pair by its click's inverse propensity, or w alone) times, with `skip`
+        (`bal.pair_weights`), its skipped result's chance of having been skipped for irrelevance.
         """
         from ..methods import gbdt_objectives as obj
         if loss == "lambdarank":
-            return trainer.boost(*trainer.lambda_objective(trainer.in_dataset_order(np.asarray(weights, np.float64))))
+            order = trainer.in_dataset_order
+            return trainer.boost(*trainer.lambda_objective(order(np.asarray(weights, np.float64)),
+                                                           None if skip is None else order(skip)))
         if loss == "listwise":
             omega, c, sizes = trainer.in_dataset_order(np.asarray(weights, np.float64)), trainer.clicks, trainer.group_sizes
             return trainer.boost(lambda f: obj.weighted_softmax_grad_hess(f, c, sizes, omega),

@@ -67,14 +67,26 @@ class WeightConfig:
 
     KEY: ClassVar[str] = "bal.weights"
 
-    n_permutations: int = 16              # K permutations of r̂ for a permutation-averaged numerator
+    n_permutations: int = 16              # K permutations of r̂ for a permutation-averaged numerator (at most)
+    # at most this many rows × permutations per feature: K = min(n_permutations, max(1, this // rows)).
+    # The average over permutations is unbiased for the numerator at any K, and its noise averages out over
+    # the rows of the ranker step, so large logs need fewer; None: always n_permutations
+    max_permuted_rows: int | None = 4_000_000
     max_weight: float | None = 20.0       # cap on a self-normalised weight (mean 1); None: no fixed cap
     clip_quantile: float | None = None    # cap at this quantile of the self-normalised weights; None: none
 
     def __post_init__(self) -> None:
         k = self.KEY
         require(self.n_permutations >= 1, f"{k}.n_permutations", ">= 1", self.n_permutations)
+        require(self.max_permuted_rows is None or self.max_permuted_rows >= 1, f"{k}.max_permuted_rows",
+                "an integer >= 1 or null", self.max_permuted_rows)
         require(self.max_weight is None or 1.0 <= self.max_weight < float("inf"), f"{k}.max_weight",
                 "a finite number >= 1 (weights have mean 1) or null", self.max_weight)
         require(self.clip_quantile is None or 0.0 < self.clip_quantile <= 1.0, f"{k}.clip_quantile",
                 "in (0, 1] or null", self.clip_quantile)
+
+    def permutations_for(self, rows: int) -> int:
+        """K for a numerator over `rows` rows: n_permutations, fewer when rows × K would pass max_permuted_rows."""
+        if self.max_permuted_rows is None:
+            return self.n_permutations
+        return max(1, min(self.n_permutations, self.max_permuted_rows // max(rows, 1)))

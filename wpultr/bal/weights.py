@@ -220,7 +220,7 @@ def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureI
         if est.numerator is not None:
             log_num = est.numerator.log_prob(nodes_df)                     # p(x) (case 1) or p(x | m)
         else:
-            log_num = permutation_log_numerator(est, nodes_df, config.n_permutations, rng)
+            log_num = permutation_log_numerator(est, nodes_df, config.permutations_for(n), rng)
         lw = feature_log_weight(log_num, log_den)                          # Eq. 8–9 / case 2
         bad = ~np.isfinite(lw)
         if bad.any():
@@ -230,6 +230,8 @@ def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureI
         per_feature[name] = lw
         info[name] = {"case": est.case, "parents": list(est.parents),
                       "numerator": "model" if est.numerator is not None else "permutation"}
+        if est.numerator is None:
+            info[name]["n_permutations"] = config.permutations_for(n)
     log_w = total_log_weight(per_feature, n)                                # Eq. 10: w = Π_i w_i
     if n == 0:
         return ImportanceWeights(np.zeros(0), log_w, per_feature, np.zeros(0, dtype=bool), None, info)

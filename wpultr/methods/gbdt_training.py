@@ -138,13 +138,18 @@ class BoostingTrainer:
             return self.lambda_objective(np.ones(len(c)))
         raise ValueError(f"train.loss: {kind!r} is not one of 'pointwise', 'listwise', 'lambdarank'")
 
-    def lambda_objective(self, click_weights: np.ndarray) -> tuple[GradHess, Loss]:
+    def lambda_objective(self, click_weights: np.ndarray, skip_weights: np.ndarray | None = None
+                         ) -> tuple[GradHess, Loss]:
         """LambdaMART on the clicks (gains 0/1, |ΔNDCG| at each round's ranking, normalised as LightGBM's lambdarank
         does), every clicked-over-skipped pair weighted by its clicked row's `click_weights` (dataset order): 1 for
-        Naive, BAL's ω for its ranker step."""
+        Naive, BAL's ω for its ranker step; times its skipped row's `skip_weights` when given (BAL's chance the
+        skip meant irrelevant, `bal.pair_weights`)."""
         pair_i, pair_j, _, _ = session_pairs(self.group_sizes, self.clicks)
-        return lambda_objective(self.group_sizes, self.clicks, np.asarray(click_weights, np.float64)[pair_i],
-                                pair_i, pair_j, normalise=True)   # as LightGBM's lambdarank (lambdarank_norm)
+        base = np.asarray(click_weights, np.float64)[pair_i]
+        if skip_weights is not None:
+            base = base * np.asarray(skip_weights, np.float64)[pair_j]
+        return lambda_objective(self.group_sizes, self.clicks, base, pair_i, pair_j,
+                                normalise=True)   # as LightGBM's lambdarank (lambdarank_norm)
 
     def warm_up(self, epochs: int | None = None) -> None:
         """`train.warmup_epochs` epochs of the naive click loss, recorded with phase "warmup" (BAL §4.1)."""
