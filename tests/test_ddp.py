@@ -1,7 +1,9 @@
 """Data-parallel training (methods/distributed.py): 2 DDP ranks (gloo, loopback) against 1 process.
 
 With the same global batch (`train.batch_size` 37 over 300 sessions: uneven shards and a 4-session last
-batch), the two ranks' averaged, share-scaled gradients must give the one-process model.
+batch), the two ranks' averaged, share-scaled gradients must give the one-process model — the MLP, and a
+tiny BERT (2 layers, width 32, vocabulary from the simulated tokens, no dropout) through its masked-LM
+warm-up, whose masking each rank draws for the whole global batch and cuts to its rows.
 """
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ import torch
 from wpultr.config import RunConfig
 from wpultr.errors import ConfigError, WpultrError
 from wpultr.io.tables import SessionPartitionWriter, to_arrow
-from wpultr.methods.distributed import click_normaliser, fit_data_parallel, fit_streamed, shard
+from wpultr.export import score_table
+from wpultr.methods.distributed import click_normaliser, fit_data_parallel, fit_streamed, shard, shard_masking
 from wpultr.methods.naive import Naive
-from wpultr.methods.training import SessionLists, batches
+from wpultr.methods.streaming import PartitionSessions, streaming_ranker
+from wpultr.methods.training import SessionLists, batches, build_ranker, list_scores
+from wpultr.rankers.base import n_rows, score_frame, take
 from wpultr.schema import FEATURES, SESSION_ID
 from wpultr.simulate import SimulateConfig, simulate
 
@@ -41,6 +46,17 @@ def config(loss: str, processes: int, streaming: bool = False) -> RunConfig:
     return cfg
 
 
+def bert_config(processes: int, loss: str = "pointwise") -> RunConfig:
+    """A tiny in-process BERT (its dropout, like the head's, 0) with one masked-LM warm-up epoch."""
+    cfg = config(loss, processes)
+    cfg.ranker.backbone = "bert"
+    cfg.ranker.bert.max_length = 16
+    cfg.ranker.bert.hidden_size, cfg.ranker.bert.intermediate_size = 32, 64
+    cfg.ranker.bert.num_hidden_layers, cfg.ranker.bert.num_attention_heads = 2, 2
+    cfg.train.warmup_epochs, cfg.train.epochs, cfg.train.mlm_probability = 1, 1, 0.3
+    return cfg
+
+
 def assert_same_model(a, b, skip=()):
     for name, value in a.ranker.state_dict().items():
         if name not in skip:
@@ -64,6 +80,63 @@ def test_two_ranks_streaming_partitions_train_the_one_process_model(logs, tmp_pa
     one = fit_streamed(tmp_path, logs.annotations, config("listwise", 1, streaming=True))
     two = fit_streamed(tmp_path, logs.annotations, config("listwise", 2, streaming=True))
     assert_same_model(one, two, skip={"net.2.bias"})   # listwise: blind to a shift of the scores (test_streaming)
+
+
+def test_two_ranks_train_the_one_process_bert_through_its_masked_lm_warm_up(logs, tmp_path):
+    one = Naive().fit(logs.sessions, logs.annotations, bert_config(1))
+    two = Naive().fit(logs.sessions, logs.annotations, bert_config(2))
+    assert one.history[0]["phase"] == two.history[0]["phase"] == "warmup"
+    assert two.history[0]["train"]["mlm"] == pytest.approx(one.history[0]["train"]["mlm"], rel=1e-5)
+    assert one.history[0]["train"]["mlm"] > 1.0
+    assert_same_model(one, two)      # every tensor: encoder, head and the masked-LM head the warm-up trained
+    assert {"encoder.cls.predictions.transform.dense.weight", "head.0.weight"} <= set(two.ranker.state_dict())
+    # rank 0 wrote the ranker (config.json + model.safetensors); it loads and scores as `wpultr score` does
+    scored = score_table(two.ranker.save(tmp_path / "ranker"), logs.annotations)
+    np.testing.assert_allclose(scored["score"], score_frame(one.ranker, logs.annotations), rtol=1e-4, atol=1e-4)
+
+
+def test_the_global_batch_masking_cut_to_shards_is_the_one_process_masked_lm(logs):
+    """Each rank's rows of the global masking, its summed loss over the global masked count: the ranks' sum
+    is one process's masked-LM loss, value and gradient (and that loss is transformers' own MLM loss)."""
+    cfg = bert_config(1)
+    ranker = build_ranker(cfg, logs.sessions)
+    inputs = ranker.prepare(logs.sessions)
+    batch = next(batches(SessionLists.from_frame(logs.sessions), 37, np.random.default_rng(0), torch.device("cpu")))
+    tokens = take(inputs, batch.rows[batch.rows >= 0])
+    masked, labels = ranker.mlm_masking(tokens, 0.3, torch.Generator().manual_seed(3))
+    reference = ranker.encoder(input_ids=masked, token_type_ids=tokens["token_type_ids"],
+                               attention_mask=tokens["attention_mask"], labels=labels).loss
+    one = ranker.mlm_loss(tokens, 0.3, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(one, reference)
+    expected = torch.autograd.grad(one, list(ranker.parameters()), allow_unused=True)
+    for world in (2, 3):
+        total = 0.0
+        for rank in range(world):      # every rank's generator is in the same state, as the trainer's are
+            masking = shard_masking(ranker, batch, inputs, rank, world, 0.3, torch.Generator().manual_seed(3))
+            part = shard(batch, rank, world)
+            assert masking.global_count == int((labels >= 0).sum())
+            total = total + ranker.mlm_loss_sum(take(inputs, part.rows[part.rows >= 0]), masking.ids,
+                                                masking.labels) / masking.global_count
+        torch.testing.assert_close(total, one)
+        for got, want in zip(torch.autograd.grad(total, list(ranker.parameters()), allow_unused=True), expected):
+            assert (got is None) == (want is None)
+            if want is not None:
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_a_streamed_batch_shard_keeps_only_its_own_prepared_rows(logs, tmp_path):
+    writer = SessionPartitionWriter(tmp_path, 0, 500)
+    writer.write(to_arrow(logs.sessions.sort_values(SESSION_ID, kind="stable")))
+    writer.close()
+    ranker = streaming_ranker(config("pointwise", 1), tmp_path).eval()
+    for batch in PartitionSessions(tmp_path, ranker, 37):
+        whole = list_scores(ranker, {}, batch)
+        for world in (2, 3):
+            parts = [shard(batch, r, world) for r in range(world)]
+            assert sum(n_rows(p.inputs) for p in parts) == n_rows(batch.inputs)
+            for p in parts:
+                assert n_rows(p.inputs) == int(p.mask.sum())
+            torch.testing.assert_close(torch.cat([list_scores(ranker, {}, p) for p in parts]), whole)
 
 
 def test_a_failing_rank_is_one_error_not_a_hang(logs):

@@ -209,7 +209,7 @@ def test_errors_name_what_is_wrong():
 
 def test_warm_start_begins_where_the_last_fit_ended_and_ignores_a_different_model():
     df = linear_gaussian(3000, 5)
-    cfg = InfluenceConfig(epochs=60, patience=4)
+    cfg = InfluenceConfig(epochs=60, patience=4, batch_size=512, learning_rate=3e-3)   # a slow fresh start to beat
     cold = ConditionalDensity("continuous", [R], config=cfg, seed=1).fit(df, "x")
     moved = df.assign(**{R: df[R] + 0.05 * np.random.default_rng(6).normal(size=len(df))})   # r̂ moved a little
     warm = ConditionalDensity("continuous", [R], config=cfg, seed=2).fit(moved, "x", warm_start=cold)

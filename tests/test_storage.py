@@ -276,3 +276,24 @@ def test_resume_after_a_failed_stage_pulls_the_synced_copy(memory_url, workdir, 
     assert fs.cat_file(f"{root}/stages/ingest.json") == ingest_record               # not redone
     assert seen["split"]["test_queries"] and fs.exists(f"{root}/stages/train.json")
     assert not fs.exists(f"{root}/stages/train.failed")
+
+
+def test_status_at_the_url_shows_the_stage_that_is_running(memory_url, workdir, dask_client):
+    """The runner pushes a stage's running record when it starts, so `status` of the URL, read from another
+    working copy while the stage runs, says running; once it finishes the record is gone there too."""
+    from wpultr.pipeline.status import status_of
+    cfg = config_from_dict({"name": "live", "seed": 1, "run_dir": memory_url + "/{name}"})
+    seen = {}
+
+    def stage(name):
+        def run(ctx):
+            found = status_of(cfg.run_dir_url).to_dict()
+            seen[name] = {s["name"]: s["state"] for s in found["stages"]}
+            return {}
+        return Stage(name, run, lambda c: [])
+
+    run_pipeline(cfg, client=dask_client, stages=(stage("ingest"), stage("train")))
+    assert seen["ingest"]["ingest"] == "running"
+    assert seen["train"]["ingest"] == "done" and seen["train"]["train"] == "running"
+    after = {s["name"]: s["state"] for s in status_of(cfg.run_dir_url).to_dict()["stages"]}
+    assert after["ingest"] == "done" and after["train"] == "done"

@@ -251,3 +251,30 @@ def test_clip_and_normalise_properties(values, cap):
         ratio = w[free] / raw[free]
         np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)
     assert np.all(w[clipped] == pytest.approx(cap))
+
+
+@pytest.mark.parametrize("sigma", [0.5, 2.0, 4.0])
+def test_clip_fixed_point_equals_the_sorted_solve(sigma):
+    """The few-pass solve of the cap's scale gives the sorted solve's weights and clipped rows."""
+    from wpultr.bal.weights import _clip_sorted
+    raw = np.random.default_rng(3).lognormal(0.0, sigma, 50_000)
+    raw[:100] = 0.0
+    fast, fast_clipped = clip_and_normalise(raw, 20.0)
+    slow, slow_clipped = _clip_sorted(raw / raw.max(), 20.0)
+    np.testing.assert_allclose(fast, slow, rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(fast_clipped, slow_clipped)
+    assert fast.mean() == pytest.approx(1.0) and fast.max() <= 20.0 * (1 + 1e-9)
+
+
+def test_clip_fixed_point_gives_up_on_a_tail_that_adds_one_row_per_round():
+    """A geometric tail makes each round of the fixed point clip about one more row: it hands over (None)
+    after its rounds, and clip_and_normalise's answer is still the sorted solve's."""
+    from wpultr.bal.weights import _clip_sorted, _clipped_by_fixed_point
+    raw = np.concatenate([np.ones(1000), 1.05 ** np.arange(200)])
+    w = raw / raw.max()
+    assert _clipped_by_fixed_point(w, 1.2, max_rounds=3) is None
+    out, clipped = clip_and_normalise(raw, 1.2)
+    ref, ref_clipped = _clip_sorted(w, 1.2)
+    np.testing.assert_allclose(out, ref, rtol=1e-10)
+    np.testing.assert_array_equal(clipped, ref_clipped)
+    assert out.mean() == pytest.approx(1.0) and clipped.sum() > 3

@@ -106,7 +106,8 @@ def _log_format(paths: List[str]) -> str:
 
 @app.command()
 @user_errors
-def evaluate(run_dir: Path = typer.Argument(..., help="a finished run directory"),
+def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: a path or an fsspec URL "
+                                                     "(s3://, gs://, file://, …)"),
              annotations: Optional[Path] = typer.Option(None, help="score this annotation table instead "
                                                                     "(Parquet, or a Baidu annotation file)")):
     """Print the metrics of a run's ranker: its held-out queries, or another annotation table."""
@@ -115,32 +116,35 @@ def evaluate(run_dir: Path = typer.Argument(..., help="a finished run directory"
     from .pipeline import layout as L
     from .pipeline.stages import evaluate_ranker
     from .pipeline.rundir import read_json
-    if not (run_dir / L.RANKER_DIR).is_dir():
-        raise FileNotFoundError(f"{run_dir}: no trained ranker in {L.RANKER_DIR}/ (has the run finished?)")
-    cfg = config_from_dict(yaml.safe_load((run_dir / L.CONFIG_FILE).read_text()))
-    if annotations is None:
-        typer.echo(json.dumps(read_json(run_dir / L.METRICS), indent=2))
-        return
-    if annotations.suffix == ".parquet":
-        table = read_table(annotations)
-    else:
-        from .io.baidu import read_baidu_annotations
-        table, bad = read_baidu_annotations(annotations)
-        if len(bad):
-            typer.echo(f"{len(bad)} malformed annotation lines set aside", err=True)
-    lexical = run_dir / L.LEXICAL_STATE
-    if lexical.exists():
-        from .features.lexical import LexicalFeaturizer
-        from .schema import FEATURES
-        table[FEATURES] = list(LexicalFeaturizer.load(lexical).transform(table))
-    metrics, _, _ = evaluate_ranker(run_dir / L.RANKER_DIR, table, cfg)
+    from .storage import readable_run_dir
+    with readable_run_dir(run_dir, "RUN_DIR", include=(L.CONFIG_FILE, L.RANKER_DIR, L.METRICS,
+                                                       L.LEXICAL_STATE)) as run:
+        if not (run / L.RANKER_DIR).is_dir():
+            raise FileNotFoundError(f"{run}: no trained ranker in {L.RANKER_DIR}/ (has the run finished?)")
+        cfg = config_from_dict(yaml.safe_load((run / L.CONFIG_FILE).read_text()))
+        if annotations is None:
+            typer.echo(json.dumps(read_json(run / L.METRICS), indent=2))
+            return
+        if annotations.suffix == ".parquet":
+            table = read_table(annotations)
+        else:
+            from .io.baidu import read_baidu_annotations
+            table, bad = read_baidu_annotations(annotations)
+            if len(bad):
+                typer.echo(f"{len(bad)} malformed annotation lines set aside", err=True)
+        lexical = run / L.LEXICAL_STATE
+        if lexical.exists():
+            from .features.lexical import LexicalFeaturizer
+            from .schema import FEATURES
+            table[FEATURES] = list(LexicalFeaturizer.load(lexical).transform(table))
+        metrics, _, _ = evaluate_ranker(run / L.RANKER_DIR, table, cfg)
     typer.echo(json.dumps(metrics, indent=2))
 
 
 @app.command()
 @user_errors
-def export(run_dir: Path = typer.Argument(..., help="a finished run directory"),
-           out: Path = typer.Option(..., help="directory to write the exported ranker to")):
+def export(run_dir: str = typer.Argument(..., help="a finished run directory: a path or an fsspec URL"),
+           out: str = typer.Option(..., help="directory to write the exported ranker to: a path or an fsspec URL")):
     """Write the run's ranker as safetensors weights plus config (and feature state) to ship it."""
     from .export import export_run
     typer.echo(f"exported ranker: {export_run(run_dir, out)}")
@@ -163,13 +167,15 @@ def score(model: Path = typer.Argument(..., help="an exported ranker (wpultr exp
 
 @app.command()
 @user_errors
-def status(path: Path = typer.Argument(..., help="a run directory or an experiment directory"),
+def status(path: str = typer.Argument(..., help="a run directory (a path or an fsspec URL) or an experiment "
+                                                "directory"),
            as_json: bool = typer.Option(False, "--json", help="print the status as JSON")):
     """Stages done, running, failed or died (with times) of a run; the state of every run of an experiment."""
     from .experiment.status import experiment_status, format_experiment_status, is_experiment_dir
     from .pipeline.status import format_status, status_of
-    if path.is_dir() and is_experiment_dir(path):
-        found, text = experiment_status(path), format_experiment_status
+    from .storage import is_url
+    if not is_url(path) and Path(path).is_dir() and is_experiment_dir(Path(path)):
+        found, text = experiment_status(Path(path)), format_experiment_status
     else:
         found, text = status_of(path), format_status
     typer.echo(json.dumps(found.to_dict(), indent=2) if as_json else text(found))

@@ -5,6 +5,7 @@ feature state when the ranker reads features computed from token ids (lexical/: 
 export.json (where it came from: run, method, seed, metrics, versions). Loading reads JSON,
 safetensors and pickle-free NPZ only, and checks everything first (`load_export`): a directory that
 is incomplete, tampered with or of another format version is one ExportError, never a traceback.
+`export_run` reads a run directory and writes the export at a local path or an fsspec URL alike.
 """
 from __future__ import annotations
 
@@ -30,31 +31,53 @@ MAX_LEXICAL_BYTES = 2 << 30           # lexical/: per-token collection statistic
 KEY_COLUMNS = (SESSION_ID, QUERY_ID, POSITION, DOC_ID, "label", "bucket")
 
 
-def export_run(run_dir: str | Path, out: str | Path) -> Path:
+def export_run(run_dir: str | Path, out: str | Path) -> str | Path:
     """Copy a finished run's ranker (and its feature state) to `out`, with its provenance in export.json;
-    the copy is checked as `wpultr score` will load it before it is renamed into place."""
+    the copy is checked as `wpultr score` will load it before it is renamed into place.
+
+    Either may be an fsspec URL: a run directory at a URL is read from its pulled reader copy
+    (storage.readable_run_dir), and an export to a URL is written to a local temporary directory, checked,
+    then uploaded (storage.upload_dir: export.json last; an earlier export there is replaced, anything else
+    is refused). Returns `out` (a Path, or the URL as given).
+    """
+    from .storage import check_url, is_url, upload_dir
+    if is_url(out):
+        check_url(str(out), "--out")
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="wpultr-export-") as tmp:
+            staged = _export_local(run_dir, Path(tmp) / "model")
+            upload_dir(staged, str(out), "--out", EXPORT_FILE)
+        return out
+    return _export_local(run_dir, Path(out))
+
+
+def _export_local(run_dir: str | Path, out: Path) -> Path:
+    """`export_run` into the local directory `out`."""
     from .pipeline import layout as L
     from .rankers.base import CONFIG_FILE
-    run_dir, out = Path(run_dir), Path(out)
-    ranker = run_dir / L.RANKER_DIR
-    if not (ranker / CONFIG_FILE).is_file():
-        raise ExportError(f"{run_dir}: no trained ranker in {L.RANKER_DIR}/ (has the run finished?)")
-    with atomic_path(out) as tmp:
-        shutil.copytree(ranker, tmp)
-        lexical = run_dir / L.LEXICAL_STATE
-        if lexical.is_dir():
-            shutil.copytree(lexical, tmp / LEXICAL_DIR)
-        manifest: dict[str, Any] = {"format": EXPORT_FORMAT, "source_run": str(run_dir.resolve())}
-        for key, rel in (("metrics", L.METRICS), ("versions", L.VERSIONS_FILE), ("bias", L.BIAS)):
-            if (run_dir / rel).exists():
-                manifest[key] = read_json(run_dir / rel)
-        config = run_dir / L.CONFIG_FILE
-        if config.exists():
-            import yaml
-            resolved = yaml.safe_load(config.read_text())
-            manifest.update(method=resolved["train"]["method"], seed=resolved["seed"], config=resolved)
-        (tmp / EXPORT_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-        load_export(tmp)
+    from .storage import is_url, readable_run_dir
+    source = str(run_dir).rstrip("/") if is_url(run_dir) else None
+    with readable_run_dir(run_dir, "RUN_DIR", include=(L.RANKER_DIR, L.LEXICAL_STATE, L.METRICS,
+                                                       L.VERSIONS_FILE, L.BIAS, L.CONFIG_FILE)) as run:
+        ranker = run / L.RANKER_DIR
+        if not (ranker / CONFIG_FILE).is_file():
+            raise ExportError(f"{run}: no trained ranker in {L.RANKER_DIR}/ (has the run finished?)")
+        with atomic_path(out) as tmp:
+            shutil.copytree(ranker, tmp)
+            lexical = run / L.LEXICAL_STATE
+            if lexical.is_dir():
+                shutil.copytree(lexical, tmp / LEXICAL_DIR)
+            manifest: dict[str, Any] = {"format": EXPORT_FORMAT, "source_run": source or str(run.resolve())}
+            for key, rel in (("metrics", L.METRICS), ("versions", L.VERSIONS_FILE), ("bias", L.BIAS)):
+                if (run / rel).exists():
+                    manifest[key] = read_json(run / rel)
+            config = run / L.CONFIG_FILE
+            if config.exists():
+                import yaml
+                resolved = yaml.safe_load(config.read_text())
+                manifest.update(method=resolved["train"]["method"], seed=resolved["seed"], config=resolved)
+            (tmp / EXPORT_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+            load_export(tmp)
     return out
 
 

@@ -16,6 +16,10 @@ machine can reach. The design keeps every stage's local-file code as it is:
   temporary name and renamed; on an object store (s3, gs) one object PUT — multipart uploads too — is
   atomic by itself: the object appears whole or not at all, so it is written in place.
 * memory:// lives in one process: fit for tests and in-process clusters, never shared with workers.
+* The commands that read a run (`wpultr evaluate`, `export`, `status`, `graph`, `identifiability check`) take a
+  URL too (`readable_run_dir`): they pull only the files they read into a *reader copy* beside the working
+  copy, never into it (a run on this machine may be syncing there), and their errors name the URL. A file://
+  URL is read in place.
 
 An unknown protocol, or one whose package (s3fs, gcsfs, …) is not installed, is a ConfigError naming
 the config key (`check_url`).
@@ -23,16 +27,19 @@ the config key (`check_url`).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import hashlib
 import json
 import os
 import re
 import socket
 import tempfile
+from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import IO, Any, Iterable
+from typing import IO, Any, Iterable, Iterator
 
-from .errors import ConfigError, RunDirError
+from .errors import ConfigError, RunDirError, WpultrError
+from .pipeline.layout import MARKER
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 SYNC_MANIFEST = ".wpultr-sync.json"       # in a working copy: what it last sent or received, never uploaded
@@ -152,6 +159,22 @@ def working_copy_dir(url: str) -> Path:
     return Path(root).resolve() / f"{tail}-{digest}"
 
 
+def reader_copy_dir(url: str) -> Path:
+    """Where the commands that only read run directory `url` keep their copy of it: beside its working copy
+    (`working_copy_dir`), never in it, so a read cannot race a run on this machine syncing the same manifest."""
+    copy = working_copy_dir(url)
+    return copy.with_name(copy.name + ".read")
+
+
+def _included(rel: str, include: list[tuple[str, ...]] | None) -> bool:
+    """`rel` is one of the files or lies under one of the directories in `include` (None: every file); each
+    pattern is matched component by component with fnmatch (`epoch_*` covers `epoch_0/graph.json`)."""
+    if include is None:
+        return True
+    parts = rel.split("/")
+    return any(len(parts) >= len(p) and all(fnmatchcase(a, b) for a, b in zip(parts, p)) for p in include)
+
+
 def _synced(rel: str) -> bool:
     """Files a sync moves: not the manifest, not a write in progress (`.<name>.tmp-<pid>`)."""
     name = rel.rsplit("/", 1)[-1]
@@ -209,17 +232,20 @@ class WorkingCopy:
     def holds_run(self, marker: str) -> bool:
         return self.fs.exists(f"{self.root}/{marker}")
 
-    def pull(self, marker: str | None = None) -> int:
+    def pull(self, marker: str | None = None, include: Iterable[str] | None = None) -> int:
         """Bring every file of the URL that is new or changed into the working copy; the number fetched.
 
         Files the working copy got from the URL earlier and that are gone there are removed; files
         written or deleted here and not pushed yet are left to `push`. With `marker`, RunDirError when the URL holds files
-        but no run marker (it is not a wpultr run directory).
+        but no run marker (it is not a wpultr run directory). With `include` (relative paths of files or
+        directories, fnmatch patterns allowed), only those are brought up to date: a reader needs no sessions.
         """
         remote = self._remote_files()
         if marker is not None and remote and marker not in remote:
             raise RunDirError(f"{self.url}: exists, is not empty and holds no wpultr run (no {marker}); "
                               f"choose another run_dir or name")
+        patterns = None if include is None else [tuple(p.strip("/").split("/")) for p in include]
+        remote = {rel: info for rel, info in remote.items() if _included(rel, patterns)}
         manifest, fetched = self._manifest(), 0
         for rel, info in sorted(remote.items()):
             target, stamp = self.local / rel, _remote_stamp(info)
@@ -232,7 +258,7 @@ class WorkingCopy:
             os.replace(tmp, target)
             manifest[rel] = {"local": _local_stamp(target), "remote": stamp}
             fetched += 1
-        for rel in [r for r in manifest if r not in remote]:
+        for rel in [r for r in manifest if r not in remote and _included(r, patterns)]:
             (self.local / rel).unlink(missing_ok=True)
             del manifest[rel]
         self._save(manifest)
@@ -305,6 +331,77 @@ class WorkingCopy:
         workers = self._remote_workers(client)
         if workers:
             client.run(_push_here, self.url, str(self.local), workers=workers)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a finished (or running) run directory, and sending a directory out
+# ---------------------------------------------------------------------------------------------
+_NAMED_ERRORS = (WpultrError, FileNotFoundError, NotADirectoryError)   # what the CLIs show as one line
+
+
+@contextlib.contextmanager
+def readable_run_dir(path: str | os.PathLike, key: str = "RUN_DIR",
+                     include: Iterable[str] | None = None) -> Iterator[Path]:
+    """The run directory `path` as a local directory to read: a local path as it is; a URL pulled (only the
+    files in `include`, see `WorkingCopy.pull`) into its reader copy, so every read sees the URL's files as they
+    are now (a file:// URL is read in place). A user error raised inside names the URL, not the local path.
+
+    ConfigError naming `key` for an unknown protocol; RunDirError naming the URL when it holds no wpultr run.
+    """
+    if not is_url(path):
+        yield Path(path)
+        return
+    url = str(path).rstrip("/")
+    check_url(url, key)
+    copy = WorkingCopy(url, reader_copy_dir(url))
+    if not copy.holds_run(MARKER):
+        what = "holds files but" if copy.fs.exists(copy.root) else "nothing is stored there:"
+        raise RunDirError(f"{url}: not a wpultr run directory ({what} no {MARKER} marker)")
+    if _is_local_fs(copy.fs):      # file://: the run directory itself is on this machine, read in place
+        local = Path(copy.root)
+    else:
+        copy.pull(include=include)
+        copy.local.mkdir(parents=True, exist_ok=True)   # a run with none of the files asked for is still a directory
+        local = copy.local
+    try:
+        yield local
+    except _NAMED_ERRORS as error:
+        renamed = _renamed(error, str(local), url)
+        if renamed is error:
+            raise
+        raise renamed from None
+
+
+def _renamed(error: BaseException, local: str, url: str) -> BaseException:
+    """`error` (same type) with the local copy's path in its message replaced by the URL it mirrors."""
+    text = str(error)
+    if local not in text:
+        return error
+    try:
+        renamed = type(error)(text.replace(local, url))
+    except Exception:   # an exception type that takes other arguments keeps its own message
+        return error
+    return renamed.with_traceback(error.__traceback__)
+
+
+def upload_dir(local: str | Path, url: str, key: str, marker: str) -> int:
+    """Make `url` hold exactly the files of directory `local` (e.g. an export going out): every file is sent,
+    `marker` last, then what an earlier upload left at the URL and `local` lacks is deleted. Returns the
+    number of files sent. ConfigError naming `key` when the URL holds files but no `marker`: it is not
+    something this replaces, and nothing is deleted."""
+    check_url(url, key)
+    copy = WorkingCopy(url, local)
+    before = copy._remote_files()
+    if before and marker not in before:
+        raise ConfigError(f"{key}: {copy.url} holds files but no {marker}; it is not a previous upload of this "
+                          f"kind, so it is not replaced. Choose another {key}")
+    files = sorted(p.relative_to(copy.local).as_posix() for p in copy.local.rglob("*") if p.is_file())
+    late = [marker] if marker in files else []
+    for rel in [r for r in files if r not in late] + late:
+        copy._put(copy.local / rel, f"{copy.root}/{rel}")
+    for rel in sorted(set(before) - set(files)):
+        copy.fs.rm_file(f"{copy.root}/{rel}")
+    return len(files)
 
 
 def _host() -> str:

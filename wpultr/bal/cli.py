@@ -3,7 +3,7 @@
 * `discover`: one epoch of BAL §3.1's causal discovery from a sessions table on disk — fit the
   page-feature encoder (`discover_stage.fit_page_encoder`), sample, run PC and write epoch_<k>/graph.json +
   biases.json (`discover_stage.discover_epoch`).
-* `graph show / diff`: look at the graphs a run discovered.
+* `graph show / diff`: look at the graphs a run discovered (the run directory may be an fsspec URL).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import typer
 from ..causal.graph import diff_graphs, epoch_dir, load_epoch_graph, render, to_dot, to_text
 from ..cli_support import nest, parse_sets, user_errors
 from ..pipeline.layout import BIAS
-from ..pipeline.rundir import atomic_path
+from ..storage import is_url, readable_run_dir, write_bytes
 from .biases import identify_biases
 
 graph_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -54,40 +54,47 @@ def _examination_lines(run: Path, k: int) -> list[str]:
             + ", ".join(f"{p}: {e:.3f}" for p, e in profile.items())]
 
 
+_GRAPH_FILES = ("epoch_*", BIAS)      # what `wpultr graph` reads of a run at a URL
+
+
 @graph_app.command("show")
 @user_errors
-def show(run: Path = typer.Argument(..., help="run directory"),
+def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec URL (s3://, gs://, file://, …)"),
          epoch: Optional[int] = typer.Option(None, "--epoch", "-e", help="epoch to show (default: the latest)"),
          fmt: GraphFormat = typer.Option(GraphFormat.text, "--format", "-f", help="text, dot, svg or png"),
-         output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                               help="file to write (svg/png default: epoch_<k>/graph.<format>)")):
+         output: Optional[str] = typer.Option(None, "--output", "-o",
+                                              help="file to write, a path or a URL (svg/png default: "
+                                                   "epoch_<k>/graph.<format> in the run directory)")):
     """Print an epoch's graph (edges, stabilities, biases) or render it with Graphviz."""
-    k, graph = load_epoch_graph(run, epoch)
-    if fmt in (GraphFormat.text, GraphFormat.dot):
-        body = "\n".join([f"epoch {k}", to_text(graph), *_bias_lines(graph), *_examination_lines(run, k)]) \
-            if fmt is GraphFormat.text \
-            else to_dot(graph)
-        if output is None:
-            typer.echo(body)
-        else:
-            output.write_text(body + "\n")
-            typer.echo(str(output))
-        return
-    target = output or epoch_dir(run, k) / f"graph.{fmt.value}"
-    image = render(graph, fmt.value)
-    with atomic_path(target) as tmp:
-        tmp.write_bytes(image)
-    typer.echo(str(target))
+    with readable_run_dir(run, "RUN", include=_GRAPH_FILES) as local:
+        k, graph = load_epoch_graph(local, epoch)
+        if fmt in (GraphFormat.text, GraphFormat.dot):
+            body = "\n".join([f"epoch {k}", to_text(graph), *_bias_lines(graph), *_examination_lines(local, k)]) \
+                if fmt is GraphFormat.text \
+                else to_dot(graph)
+            if output is None:
+                typer.echo(body)
+            else:
+                write_bytes(output, (body + "\n").encode())
+                typer.echo(output)
+            return
+        image = render(graph, fmt.value)
+    # the default image goes into the run directory, at its URL when it has one (one atomic write either way)
+    target = output or (f"{run.rstrip('/')}/epoch_{k}/graph.{fmt.value}" if is_url(run)
+                        else str(epoch_dir(run, k) / f"graph.{fmt.value}"))
+    write_bytes(target, image)
+    typer.echo(target)
 
 
 @graph_app.command("diff")
 @user_errors
-def diff(run: Path = typer.Argument(..., help="run directory"),
+def diff(run: str = typer.Argument(..., help="run directory: a path or an fsspec URL"),
          from_epoch: int = typer.Option(..., "--from", help="earlier epoch"),
          to_epoch: int = typer.Option(..., "--to", help="later epoch")):
     """List the edges that appeared, vanished or were re-oriented between two epochs."""
-    _, before = load_epoch_graph(run, from_epoch)
-    _, after = load_epoch_graph(run, to_epoch)
+    with readable_run_dir(run, "RUN", include=_GRAPH_FILES) as local:
+        _, before = load_epoch_graph(local, from_epoch)
+        _, after = load_epoch_graph(local, to_epoch)
     changes = diff_graphs(before, after)
     typer.echo(f"epoch {from_epoch} -> epoch {to_epoch}")
     if changes.is_empty():

@@ -24,11 +24,14 @@ class InfluenceConfig:
     epochs: int = 200                 # at most this many passes over the training rows
     patience: int = 8                 # stop after this many epochs without a better validation NLL
     min_delta: float = 1e-4           # an improvement smaller than this (nats per row) does not count
-    learning_rate: float = 3e-3       # Adam
+    # Adam at 1e-2 over batches of 2048 rows: the same held-out NLL as 3e-3 over 512 on the production
+    # world's 20 000 fitting rows (position 1.653 vs 1.654 nats, media type 0.690 vs 0.689, log-weights
+    # correlated 0.995) in about a tenth of the time, warm-started fits included
+    learning_rate: float = 1e-2       # Adam
     weight_decay: float = 0.0         # Adam's L2 term
     lr_decay: float = 0.5             # learning rate × this after lr_patience epochs without improvement
     lr_patience: int = 2
-    batch_size: int = 512
+    batch_size: int = 2048
     valid_fraction: float = 0.1       # rows held out (drawn by the seed) for early stopping
     min_std: float = 1e-2             # floor of a Gaussian head's std, in standardised units
     # which numerator p(x | m) the weights use: "auto" = an unconditional model p(x) for case 1 and
@@ -71,7 +74,7 @@ class WeightConfig:
     # at most this many rows × permutations per feature: K = min(n_permutations, max(1, this // rows)).
     # The average over permutations is unbiased for the numerator at any K, and its noise averages out over
     # the rows of the ranker step, so large logs need fewer; None: always n_permutations
-    max_permuted_rows: int | None = 4_000_000
+    max_permuted_rows: int | None = 2_000_000
     max_weight: float | None = 20.0       # cap on a self-normalised weight (mean 1); None: no fixed cap
     clip_quantile: float | None = None    # cap at this quantile of the self-normalised weights; None: none
 

@@ -117,6 +117,40 @@ def clip_and_normalise(weights: np.ndarray, cap: float | None) -> tuple[np.ndarr
         raise ValueError(f"cap {cap!r} is too low: only {n_positive} of {n} weights are positive, so mean-1 "
                          f"weights need a cap of at least {n / n_positive!r}")
     w = w / w.max()                                                   # scale-free; keeps the sums below overflow
+    clipped = _clipped_by_fixed_point(w, cap)
+    if clipped is None:                                               # adversarial tail: the sorted solve
+        return _clip_sorted(w, cap)
+    rest = w[~clipped].sum()
+    if not rest > 0:                                                  # cap · n_positive = n: every positive row at the cap
+        positive = w > 0
+        return np.where(positive, cap, 0.0), positive
+    out = np.where(clipped, cap, w * ((n - int(clipped.sum()) * cap) / rest))
+    return out, clipped
+
+
+def _clipped_by_fixed_point(w: np.ndarray, cap: float, max_rounds: int = 64) -> np.ndarray | None:
+    """Rows at the cap, by iterating s ← (n − k·cap) / Σ_unclipped w with k = #{s·w > cap}: s only grows,
+    so the clipped set only grows and the loop stops when it is stable (a few O(n) passes on real weights,
+    instead of a sort of every row). None after `max_rounds` (a tail built to add one row per round)."""
+    n = w.size
+    clipped = np.zeros(n, dtype=bool)
+    k = 0
+    for _ in range(max_rounds):
+        rest = w[~clipped].sum()
+        if not rest > 0:
+            return clipped
+        scale = (n - k * cap) / rest
+        now = scale * w > cap * (1.0 + 1e-12)
+        k_now = int(now.sum())
+        if k_now == k:
+            return clipped
+        clipped, k = now, k_now
+    return None
+
+
+def _clip_sorted(w: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
+    """`clip_and_normalise`'s solve over the weights sorted once: exact for any tail."""
+    n = w.size
     order = np.argsort(-w, kind="stable")
     desc = w[order]
     # tail[k] = sum of desc[k:], the mass left unclipped when the k largest are clipped

@@ -1,6 +1,7 @@
 """`wpultr identifiability check RUN_OR_SESSIONS --factors position,media_type [--json]` (mounted by wpultr/cli.py).
 
-Reads a run directory's ingested sessions (`data/sessions`) or a sessions Parquet file or directory,
+Reads a run directory's ingested sessions (`data/sessions`; the run directory may be an fsspec URL, whose
+sessions and config are pulled into its reader copy) or a local sessions Parquet file or directory,
 builds the identifiability graph over the factor columns and prints its components, their sizes, the
 share of clicks in the largest, the cheapest interventions and the merges that would connect it.
 """
@@ -17,6 +18,7 @@ import yaml
 from ..cli_support import user_errors
 from ..io.parquet import read_table
 from ..pipeline.layout import CONFIG_FILE, SESSIONS_DIR
+from ..storage import readable_run_dir
 from .preflight import IdentifiabilityError, check, describe_components
 
 identifiability_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -66,7 +68,8 @@ def format_report(report: dict[str, Any]) -> str:
 @identifiability_app.command("check")
 @user_errors
 def check_command(
-        path: Path = typer.Argument(..., help="a run directory (reads data/sessions) or a sessions Parquet file/dir"),
+        path: str = typer.Argument(..., help="a run directory (reads data/sessions; a path or an fsspec URL) or a "
+                                             "sessions Parquet file/dir"),
         factors: str = typer.Option("position", "--factors", "-f", help="bias factor columns, comma-separated"),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
         figure: Optional[Path] = typer.Option(None, "--figure", help="also draw the graph to this PNG"),
@@ -78,7 +81,8 @@ def check_command(
     names = [f.strip() for f in factors.split(",") if f.strip()]
     if not names:
         raise typer.BadParameter("--factors: give at least one column, e.g. position,media_type")
-    frame, kinds = _sessions_and_kinds(path)
+    with readable_run_dir(path, "PATH", include=(SESSIONS_DIR, CONFIG_FILE)) as local:
+        frame, kinds = _sessions_and_kinds(local)
     ig, report = check(frame, names, kinds, swap_sessions=swap_sessions)
     if figure is not None:
         from .figure import plot_graph

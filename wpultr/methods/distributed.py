@@ -5,8 +5,17 @@ process) and trains on its contiguous shard of each; DDP all-reduces (averages) 
 shard's loss is scaled by its share of the global batch's normaliser (shown results for the pointwise
 click loss, clicked lists for the listwise one), so the averaged gradient is the gradient of the
 global batch's loss: N ranks train the same model as one process with the same `train.batch_size`
-(up to float rounding; with `ranker.dropout` > 0 the dropout masks differ). Rank 0 validates, picks
-the best epoch and writes the ranker. Only the naive method (with its warm-up) trains this way.
+(up to float rounding; with dropout > 0 — `ranker.dropout`, which is also the in-process BERT
+encoder's — the dropout masks differ). Rank 0 validates, picks the best epoch and writes the ranker.
+Only the naive method (with its warm-up) trains this way; both neural backbones do (`mlp`, `bert`).
+
+The BERT warm-up's masked LM (warmup.py) is made exact the same way: every rank draws the masking of
+the whole global batch from the shared generator, as one process does, and keeps its own rows; its
+summed masked-token loss is divided by the global batch's masked-token count. Training runs in two
+phases that read different parameters — the warm-up the encoder, head and masked-LM head, the
+method's epochs the encoder and head only — so each phase is its own DDP unit (`Phase`) holding
+exactly what it reads: no gradient is waited for in vain and no graph search
+(`find_unused_parameters`) is needed.
 
 Launch, either way:
   * config `train.processes: N` (N > 1): `wpultr run` starts N ranks on this machine, on loopback
@@ -28,9 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -38,7 +48,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from ..rankers.base import Inputs, Ranker, take
 from .base import FitResult
+from .losses import click_loss
 from .registry import get_method
 from .training import ListBatch, LossFn, Trainer, build_ranker, list_scores
 
@@ -49,12 +61,24 @@ HISTORY_FILE = "history.json"
 RANKER_SUBDIR = "ranker"
 
 
+def shard_sessions(sessions: int, rank: int, world: int) -> slice:
+    """Rank `rank`'s contiguous share of a global batch of `sessions` sessions (sizes differ by at most one)."""
+    bounds = np.linspace(0, sessions, world + 1).round().astype(int)
+    return slice(int(bounds[rank]), int(bounds[rank + 1]))
+
+
 def shard(batch: ListBatch, rank: int, world: int) -> ListBatch:
-    """Rank `rank`'s contiguous share of a global batch's sessions (possibly none)."""
-    bounds = np.linspace(0, len(batch.rows), world + 1).round().astype(int)
-    part = slice(bounds[rank], bounds[rank + 1])
-    return ListBatch(batch.index[part], batch.rows[part], batch.mask[part], batch.clicks[part],
-                     batch.positions[part], {k: v[part] for k, v in batch.extras.items()}, batch.inputs)
+    """Rank `rank`'s contiguous share of a global batch's sessions (possibly none). A batch that carries its own
+    prepared rows (streamed) keeps only the shard's, renumbered, so a rank holds none of the others' tokens."""
+    part = shard_sessions(len(batch.rows), rank, world)
+    rows, inputs = batch.rows[part], batch.inputs
+    if inputs is not None:
+        shown = rows >= 0
+        inputs = take(inputs, rows[shown])
+        rows = np.full(rows.shape, -1, dtype=np.int64)
+        rows[shown] = np.arange(int(shown.sum()))
+    return ListBatch(batch.index[part], rows, batch.mask[part], batch.clicks[part],
+                     batch.positions[part], {k: v[part] for k, v in batch.extras.items()}, inputs)
 
 
 def click_normaliser(loss: str, batch: ListBatch) -> float:
@@ -64,18 +88,73 @@ def click_normaliser(loss: str, batch: ListBatch) -> float:
     return float(batch.mask.sum())
 
 
+@dataclass
+class Masking:
+    """One rank's rows of a global batch's masked-LM masking, and how many tokens the whole batch masked."""
+
+    ids: torch.Tensor        # (rows of the shard, max_length) input ids after masking
+    labels: torch.Tensor     # the masked tokens' ids, IGNORE_INDEX elsewhere
+    global_count: int        # masked tokens in the global batch: the one-process loss's normaliser
+
+
+def shard_masking(ranker: Ranker, batch: ListBatch, inputs: Inputs, rank: int, world: int, probability: float,
+                  generator: torch.Generator) -> Masking:
+    """The masking one process draws from `generator` for global batch `batch` (BertRanker.mlm_masking of its
+    rows of `inputs`, or of its own prepared rows), cut to rank `rank`'s shard: every rank draws the whole
+    batch's, so all keep one process's draws and know the batch's masked-token count without communicating."""
+    from ..rankers.bert import IGNORE_INDEX
+    part = shard_sessions(len(batch.rows), rank, world)
+    first = int(batch.mask[: part.start].sum())      # the shard's rows are a contiguous run of the batch's
+    mine = slice(first, first + int(batch.mask[part].sum()))
+    tokens = take(batch.inputs if batch.inputs is not None else inputs, batch.rows[batch.rows >= 0])
+    masked, labels = ranker.mlm_masking(tokens, probability, generator)
+    return Masking(masked[mine], labels[mine], int((labels != IGNORE_INDEX).sum()))
+
+
+class Phase(torch.nn.Module):
+    """One training phase as a DDP unit: the ranker's submodules the phase reads (DDP all-reduces exactly their
+    gradients) and the function it runs on a batch (a plain callable, so the rest of the ranker is not registered)."""
+
+    def __init__(self, parts: dict[str, torch.nn.Module], run: Callable[..., Any]):
+        if isinstance(run, torch.nn.Module):
+            raise TypeError("Phase: pass the ranker's bound __call__, not the module (it would register all of it)")
+        super().__init__()
+        self.parts = torch.nn.ModuleDict(parts)
+        self.run = run
+
+    def forward(self, *args: Any) -> Any:
+        return self.run(*args)
+
+
 class DataParallelTrainer(Trainer):
-    """The shared trainer as one DDP rank: scores through the DDP wrapper, steps on its shard of each batch."""
+    """The shared trainer as one DDP rank: scores through a DDP unit, steps on its shard of each batch."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.ddp = DistributedDataParallel(self.ranker, forward_sync_buffers=False,   # buffers never change in training
-                                           find_unused_parameters=self.cfg.ranker.backbone != "mlp")
+        read = getattr(self.ranker, "score_modules", None)     # a ranker holding modules its score never reads
+        self.ddp = self.data_parallel(read() if read else {"ranker": self.ranker}, self.ranker.__call__)
+        self.warmup_ddp: DistributedDataParallel | None = None   # the masked-LM warm-up's unit, built when it runs
         self.share = 1.0   # this rank's share of the current global batch's normaliser, times the world size
+        self.masking_on = False            # in the masked-LM warm-up: mask each global batch (batches())
+        self.masking: Masking | None = None   # this rank's rows of the current batch's masking, while masking_on
+        self.mlm_part = torch.zeros(())    # this rank's masked-LM loss term of the current batch (scores())
+
+    @staticmethod
+    def data_parallel(parts: dict[str, torch.nn.Module], run: Callable[..., Any]) -> DistributedDataParallel:
+        return DistributedDataParallel(Phase(parts, run), forward_sync_buffers=False)   # buffers never change
 
     def scores(self, batch: ListBatch) -> torch.Tensor:
-        return list_scores(self.ddp, self.inputs, batch)
+        masking = self.masking
+        if masking is None or masking.global_count == 0:   # one process skips a masking that chose no token too
+            self.mlm_part = torch.zeros((), device=self.device)
+            return list_scores(self.ddp, self.inputs, batch)
+
+        def forward(inputs: Inputs) -> torch.Tensor:
+            scores, total = self.warmup_ddp(inputs, masking.ids.to(self.device), masking.labels.to(self.device))
+            self.mlm_part = total * (self.world / masking.global_count)   # DDP's mean: Σ over ranks / global count
+            return scores
+        return list_scores(forward, self.inputs, batch)
 
     def batches(self, extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
         for batch in super().batches(extras):
@@ -83,6 +162,9 @@ class DataParallelTrainer(Trainer):
             mine = shard(batch, self.rank, self.world)
             share = click_normaliser(self.cfg.train.loss, mine)
             self.share = share * self.world / total if total > 0 else 0.0
+            if self.masking_on:
+                self.masking = shard_masking(self.ranker, batch, self.inputs, self.rank, self.world,
+                                             self.cfg.train.mlm_probability, self.generator)
             yield mine
 
     def epoch(self, loss_fn: LossFn, extras: dict[str, np.ndarray] | None = None) -> dict[str, float]:
@@ -94,6 +176,37 @@ class DataParallelTrainer(Trainer):
             dist.all_reduce(reported)
             return loss, {**stats, "loss": float(reported) / self.world}
         return super().epoch(scaled, extras)
+
+    def warmup_epoch(self, loss_fn: LossFn, with_mlm: bool) -> dict[str, float]:
+        """One epoch of warmup.warm_up's loss on this rank's shards. With a BERT encoder to train (`with_mlm`) —
+        naive click loss + `train.mlm_weight` × masked LM — the click term is scaled by its share and the
+        masked-LM term by the global batch's masked-token count (see `scores`), the masking drawn for the whole
+        global batch, so DDP's mean gradient and the reported losses are one process's; else `loss_fn` as is."""
+        if not with_mlm:
+            return self.epoch(loss_fn)
+        cfg = self.cfg.train
+        # Every parameter is read here: encoder, head and masked-LM head. The two units share the encoder and head;
+        # a unit whose forward did not run in a step ignores their gradient hooks (as DDP does under no_sync).
+        if self.warmup_ddp is None:
+            ranker = self.ranker
+
+            def scores_and_mlm(inputs: Inputs, ids: torch.Tensor, labels: torch.Tensor):
+                return ranker(inputs), ranker.mlm_loss_sum(inputs, ids, labels)
+            self.warmup_ddp = self.data_parallel({"ranker": ranker}, scores_and_mlm)
+
+        def loss(scores: torch.Tensor, batch: ListBatch):
+            click = click_loss(cfg.loss, scores, batch.clicks, batch.mask) * self.share
+            mlm = self.mlm_part
+            reported = torch.stack([click.detach(), mlm.detach()]).cpu()
+            dist.all_reduce(reported)
+            click_mean, mlm_mean = (reported / self.world).tolist()
+            return click + cfg.mlm_weight * mlm, {"loss": click_mean + cfg.mlm_weight * mlm_mean,
+                                                  "click": click_mean, "mlm": mlm_mean}
+        self.masking_on = True
+        try:
+            return super().epoch(loss)
+        finally:
+            self.masking_on, self.masking = False, None
 
     def validate(self) -> dict[str, Any] | None:
         return super().validate() if self.rank == 0 else None

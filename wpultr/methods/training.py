@@ -171,6 +171,11 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
 
+    def warmup_epoch(self, loss_fn: LossFn, with_mlm: bool) -> dict[str, float]:
+        """One epoch of warmup.warm_up's loss (`with_mlm`: it draws a masked-LM masking per batch); the
+        data-parallel trainer replaces it to draw each global batch's masking as one process does."""
+        return self.epoch(loss_fn)
+
     def epoch(self, loss_fn: LossFn, extras: dict[str, np.ndarray] | None = None) -> dict[str, float]:
         """One pass over the shuffled sessions; returns the mean loss and any statistics the loss reports."""
         self.ranker.train()

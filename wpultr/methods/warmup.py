@@ -39,7 +39,7 @@ def warm_up(trainer: Trainer, epochs: int | None = None) -> None:
 
     for epoch in range(len(trainer.history), len(trainer.history) + n):
         start = time.perf_counter()
-        stats = trainer.epoch(loss)
+        stats = trainer.warmup_epoch(loss, with_mlm)
         trainer.record(epoch, stats, time.perf_counter() - start, phase="warmup")
 
 

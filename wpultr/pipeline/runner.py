@@ -108,8 +108,10 @@ def _run_stages(cfg: RunConfig, run: RunDir, client: Any, stages: Sequence[Stage
             continue
         if progress:
             print(f"[wpultr] {stage.name} …", flush=True)
+        status.mark_running(run.root, stage.name)
         if copy is not None:
             copy.pull_on_workers(client)
+            copy.push()     # the running record, so `wpultr status URL` shows the stage running
         try:
             info, seconds = _run_one(ctx, stage, summary)
         except BaseException:
@@ -134,9 +136,9 @@ def _run_stages(cfg: RunConfig, run: RunDir, client: Any, stages: Sequence[Stage
 
 
 def _run_one(ctx: StageContext, stage: Stage, summary: dict[str, Any]) -> tuple[dict[str, Any], float]:
-    """Run one stage under a worker watch; on failure record it (and a lost cluster as ClusterError) and re-raise."""
+    """Run one stage (marked running by the caller) under a worker watch; on failure record it (and a lost
+    cluster as ClusterError) and re-raise."""
     run = ctx.run
-    status.mark_running(run.root, stage.name)
     start = time.perf_counter()
     watch = WorkerWatch(ctx.client, stage.name, ctx.config.cluster.no_worker_timeout)
     try:

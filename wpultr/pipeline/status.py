@@ -4,7 +4,8 @@ The runner leaves three kinds of record (JSON) in `stages/`: `<stage>.running` w
 (pid, host, start time), `<stage>.json` when it finishes (rundir.RunDir.mark_done) and
 `<stage>.failed` with the error when it raises (not `*.json`: readers of completion records glob those). The newest record of a stage is its state; a
 running record whose process is gone from this host reads as `died` (killed, out of memory, …).
-`wpultr status` prints `format_status(status_of(path))` (experiment directories: experiment/status.py).
+`wpultr status` prints `format_status(status_of(path))` (experiment directories: experiment/status.py);
+`path` may be a run directory's fsspec URL.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunDirError
+from ..storage import is_url, readable_run_dir
 from .layout import CONFIG_FILE, MARKER, STAGES_DIR
 from .rundir import write_json
 
@@ -188,7 +190,17 @@ def run_status(path: str | Path) -> RunStatus:
 
 
 def status_of(path: str | Path) -> RunStatus:
-    """The status of a run directory; RunDirError if `path` is none (experiment/status.py reads experiments)."""
+    """The status of a run directory; RunDirError if `path` is none (experiment/status.py reads experiments).
+
+    A run directory at an fsspec URL is read from the URL's files as they are now: its stage records and
+    config are pulled into the reader copy (storage.readable_run_dir) on every call.
+    """
+    if is_url(path):
+        url = str(path).rstrip("/")
+        with readable_run_dir(url, "PATH", include=(STAGES_DIR, CONFIG_FILE, MARKER)) as root:
+            found = run_status(root)
+        found.path = url
+        return found
     root = Path(path)
     if not root.is_dir():
         raise RunDirError(f"{root}: no such directory (give a run directory or an experiment directory)")

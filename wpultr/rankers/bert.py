@@ -3,8 +3,8 @@
 The encoder is a `BertForMaskedLM` so that one module serves both the ranking score and the
 masked-LM part of the warm-up (`mlm_loss`, BAL §4.1: MLM plus the naive click loss of Eq. 3). It is
 built from a local checkpoint directory (`from_pretrained(path, local_files_only=True)`) or from a
-config in process; nothing is fetched from a hub. Segment ids are 0 for [CLS] query [SEP] and 1 for
-the document part.
+config in process (its hidden and attention dropout is `ranker.dropout`, as the head's); nothing is
+fetched from a hub. Segment ids are 0 for [CLS] query [SEP] and 1 for the document part.
 
 Token ids: logs carry ids of the checkpoint's vocabulary (as Baidu-ULTR does), so they pass
 through unchanged and the special ids come from `special_tokens`. For an encoder built in process
@@ -163,7 +163,8 @@ class BertRanker(Ranker):
     def build(cls, frame: pd.DataFrame, *, path: str | None, head: Sequence[int], dropout: float, max_length: int,
               freeze_encoder: bool, cache_embeddings: bool, special_tokens: dict[str, int] | None,
               tiny: dict[str, int]) -> "BertRanker":
-        """From a local checkpoint directory (`path`) or a tiny in-process config sized for `frame`'s tokens."""
+        """From a local checkpoint directory (`path`, which keeps its own encoder dropout) or a tiny in-process
+        config sized for `frame`'s tokens, whose hidden and attention dropout is the head's `dropout`."""
         if path is not None:
             directory = Path(path)
             if not directory.is_dir():
@@ -181,7 +182,8 @@ class BertRanker(Ranker):
         special = special_tokens or appended_specials(raw_vocab)
         vocab = max(max(special.values()) + 1, raw_vocab)
         config = {"vocab_size": vocab, "pad_token_id": special["pad"], "max_position_embeddings": max(max_length, 8),
-                  "type_vocab_size": 2, **tiny}
+                  "type_vocab_size": 2, "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout,
+                  **tiny}
         return cls(config, special, head, dropout, max_length, freeze_encoder, cache_embeddings)
 
     def _apply_freeze(self) -> None:
@@ -228,8 +230,13 @@ class BertRanker(Ranker):
         return self.head(cls).squeeze(-1)
 
     # ----------------------------------------------------------------------------------------
-    def mlm_loss(self, inputs: Inputs, probability: float, generator: torch.Generator) -> torch.Tensor:
-        """Masked-LM loss on a batch (BERT's recipe: of the chosen tokens 80% [MASK], 10% random, 10% kept)."""
+    def mlm_masking(self, inputs: Inputs, probability: float, generator: torch.Generator
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(masked ids, labels) of a batch by BERT's recipe: each maskable token is chosen with `probability`, and
+        of the chosen 80% become [MASK], 10% a random id, 10% stay; labels hold the chosen ids, IGNORE_INDEX elsewhere.
+
+        The draws are three (rows, max_length) CPU tensors from `generator`, so rows [a, b) of one batch's masking
+        are what a DDP rank holding those rows of it takes (methods/distributed: the ranks mask as one process)."""
         if CLS_VECTORS in inputs:
             raise ValueError("masked-LM warm-up needs token inputs; it cannot run in cache_embeddings mode")
         ids = inputs[INPUT_IDS]
@@ -242,11 +249,31 @@ class BertRanker(Ranker):
         random_ids = torch.randint(0, self.encoder.config.vocab_size, ids.shape, generator=generator).to(ids.device)
         masked = torch.where(chosen & (action < 0.8), torch.full_like(ids, self.special["mask"]), ids)
         masked = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, masked)
-        if not bool(chosen.any()):
-            return ids.new_zeros((), dtype=torch.float32)
-        out = self.encoder(input_ids=masked, token_type_ids=inputs[TOKEN_TYPES], attention_mask=inputs[ATTENTION],
-                           labels=labels)
-        return out.loss
+        return masked, labels
+
+    def mlm_loss_sum(self, inputs: Inputs, masked: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The masked-LM cross-entropy summed over the labelled tokens of `masked` (the batch's ids after
+        `mlm_masking`); the prediction head runs on those tokens only. With none labelled it is a zero that still
+        reaches the prediction head, so a DDP rank whose rows drew no mask gives it a (zero) gradient too."""
+        hidden = self.encoder.bert(input_ids=masked, token_type_ids=inputs[TOKEN_TYPES],
+                                   attention_mask=inputs[ATTENTION]).last_hidden_state
+        chosen = labels != IGNORE_INDEX
+        logits = self.encoder.cls(hidden[chosen])
+        return torch.nn.functional.cross_entropy(logits.float(), labels[chosen], reduction="sum")
+
+    def mlm_loss(self, inputs: Inputs, probability: float, generator: torch.Generator) -> torch.Tensor:
+        """Masked-LM loss on a batch: the mean cross-entropy over its masked tokens (`mlm_masking`); 0, and no
+        encoder pass, when no token was chosen."""
+        masked, labels = self.mlm_masking(inputs, probability, generator)
+        count = int((labels != IGNORE_INDEX).sum())
+        if not count:
+            return torch.zeros((), device=masked.device)
+        return self.mlm_loss_sum(inputs, masked, labels) / count
+
+    def score_modules(self) -> dict[str, torch.nn.Module]:
+        """The submodules the score reads: the encoder body and the head, not the masked-LM prediction head
+        (which only the warm-up reads; a DDP phase all-reduces the gradients of exactly what it reads)."""
+        return {"encoder": self.encoder.bert, "head": self.head}
 
 
 def _json_config(config: HFBertConfig) -> dict[str, Any]:
