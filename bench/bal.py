@@ -16,9 +16,11 @@ Reference rankers on the same sessions: **Oracle** = the same ranker trained on 
 shown results (listwise softmax on gains), **Ceiling** / **Ceiling-GBDT** = the family's best baseline,
 same method and settings, trained on clicks drawn for the same shown results with no bias at all (every
 result examined, clicked with its relevance's chance): what a perfect debiaser of these logs could reach.
-**Oracle-IPW** / **Oracle-IPW-GBDT** (when BAL-list / BAL-GBDT-lambda ran) = that BAL variant's reweighted
+**Oracle-IPW** / **Oracle-IPW-GBDT** (when BAL-list / BAL-GBDT-lambda-click or -both ran) = that BAL variant's reweighted
 ranker step with each click weighted by 1 / its true examination: the bound of any examination estimate
-with that step. The ceiling also sees every result examined (more clicks than any reweighting can recover),
+with that step. **Oracle-skip-GBDT** (when BAL-GBDT-lambda ran) = its skip-weighted λ step with the true
+click model (each skipped result's true chance of not being clicked had it been seen): the bound of BAL's
+click-model estimates with that step. The ceiling also sees every result examined (more clicks than any reweighting can recover),
 so the gap it sets is part bias, part information.
 
 The worlds (`default`, `production`, `position_only`) are described in `bench/worlds.py`, shared with
@@ -97,7 +99,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 GBDT_METHODS = ("Naive-GBDT", "LambdaMART", "BAL-GBDT", "BAL-GBDT-list", "BAL-GBDT-lambda", "Naive-GBDT-lambda",
                 "LambdaMART-pos", "Ceiling-GBDT", "BAL-GBDT-nodoc", "BAL-GBDT-lambda-nodoc", "Oracle-IPW-GBDT",
-                "BAL-GBDT-lambda-click", "BAL-GBDT-lambda-both")
+                "BAL-GBDT-lambda-click", "BAL-GBDT-lambda-both", "Oracle-skip-GBDT")
 
 
 def family(label: str) -> str:
@@ -158,6 +160,20 @@ def oracle_ipw(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cf
     return trainer.fit(lambda s, b: weighted_softmax_loss(s, b.clicks, b.mask, b.extras["omega"]),
                        extras={"omega": trainer.lists.gather(omega.astype(np.float32))},
                        epochs=cfg.train.epochs + cfg.train.warmup_epochs)
+
+
+def oracle_skip(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -> Any:
+    """BAL-GBDT-lambda's step (`bal.pair_weights: skip`) given the true click model: every clicked-over-skipped
+    pair weighted by its skipped result's true chance of not being clicked had it been examined,
+    (1 − p(c)/p(o)) / (1 − p(c)), the click side by 1 — what a perfect estimate of u and v reaches with that step."""
+    probs = train[[SESSION_ID, POSITION]].merge(truth[[SESSION_ID, POSITION, "examination_prob", "click_prob"]],
+                                                on=[SESSION_ID, POSITION], how="left", validate="one_to_one")
+    exam, click = probs["examination_prob"].to_numpy(np.float64), probs["click_prob"].to_numpy(np.float64)
+    skip = np.clip(1.0 - click / np.maximum(exam, 1e-12), 0.0, 1.0) / np.maximum(1.0 - click, 1e-12)
+    trainer = BoostingTrainer(train, valid, cfg)
+    trainer.warm_up()
+    grad_hess, loss = trainer.lambda_objective(np.ones(len(train)), trainer.in_dataset_order(skip))
+    return trainer.fit(grad_hess, loss)
 
 
 def oracle(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -> Any:
@@ -233,7 +249,11 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         if ran:
             out["per_query"][name] = measured(oracle_ipw(train, truth, valid, config_from_dict(
                 with_overrides(values, METHODS[ran[0]])), boosted))
-    for label in ("Oracle", *(f["ceiling"] for f in FAMILIES.values()), "Oracle-IPW", "Oracle-IPW-GBDT"):
+    if "BAL-GBDT-lambda" in out["per_query"]:          # the skip-weighted λ step with the true click model
+        out["per_query"]["Oracle-skip-GBDT"] = measured(oracle_skip(train, truth, valid, config_from_dict(
+            with_overrides(values, METHODS["BAL-GBDT-lambda"]))))
+    for label in ("Oracle", *(f["ceiling"] for f in FAMILIES.values()), "Oracle-IPW", "Oracle-IPW-GBDT",
+                  "Oracle-skip-GBDT"):
         if label in out["per_query"]:
             print(f"  {world} seed {seed} {label:14s} DCG@10 {out['per_query'][label]['DCG@10'].mean():.3f}",
                   flush=True)

@@ -212,3 +212,17 @@ def test_click_reweighting_bal_with_the_lightgbm_backbone_ranks(tmp_path, dask_c
     random, ideal = random_and_ideal_dcg(pd.read_parquet(result.run_dir / S.TEST_SCORES))
     dcg = result.metrics["all"]["DCG@10"]
     assert dcg >= random + 0.5 * (ideal - random), (dcg, random, ideal)
+
+
+@pytest.mark.slow
+def test_bal_with_the_lightgbm_backbone_is_the_same_booster_for_the_same_seed(tmp_path, logs, dask_client):
+    """A fixed seed gives the same booster whatever the process did before: the click model's initial weights
+    come from the epoch's seed, not from torch's global stream (which no booster run seeds)."""
+    import torch
+    cfg = lightgbm_config(tmp_path, loss="lambdarank")
+    boosters = []
+    for moved in (0, 1000):
+        torch.rand(moved)                                   # whatever else ran in this process
+        result = get_method("bal").fit(logs.sessions, None, cfg)
+        boosters.append(result.ranker.booster.model_to_string())
+    assert boosters[0] == boosters[1]

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 from scipy.special import expit
 
 from ..causal.discovery import (ReusableTests, click_row_mask, click_rows_frame, discover, one_row_per_session,
@@ -330,7 +331,9 @@ class BAL:
         """φ_c fitted by the weighted likelihood of Eq. 10 over the page parents of c, on at most max_rows rows;
         with `pairs` (`document_pairs`), u has a per-(query, document) offset during the fit."""
         click_parents = [p for p in biases.click_parents if p != RELEVANCE_SCORE]
-        model = ClickModel(page_inputs(click_parents, kinds, n_categories), config.bal.click_model)
+        with torch.random.fork_rng(devices=[]):     # its initial weights from the epoch's seed, never from the
+            torch.manual_seed(seed)                  # global stream (a booster run never seeds that one)
+            model = ClickModel(page_inputs(click_parents, kinds, n_categories), config.bal.click_model)
         rows = click_model_rows(len(nodes), config.bal.click_model.max_rows, seed)
         fit_pairs = None if pairs is None else np.unique(pairs[rows], return_inverse=True)[1]
         stats = model.fit(r[rows], nodes.iloc[rows], clicks[rows], weights[rows], generator, fit_pairs)
