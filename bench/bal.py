@@ -131,19 +131,28 @@ def with_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[st
     return out
 
 
+def truth_of(train: pd.DataFrame, truth: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """The simulator's truth `columns` of every shown result of `train`, row for row."""
+    return train[[SESSION_ID, POSITION]].merge(truth[[SESSION_ID, POSITION, *columns]], on=[SESSION_ID, POSITION],
+                                               how="left", validate="one_to_one")[list(columns)]
+
+
+def split_annotations(annotations: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(validation, test) annotations: a fifth of the queries, drawn by the seed, validate; the rest test."""
+    queries = np.sort(annotations[QUERY_ID].unique())
+    valid_q = np.random.default_rng(seed).choice(queries, size=len(queries) // 5, replace=False)
+    return annotations[annotations[QUERY_ID].isin(valid_q)], annotations[~annotations[QUERY_ID].isin(valid_q)]
+
+
 def unbiased_clicks(train: pd.DataFrame, truth: pd.DataFrame, click_noise: float, seed: int) -> np.ndarray:
     """Clicks for the same shown results with no bias: every result examined, clicked for its relevance."""
-    labels = train[[SESSION_ID, POSITION]].merge(truth[[SESSION_ID, POSITION, "true_label"]],
-                                                 on=[SESSION_ID, POSITION], how="left", validate="one_to_one")
-    chance = click_relevance(labels["true_label"].to_numpy(np.float64), click_noise)
+    chance = click_relevance(truth_of(train, truth, "true_label")["true_label"].to_numpy(np.float64), click_noise)
     return (np.random.default_rng(seed + 7919).random(len(chance)) < chance).astype(np.int8)
 
 
 def true_examination(train: pd.DataFrame, truth: pd.DataFrame) -> np.ndarray:
     """The simulator's examination probability of every shown result of `train`."""
-    return train[[SESSION_ID, POSITION]].merge(truth[[SESSION_ID, POSITION, "examination_prob"]],
-                                               on=[SESSION_ID, POSITION], how="left",
-                                               validate="one_to_one")["examination_prob"].to_numpy(np.float64)
+    return truth_of(train, truth, "examination_prob")["examination_prob"].to_numpy(np.float64)
 
 
 def oracle_ipw(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg, boosted: bool) -> Any:
@@ -166,8 +175,7 @@ def oracle_skip(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, c
     """BAL-GBDT-lambda's step (`bal.pair_weights: skip`) given the true click model: every clicked-over-skipped
     pair weighted by its skipped result's true chance of not being clicked had it been examined,
     (1 − p(c)/p(o)) / (1 − p(c)), the click side by 1 — what a perfect estimate of u and v reaches with that step."""
-    probs = train[[SESSION_ID, POSITION]].merge(truth[[SESSION_ID, POSITION, "examination_prob", "click_prob"]],
-                                                on=[SESSION_ID, POSITION], how="left", validate="one_to_one")
+    probs = truth_of(train, truth, "examination_prob", "click_prob")
     exam, click = probs["examination_prob"].to_numpy(np.float64), probs["click_prob"].to_numpy(np.float64)
     skip = np.clip(1.0 - click / np.maximum(exam, 1e-12), 0.0, 1.0) / np.maximum(1.0 - click, 1e-12)
     trainer = BoostingTrainer(train, valid, cfg)
@@ -178,8 +186,7 @@ def oracle_skip(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, c
 
 def oracle(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -> Any:
     """The same ranker trained on the true labels of the shown results (listwise softmax on gains)."""
-    labels = train[[SESSION_ID, POSITION]].merge(truth[[SESSION_ID, POSITION, "true_label"]],
-                                                 on=[SESSION_ID, POSITION], how="left", validate="one_to_one")
+    labels = truth_of(train, truth, "true_label")
     trainer = Trainer(build_ranker(cfg, train), train, valid, cfg)
     gains = trainer.lists.gather(np.exp2(labels["true_label"].to_numpy(np.float32)) - 1.0)
     return trainer.fit(lambda s, b: listwise_softmax_loss(s, b.extras["gain"], b.mask), extras={"gain": gains},
@@ -191,10 +198,7 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     values = base_config(seed, args.sessions, args.epochs, WORLDS[world])
     logs = simulate(config_from_dict(values).data.simulate, seed=seed)
     train, annotations, truth = logs.sessions, logs.annotations, logs.truth_sessions
-    queries = np.sort(annotations[QUERY_ID].unique())
-    valid_q = np.random.default_rng(seed).choice(queries, size=len(queries) // 5, replace=False)
-    valid = annotations[annotations[QUERY_ID].isin(valid_q)]
-    test = annotations[~annotations[QUERY_ID].isin(valid_q)]
+    valid, test = split_annotations(annotations, seed)
 
     def measured(ranker: Any) -> pd.DataFrame:
         return per_query(test.assign(score=score_frame(ranker, test)), "score", label_col=LABEL)

@@ -74,18 +74,12 @@ def production_sessions(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataF
     appear in the training sessions: a test of fitting documents seen in the logs, not of new queries."""
     import sys
     sys.path.insert(0, str(Path(__file__).parent))
-    from bal import base_config
+    from bal import base_config, split_annotations, truth_of
     from worlds import WORLDS
     logs = simulate(config_from_dict(base_config(seed, 50000, 3, WORLDS["production"])).data.simulate, seed=seed)
-    labels = logs.sessions[[SESSION_ID, POSITION]].merge(
-        logs.truth_sessions[[SESSION_ID, POSITION, "true_label"]], on=[SESSION_ID, POSITION], how="left",
-        validate="one_to_one")["true_label"].to_numpy(np.int64)
-    train = logs.sessions.assign(**{LABEL: labels})
-    annotations = logs.annotations
-    queries = np.sort(annotations[QUERY_ID].unique())
-    valid_q = np.random.default_rng(seed).choice(queries, size=len(queries) // 5, replace=False)
-    return (train, annotations[annotations[QUERY_ID].isin(valid_q)].reset_index(drop=True),
-            annotations[~annotations[QUERY_ID].isin(valid_q)].reset_index(drop=True))
+    labels = truth_of(logs.sessions, logs.truth_sessions, "true_label")["true_label"].to_numpy(np.int64)
+    valid, test = split_annotations(logs.annotations, seed)
+    return logs.sessions.assign(**{LABEL: labels}), valid.reset_index(drop=True), test.reset_index(drop=True)
 
 
 def letor(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

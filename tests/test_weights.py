@@ -269,10 +269,10 @@ def test_clip_fixed_point_equals_the_sorted_solve(sigma):
 def test_clip_fixed_point_gives_up_on_a_tail_that_adds_one_row_per_round():
     """A geometric tail makes each round of the fixed point clip about one more row: it hands over (None)
     after its rounds, and clip_and_normalise's answer is still the sorted solve's."""
-    from wpultr.bal.weights import _clip_sorted, _clipped_by_fixed_point
+    from wpultr.bal.weights import _clip_by_fixed_point, _clip_sorted
     raw = np.concatenate([np.ones(1000), 1.05 ** np.arange(200)])
     w = raw / raw.max()
-    assert _clipped_by_fixed_point(w, 1.2, max_rounds=3) is None
+    assert _clip_by_fixed_point(w, 1.2, max_rounds=3) is None
     out, clipped = clip_and_normalise(raw, 1.2)
     ref, ref_clipped = _clip_sorted(w, 1.2)
     np.testing.assert_allclose(out, ref, rtol=1e-10)

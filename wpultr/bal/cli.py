@@ -80,8 +80,9 @@ def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec
             return
         image = render(graph, fmt.value)
     # the default image goes into the run directory, at its URL when it has one (one atomic write either way)
-    target = output or (f"{run.rstrip('/')}/epoch_{k}/graph.{fmt.value}" if is_url(run)
-                        else str(epoch_dir(run, k) / f"graph.{fmt.value}"))
+    name = f"graph.{fmt.value}"
+    target = output or (f"{run.rstrip('/')}/{epoch_dir('', k).as_posix()}/{name}" if is_url(run)
+                        else str(epoch_dir(run, k) / name))
     write_bytes(target, image)
     typer.echo(target)
 

@@ -185,10 +185,10 @@ def document_offsets(u: np.ndarray, v: np.ndarray, clicks: np.ndarray, weights: 
 def skipped_irrelevance(relevance_logits: np.ndarray, page_logits: np.ndarray) -> np.ndarray:
     """P(not relevant | not clicked) = (1 − σ(u)) / (1 − σ(u)σ(v)) under the multiplicative model, per row: near 1
     for a result the page made sure was seen (σ(v) → 1), near 1 − σ(u) for one nobody looked at (σ(v) → 0).
-    Computed in logs: log(1 − σ(u)σ(v)) as in `log_click_likelihood`."""
+    Computed in logs (`gbdt_objectives.log_no_click`)."""
+    from ..methods.gbdt_objectives import log_no_click
     u, v = np.asarray(relevance_logits, np.float64), np.asarray(page_logits, np.float64)
-    log_rest = np.logaddexp(np.logaddexp(-u, -v), -u - v) - np.logaddexp(0.0, -u) - np.logaddexp(0.0, -v)
-    return np.exp(-np.logaddexp(0.0, u) - log_rest)
+    return np.exp(-np.logaddexp(0.0, u) - log_no_click(u, v))
 
 
 def ranker_loss(click_model: ClickModel, scores: torch.Tensor, page_logits: torch.Tensor, clicks: torch.Tensor,

@@ -218,11 +218,12 @@ class BAL:
             cm_stats["examination_by_position"] = examination_by_position(page_logits, train[POSITION].to_numpy())
             clock.lap("click_model")
             reweighted = config.train.loss in ("listwise", "lambdarank")    # a click-reweighting ranker step
+            lambdarank, pair_weights = config.train.loss == "lambdarank", config.bal.pair_weights  # (a booster's)
             skip = None
-            if boosted and config.train.loss == "lambdarank" and config.bal.pair_weights != "click":
+            if lambdarank and pair_weights != "click":
                 skip = skipped_irrelevance(click_model.relevance_logits(r, page_logits, clicks, weights, pairs),
                                            page_logits)
-            if reweighted and not (skip is not None and config.bal.pair_weights == "skip"):
+            if reweighted and not (lambdarank and pair_weights == "skip"):     # the click's ω = w/σ(v)
                 weights = listwise_click_weights(weights, page_logits, config.bal.weights.max_weight)
             if boosted:                                                                         # step 6
                 stats = self.boost_ranker(trainer, click_model, page_logits, weights, config.train.loss, skip)

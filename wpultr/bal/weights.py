@@ -117,33 +117,34 @@ def clip_and_normalise(weights: np.ndarray, cap: float | None) -> tuple[np.ndarr
         raise ValueError(f"cap {cap!r} is too low: only {n_positive} of {n} weights are positive, so mean-1 "
                          f"weights need a cap of at least {n / n_positive!r}")
     w = w / w.max()                                                   # scale-free; keeps the sums below overflow
-    clipped = _clipped_by_fixed_point(w, cap)
-    if clipped is None:                                               # adversarial tail: the sorted solve
+    solved = _clip_by_fixed_point(w, cap)
+    if solved is None:                                                # adversarial tail: the sorted solve
         return _clip_sorted(w, cap)
-    rest = w[~clipped].sum()
-    if not rest > 0:                                                  # cap · n_positive = n: every positive row at the cap
+    clipped, scale = solved
+    if scale is None:                                                 # cap · n_positive = n: every positive row at the cap
         positive = w > 0
         return np.where(positive, cap, 0.0), positive
-    out = np.where(clipped, cap, w * ((n - int(clipped.sum()) * cap) / rest))
-    return out, clipped
+    return np.where(clipped, cap, scale * w), clipped
 
 
-def _clipped_by_fixed_point(w: np.ndarray, cap: float, max_rounds: int = 64) -> np.ndarray | None:
-    """Rows at the cap, by iterating s ← (n − k·cap) / Σ_unclipped w with k = #{s·w > cap}: s only grows,
-    so the clipped set only grows and the loop stops when it is stable (a few O(n) passes on real weights,
-    instead of a sort of every row). None after `max_rounds` (a tail built to add one row per round)."""
+def _clip_by_fixed_point(w: np.ndarray, cap: float, max_rounds: int = 64
+                         ) -> tuple[np.ndarray, float | None] | None:
+    """(rows at the cap, the scale s of the others) by iterating s ← (n − k·cap) / Σ_unclipped w with
+    k = #{s·w > cap}: s only grows, so the clipped set only grows and the loop stops when it is stable (a few
+    O(n) passes on real weights, instead of a sort of every row). s is None when no unclipped mass is left;
+    None after `max_rounds` (a tail built to add one row per round)."""
     n = w.size
     clipped = np.zeros(n, dtype=bool)
     k = 0
     for _ in range(max_rounds):
         rest = w[~clipped].sum()
         if not rest > 0:
-            return clipped
+            return clipped, None
         scale = (n - k * cap) / rest
         now = scale * w > cap * (1.0 + 1e-12)
         k_now = int(now.sum())
         if k_now == k:
-            return clipped
+            return clipped, scale
         clipped, k = now, k_now
     return None
 
@@ -254,7 +255,8 @@ def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureI
         if est.numerator is not None:
             log_num = est.numerator.log_prob(nodes_df)                     # p(x) (case 1) or p(x | m)
         else:
-            log_num = permutation_log_numerator(est, nodes_df, config.permutations_for(n), rng)
+            permutations = config.permutations_for(n)
+            log_num = permutation_log_numerator(est, nodes_df, permutations, rng)
         lw = feature_log_weight(log_num, log_den)                          # Eq. 8–9 / case 2
         bad = ~np.isfinite(lw)
         if bad.any():
@@ -265,7 +267,7 @@ def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureI
         info[name] = {"case": est.case, "parents": list(est.parents),
                       "numerator": "model" if est.numerator is not None else "permutation"}
         if est.numerator is None:
-            info[name]["n_permutations"] = config.permutations_for(n)
+            info[name]["n_permutations"] = permutations
     log_w = total_log_weight(per_feature, n)                                # Eq. 10: w = Π_i w_i
     if n == 0:
         return ImportanceWeights(np.zeros(0), log_w, per_feature, np.zeros(0, dtype=bool), None, info)

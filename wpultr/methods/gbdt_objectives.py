@@ -60,6 +60,11 @@ def _check_form(form: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------- BAL
+def log_no_click(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """log(1 − σ(u)σ(v)), stably: log(e^{−u} + e^{−v} + e^{−u−v}) − log(1 + e^{−u}) − log(1 + e^{−v})."""
+    return np.logaddexp(np.logaddexp(-u, -v), -u - v) - np.logaddexp(0.0, -u) - np.logaddexp(0.0, -v)
+
+
 def bal_click_loss(scores: np.ndarray, page_logits: np.ndarray, clicks: np.ndarray, weights: np.ndarray | None,
                    alpha: float, beta: float, form: str = "multiplicative") -> float:
     """L(f) = −Σ_i w_i log p(c_i | u_i, v_i), u = α·f + β, v fixed (Eq. 10, ranker step, page path blocked)."""
@@ -72,9 +77,7 @@ def bal_click_loss(scores: np.ndarray, page_logits: np.ndarray, clicks: np.ndarr
         ll = c * _log_sigmoid(z) + (1 - c) * _log_sigmoid(-z)
     else:
         log_p1 = _log_sigmoid(u) + _log_sigmoid(v)                              # log σ(u)σ(v)
-        # log(1 − σ(u)σ(v)) = log(e^{−u} + e^{−v} + e^{−u−v}) − log(1 + e^{−u}) − log(1 + e^{−v})
-        log_p0 = np.logaddexp(np.logaddexp(-u, -v), -u - v) - np.logaddexp(0.0, -u) - np.logaddexp(0.0, -v)
-        ll = c * log_p1 + (1 - c) * log_p0
+        ll = c * log_p1 + (1 - c) * log_no_click(u, v)
     return float(-(w * ll).sum())
 
 
