@@ -356,6 +356,10 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
     shown = CliRunner().invoke(graph_app, ["show", str(run)])
     assert shown.exit_code == 0 and "examination by position (click model, relative to the first): 1: 1.000" \
         in shown.output
+    # the simulator's default fixes the media type per document: kept in the graph, not corrected, and said so
+    assert bias["separability"]["set_aside"] == ["media_type"]
+    assert "not corrected (fixed for the same document" in shown.output and "media_type (within-document share 0.000" \
+        in shown.output
     test = pd.read_parquet(run / S.TEST_SCORES)
     if backbone == "mlp":   # the tiny BERT learns next to nothing in two epochs on 400 sessions: a smoke run only
         assert result.metrics["all"]["DCG@10"] > random_ranker_dcg10(test) + MARGIN

@@ -134,6 +134,7 @@ BAD: dict[str, typing.Any] = {
     "baselines.lightgbm_num_threads": -1, "baselines.lightgbm_eval_points": 0,
     "baselines.pair_weighting": "dcg", "baselines.prs_clip": 0.0, "baselines.lightgbm_distributed": "yes",
     "bal.graph": "learned", "bal.features": [], "bal.estimator_rows": 0, "bal.graph_bootstrap": -1, "bal.pair_weights": "none",
+    "bal.min_within_document_share": 1.0,
     "bal.click_model.form": "linear", "bal.click_model.hidden": [0], "bal.click_model.embedding_dim": 0,
     "bal.click_model.epochs": 0, "bal.click_model.learning_rate": 0.0, "bal.click_model.batch_size": 0,
     "bal.click_model.max_rows": 0, "bal.click_model.document_effects": "yes", "bal.click_model.document_ridge": 0.0,

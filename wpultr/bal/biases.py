@@ -41,6 +41,15 @@ class BiasReport:
                 "page_feature_biases": list(self.page_feature_biases),
                 "click_parents": list(self.click_parents)}
 
+    def without(self, features: Sequence[str]) -> "BiasReport":
+        """The report with `features` no longer corrected (not in the click model's page term, no weights), for
+        page features the logs cannot tell apart from relevance (`separability`); they stay in the graph and may
+        still condition another feature's influence estimator."""
+        drop = set(features)
+        return BiasReport(tuple(c for c in self.confounded if c.feature not in drop),
+                          tuple(x for x in self.page_feature_biases if x not in drop),
+                          tuple(x for x in self.click_parents if x not in drop))
+
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> "BiasReport":
         return cls(tuple(ConfoundedFeature(c["feature"], tuple(c["parents"]), c["case"], tuple(c["undirected"]))

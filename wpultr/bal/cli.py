@@ -54,6 +54,18 @@ def _examination_lines(run: Path, k: int) -> list[str]:
             + ", ".join(f"{p}: {e:.3f}" for p, e in profile.items())]
 
 
+def _set_aside_lines(run: Path) -> list[str]:
+    """The page features a BAL run kept in its graph but did not correct (`bal.separability`), and why."""
+    path = Path(run) / BIAS
+    record = json.loads(path.read_text()).get("separability", {}) if path.exists() else {}
+    if not record.get("set_aside"):
+        return []
+    shares = record["within_document_share"]
+    return ["", "not corrected (fixed for the same document, so its effect on clicks cannot be told from relevance): "
+            + ", ".join(f"{x} (within-document share {shares[x]:.3f} < {record['min_within_document_share']})"
+                        for x in record["set_aside"])]
+
+
 _GRAPH_FILES = ("epoch_*", BIAS)      # what `wpultr graph` reads of a run at a URL
 
 
@@ -69,7 +81,8 @@ def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec
     with readable_run_dir(run, "RUN", include=_GRAPH_FILES) as local:
         k, graph = load_epoch_graph(local, epoch)
         if fmt in (GraphFormat.text, GraphFormat.dot):
-            body = "\n".join([f"epoch {k}", to_text(graph), *_bias_lines(graph), *_examination_lines(local, k)]) \
+            body = "\n".join([f"epoch {k}", to_text(graph), *_bias_lines(graph), *_examination_lines(local, k),
+                              *_set_aside_lines(local)]) \
                 if fmt is GraphFormat.text \
                 else to_dot(graph)
             if output is None:

@@ -77,10 +77,14 @@ class BalConfig:
     features: list[str] | None = None          # page features BAL sees (None: every declared one)
     estimator_rows: int = 20_000               # rows sampled to fit the influence estimators each epoch
     graph_bootstrap: int = 0                   # resamples behind each epoch graph's edge stabilities (each costs a PC run)
+    min_within_document_share: float = 0.05   # a page feature with less of its variance within (query, document)
+    #                                            pairs is not corrected: its effect cannot be told from relevance
+    #                                            (`separability`; 0 corrects every discovered bias)
     # LightGBM backbone with train.loss lambdarank: what weights a clicked-over-skipped pair (`bal.pair_weights`):
     # click = the click's ω = w/σ(v) (IPW of the click); skip = the click's w times the chance, under the click
-    # model, that the skipped result was skipped for being irrelevant rather than unseen; both = the product
-    pair_weights: Literal["click", "skip", "both"] = "skip"
+    # model, that the skipped result was skipped for being irrelevant rather than unseen; posterior = that chance
+    # alone, the click side weighing 1 (the step Oracle-skip-GBDT bounds); both = ω times that chance
+    pair_weights: Literal["click", "skip", "posterior", "both"] = "skip"
     click_model: ClickModelConfig = field(default_factory=ClickModelConfig)
     influence: InfluenceConfig = field(default_factory=InfluenceConfig)
     weights: WeightConfig = field(default_factory=WeightConfig)
@@ -93,5 +97,7 @@ class BalConfig:
                 self.features)
         require(self.estimator_rows > 0, f"{self.KEY}.estimator_rows", "> 0", self.estimator_rows)
         require(self.graph_bootstrap >= 0, f"{self.KEY}.graph_bootstrap", ">= 0", self.graph_bootstrap)
-        require(self.pair_weights in ("click", "skip", "both"), f"{self.KEY}.pair_weights",
-                "one of 'click', 'skip', 'both'", self.pair_weights)
+        require(0.0 <= self.min_within_document_share < 1.0, f"{self.KEY}.min_within_document_share",
+                "a share in [0, 1)", self.min_within_document_share)
+        require(self.pair_weights in ("click", "skip", "posterior", "both"), f"{self.KEY}.pair_weights",
+                "one of 'click', 'skip', 'posterior', 'both'", self.pair_weights)

@@ -4,7 +4,9 @@ Each epoch, with the current ranker f_Θ:
 1. score every shown result: r̂ = f_Θ(q, d);
 2. learn the click model's graph over r̂, the page features and c (PC + CI test with the three
    priors, on sampled sessions, §3.1) — or take the variant's fixed graph (`bal.graph`);
-3. read the biases off it (confounded features with their parents, page-feature → click);
+3. read the biases off it (confounded features with their parents, page-feature → click), leaving out
+   the page features fixed for the same document, whose effect the logs cannot tell from relevance
+   (`separability`, beyond the paper);
 4. fit one influence estimator p(x | parents) per confounded feature (Eq. 6–7) and the importance
    weights that cut r̂ → x (Eq. 8–9 and case 2, product over features, Eq. 10);
 5. fit the click model φ_c by the weighted likelihood of Eq. 10 with r̂ fixed;
@@ -52,6 +54,7 @@ from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION
 from .biases import BiasReport, identify_biases
 from .click_model import ClickModel, page_inputs, ranker_loss, skipped_irrelevance
 from .influence import FeatureInfluence, fit_influence_estimators
+from .separability import separability
 from .weights import clip_and_normalise, importance_weights
 
 if TYPE_CHECKING:
@@ -197,6 +200,7 @@ class BAL:
         rows = self.graph_rows(train, config) if config.bal.graph == "discovered" else None
         estimators: dict[str, FeatureInfluence] = {}
         pairs, document_effects = document_pairs(train, config)
+        separable = separability(train, features, config.bal.min_within_document_share)
         for k in range(config.train.epochs):
             start = time.perf_counter()
             clock = StepClock()
@@ -207,7 +211,7 @@ class BAL:
             clock.lap("score")
             graph, reuse = self.graph(train, nodes, features, config, client, rows, reuse)      # step 2
             graph.meta["epoch"] = k
-            biases = identify_biases(graph)                                                     # step 3
+            biases = identify_biases(graph).without(separable.set_aside)                        # step 3
             clock.lap("graph")
             weights, weight_info, estimators = self.weights(nodes, biases, kinds, n_categories, config, seed,  # step 4
                                                             estimators)
@@ -223,7 +227,9 @@ class BAL:
             if lambdarank and pair_weights != "click":
                 skip = skipped_irrelevance(click_model.relevance_logits(r, page_logits, clicks, weights, pairs),
                                            page_logits)
-            if reweighted and not (lambdarank and pair_weights == "skip"):     # the click's ω = w/σ(v)
+            if lambdarank and pair_weights == "posterior":                  # the click side weighs 1
+                weights = np.ones(len(weights))
+            elif reweighted and not (lambdarank and pair_weights == "skip"):   # the click's ω = w/σ(v)
                 weights = listwise_click_weights(weights, page_logits, config.bal.weights.max_weight)
             if boosted:                                                                         # step 6
                 stats = self.boost_ranker(trainer, click_model, page_logits, weights, config.train.loss, skip)
@@ -245,6 +251,7 @@ class BAL:
         bias = {"method": self.name, "graph_mode": config.bal.graph, "features": [f.name for f in features],
                 "best_epoch": trainer.best_epoch, "click_model_form": config.bal.click_model.form,
                 "backbone": config.ranker.backbone, "document_effects": document_effects,
+                "separability": separable.to_dict(),
                 "epochs": [{"epoch": e["bal_epoch"], "biases": e["biases"], "weights": e["weights"],
                             "examination_by_position": e["train"].get("examination_by_position")}
                            for e in trainer.history if e.get("phase") == "bal"]}

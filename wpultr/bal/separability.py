@@ -1,0 +1,81 @@
+"""Which page features the logs can tell apart from relevance: those that vary for the same document.
+
+A page feature's effect on clicks is learnable only from impressions of one (query, document) pair that
+show it with different values (position is the classic case: the same result at rank 2 in one session and
+rank 5 in another). A feature fixed per document — a media type that never changes for a URL — moves with
+the document's relevance: any click model fitted to the logs gives its "effect" whatever relevance the ranker
+missed on documents of that type, and in a finite log, where only a few thousand documents stand behind a
+type, that chance correlation is large enough for the click test to find (a page feature → click edge on
+logs whose users ignore it). Correcting such an effect takes real relevance out of the ranker.
+
+So BAL keeps every discovered edge in the graph (what the logs show) but corrects only the separable
+features: those with at least `bal.min_within_document_share` of their variance within (query, document)
+pairs. The others are recorded as set aside, with their share, in `bias.json` and each epoch's history.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..schema import DOC_ID, QUERY_ID, FeatureKind, PageFeature, query_document_pairs
+
+
+def within_document_share(pairs: np.ndarray, values: np.ndarray, categorical: bool) -> float:
+    """The share of a feature's variance that lies within (query, document) pairs (ANOVA's within-group sum of
+    squares over the total; a categorical feature as its one-hot indicators, summed). 0: fixed per document;
+    1: nothing to do with the document. A feature with no variance at all is 0 (there is nothing to learn)."""
+    pairs = np.asarray(pairs, np.int64)
+    if categorical:
+        _, codes = np.unique(np.asarray(values), return_inverse=True)
+        x = np.eye(int(codes.max()) + 1 if len(codes) else 1)[codes]
+    else:
+        x = np.asarray(values, np.float64).reshape(-1, 1)
+    if len(x) == 0:
+        return 0.0
+    counts = np.bincount(pairs)
+    total = float(((x - x.mean(axis=0)) ** 2).sum())
+    if total <= 0.0:
+        return 0.0
+    within = 0.0
+    for j in range(x.shape[1]):
+        means = np.bincount(pairs, x[:, j], minlength=len(counts)) / np.maximum(counts, 1)
+        within += float(((x[:, j] - means[pairs]) ** 2).sum())
+    return within / total
+
+
+@dataclass(frozen=True)
+class Separability:
+    """Each page feature's within-document share, and the ones BAL corrects (`separable`) or sets aside."""
+
+    shares: dict[str, float]
+    threshold: float
+    checked: bool = True
+    reason: str = ""
+
+    @property
+    def set_aside(self) -> tuple[str, ...]:
+        return tuple(name for name, share in self.shares.items() if share < self.threshold)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"checked": self.checked, "min_within_document_share": self.threshold,
+                               "within_document_share": {k: round(v, 4) for k, v in self.shares.items()},
+                               "set_aside": list(self.set_aside)}
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+def separability(train: pd.DataFrame, features: Sequence[PageFeature], threshold: float) -> Separability:
+    """Every page feature's within-document share on the training logs, and the ones set aside; nothing is set
+    aside when the check is off (threshold 0) or the logs carry no doc_id to group impressions by."""
+    if threshold <= 0.0:
+        return Separability({}, threshold, checked=False, reason="bal.min_within_document_share is 0")
+    if DOC_ID not in train.columns or QUERY_ID not in train.columns:
+        return Separability({}, threshold, checked=False, reason="the sessions have no doc_id")
+    pairs = query_document_pairs(train)
+    shares = {f.name: within_document_share(pairs, train[f.name].to_numpy(), f.kind is FeatureKind.CATEGORICAL)
+              for f in features}
+    return Separability(shares, threshold)
