@@ -18,7 +18,7 @@ same method and settings, trained on clicks drawn for the same shown results wit
 result examined, clicked with its relevance's chance): what a perfect debiaser of these logs could reach.
 **Oracle-IPW** / **Oracle-IPW-GBDT** (when BAL-list / BAL-GBDT-lambda-click or -both ran) = that BAL variant's reweighted
 ranker step with each click weighted by 1 / its true examination: the bound of any examination estimate
-with that step. **Oracle-skip-GBDT** (when BAL-GBDT-lambda ran) = its skip-weighted λ step with the true
+with that step. **Oracle-skip-GBDT** (when BAL-GBDT-lambda ran) = its posterior-weighted λ step with the true
 click model (each skipped result's true chance of not being clicked had it been seen): the bound of BAL's
 click-model estimates with that step. The ceiling also sees every result examined (more clicks than any reweighting can recover),
 so the gap it sets is part bias, part information.
@@ -86,8 +86,8 @@ for _name in ("BAL", "BAL-list", "PB-BAL", "BAL-GBDT", "BAL-GBDT-lambda"):
     METHODS[f"{_name}-nodoc"] = {**METHODS[_name], **NO_DOC}
 METHODS["LambdaMART"] = {"train.method": "lightgbm_lambdarank"}
 # the permutation numerator's K (`bal.weights.max_permuted_rows`): every permutation, or K = 2 at 50 000 sessions
-# BAL-GBDT-lambda's pair weights (`bal.pair_weights`, default skip)
-for _pw in ("click", "both"):
+# BAL-GBDT-lambda's pair weights (`bal.pair_weights`, default posterior)
+for _pw in ("click", "both", "skip"):
     METHODS[f"BAL-GBDT-lambda-{_pw}"] = {**METHODS["BAL-GBDT-lambda"], "bal.pair_weights": _pw}
 METHODS["BAL-K16"] = {**BAL, "bal.weights.max_permuted_rows": None}
 METHODS["BAL-K2"] = {**BAL, "bal.weights.max_permuted_rows": 1_000_000}
@@ -99,7 +99,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 GBDT_METHODS = ("Naive-GBDT", "LambdaMART", "BAL-GBDT", "BAL-GBDT-list", "BAL-GBDT-lambda", "Naive-GBDT-lambda",
                 "LambdaMART-pos", "Ceiling-GBDT", "BAL-GBDT-nodoc", "BAL-GBDT-lambda-nodoc", "Oracle-IPW-GBDT",
-                "BAL-GBDT-lambda-click", "BAL-GBDT-lambda-both", "Oracle-skip-GBDT")
+                "BAL-GBDT-lambda-click", "BAL-GBDT-lambda-both", "Oracle-skip-GBDT",
+                "BAL-GBDT-lambda-skip")
 
 
 def family(label: str) -> str:
@@ -172,7 +173,7 @@ def oracle_ipw(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cf
 
 
 def oracle_skip(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -> Any:
-    """BAL-GBDT-lambda's step (`bal.pair_weights: skip`) given the true click model: every clicked-over-skipped
+    """BAL-GBDT-lambda's step (`bal.pair_weights: posterior`) given the true click model: every clicked-over-skipped
     pair weighted by its skipped result's true chance of not being clicked had it been examined,
     (1 − p(c)/p(o)) / (1 − p(c)), the click side by 1 — what a perfect estimate of u and v reaches with that step."""
     probs = truth_of(train, truth, "examination_prob", "click_prob")
@@ -253,7 +254,7 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         if ran:
             out["per_query"][name] = measured(oracle_ipw(train, truth, valid, config_from_dict(
                 with_overrides(values, METHODS[ran[0]])), boosted))
-    if "BAL-GBDT-lambda" in out["per_query"]:          # the skip-weighted λ step with the true click model
+    if "BAL-GBDT-lambda" in out["per_query"]:          # its posterior-weighted λ step with the true click model
         out["per_query"]["Oracle-skip-GBDT"] = measured(oracle_skip(train, truth, valid, config_from_dict(
             with_overrides(values, METHODS["BAL-GBDT-lambda"]))))
     for label in ("Oracle", *(f["ceiling"] for f in FAMILIES.values()), "Oracle-IPW", "Oracle-IPW-GBDT",

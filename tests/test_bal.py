@@ -10,7 +10,8 @@ from wpultr.bal.biases import identify_biases
 from wpultr.causal.discovery import prior_violations
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
 from wpultr.config import BaselinesConfig, ConfigError, RunConfig, config_from_dict
-from wpultr.bal.method import BAL, click_model_rows, document_pairs, fixed_graph, listwise_click_weights
+from wpultr.bal.method import (BAL, click_model_rows, click_side_weights, document_pairs, fixed_graph,
+                               listwise_click_weights)
 from wpultr.bal.config import VARIANTS, ClickModelConfig
 from wpultr.bal.click_model import (ClickModel, PageInputs, document_offsets, log_click_likelihood, ranker_loss,
                                     skipped_irrelevance)
@@ -278,6 +279,18 @@ def test_listwise_click_weights_divide_out_the_page_examination():
     assert capped[0] < capped[1] < capped[2]
     # no page parent of click: the click model's page term is a constant, so ω is the importance weight alone
     np.testing.assert_allclose(listwise_click_weights(w, np.full(4, 20.0), None), w / w.mean(), rtol=1e-12)
+
+
+def test_click_side_weights_follow_the_loss_and_bal_pair_weights():
+    """listwise and lambdarank click/both: ω = w/σ(v); lambdarank skip: w; posterior: 1 (the skipped side's posterior
+    carries the whole page bias, as in bench/bal.py's Oracle-skip-GBDT)."""
+    rng = np.random.default_rng(4)
+    w, v = rng.lognormal(0, 0.5, 200), rng.normal(0, 1.5, 200)
+    omega = listwise_click_weights(w, v, 20.0)
+    for loss, pair_weights in (("listwise", "skip"), ("lambdarank", "click"), ("lambdarank", "both")):
+        np.testing.assert_array_equal(click_side_weights(loss, pair_weights, w, v, 20.0), omega)
+    np.testing.assert_array_equal(click_side_weights("lambdarank", "skip", w, v, 20.0), w)
+    np.testing.assert_array_equal(click_side_weights("lambdarank", "posterior", w, v, 20.0), np.ones(200))
 
 
 def test_click_model_rows_are_all_rows_or_a_seeded_subsample():

@@ -81,10 +81,10 @@ class BalConfig:
     #                                            pairs is not corrected: its effect cannot be told from relevance
     #                                            (`separability`; 0 corrects every discovered bias)
     # LightGBM backbone with train.loss lambdarank: what weights a clicked-over-skipped pair (`bal.pair_weights`):
-    # click = the click's ω = w/σ(v) (IPW of the click); skip = the click's w times the chance, under the click
-    # model, that the skipped result was skipped for being irrelevant rather than unseen; posterior = that chance
-    # alone, the click side weighing 1 (the step Oracle-skip-GBDT bounds); both = ω times that chance
-    pair_weights: Literal["click", "skip", "posterior", "both"] = "skip"
+    # posterior = the chance, under the click model, that the skipped result was skipped for being irrelevant
+    # rather than unseen, the click side weighing 1 (the step bench/bal.py's Oracle-skip-GBDT bounds); skip = that
+    # chance times the click's w; click = the click's ω = w/σ(v) (IPW of the click); both = ω times that chance
+    pair_weights: Literal["click", "skip", "posterior", "both"] = "posterior"
     click_model: ClickModelConfig = field(default_factory=ClickModelConfig)
     influence: InfluenceConfig = field(default_factory=InfluenceConfig)
     weights: WeightConfig = field(default_factory=WeightConfig)

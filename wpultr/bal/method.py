@@ -16,10 +16,11 @@ Each epoch, with the current ranker f_Θ:
    by w / σ(v(page)) (`listwise_click_weights`): the page's examination divided out, as IPW divides by
    a position propensity, and the page path blocked just the same (v is a constant of the step); with
    `train.loss: lambdarank` (LightGBM backbone) by LambdaMART's λ-gradients over clicked-over-skipped pairs,
-   weighted per `bal.pair_weights`: by the click's same ω (click), or by the click's w times the chance, under
-   the click model (u with its document offsets), that the skipped result was skipped for irrelevance rather
-   than unseen (skip, the default: it removes the skip side's bias without the click side's 1/σ(v) variance),
-   or both.
+   weighted per `bal.pair_weights` (`click_side_weights`): by the chance, under the click model (u with its
+   document offsets), that the skipped result was skipped for irrelevance rather than unseen (posterior, the
+   default: it removes the skip side's bias without the click side's 1/σ(v) variance; the click side weighs 1,
+   as in the step with the true click model that bench/bal.py's Oracle-skip-GBDT runs), that times the click's
+   w (skip), the click's ω (click), or ω times that chance (both).
 The graph step samples the same sessions every epoch and re-runs only the CI tests that involve r̂;
 the influence estimators are refitted on the same rows, warm-started from the previous epoch's.
 The ranker first gets BAL's warm-up (naive click loss, plus masked LM for BERT; `train.warmup_epochs`).
@@ -116,6 +117,18 @@ def listwise_click_weights(weights: np.ndarray, page_logits: np.ndarray, max_wei
     log_examination = -np.logaddexp(0.0, -np.asarray(page_logits, np.float64))        # log σ(v), stable
     omega = np.asarray(weights, np.float64) * np.exp(-(log_examination - log_examination.max()))
     return clip_and_normalise(omega, max_weight)[0]
+
+
+def click_side_weights(loss: str, pair_weights: str, weights: np.ndarray, page_logits: np.ndarray,
+                       max_weight: float | None) -> np.ndarray:
+    """What each click weighs in a click-reweighting ranker step (`train.loss` listwise or lambdarank): the click's
+    ω = w/σ(v) (`listwise_click_weights`; lambdarank with `bal.pair_weights` click or both), its importance weight
+    w alone (skip: the skipped side carries the page's bias) or 1 (posterior: the skipped side carries all of it)."""
+    if loss == "lambdarank" and pair_weights == "posterior":
+        return np.ones(len(weights))
+    if loss == "lambdarank" and pair_weights == "skip":
+        return np.asarray(weights, np.float64)
+    return listwise_click_weights(weights, page_logits, max_weight)
 
 
 def document_pairs(train: pd.DataFrame, config: "RunConfig") -> tuple[np.ndarray | None, dict[str, Any]]:
@@ -227,10 +240,9 @@ class BAL:
             if lambdarank and pair_weights != "click":
                 skip = skipped_irrelevance(click_model.relevance_logits(r, page_logits, clicks, weights, pairs),
                                            page_logits)
-            if lambdarank and pair_weights == "posterior":                  # the click side weighs 1
-                weights = np.ones(len(weights))
-            elif reweighted and not (lambdarank and pair_weights == "skip"):   # the click's ω = w/σ(v)
-                weights = listwise_click_weights(weights, page_logits, config.bal.weights.max_weight)
+            if reweighted:
+                weights = click_side_weights(config.train.loss, pair_weights, weights, page_logits,
+                                             config.bal.weights.max_weight)
             if boosted:                                                                         # step 6
                 stats = self.boost_ranker(trainer, click_model, page_logits, weights, config.train.loss, skip)
             elif reweighted:                                                # listwise: lambdarank is the booster's
@@ -278,9 +290,10 @@ class BAL:
         epoch's constants (`gbdt_objectives.bal_click_grad_hess`), the importance weights multiply each row.
         Listwise (`train.loss`), `weights` are already `listwise_click_weights` and the objective is the
         IPW softmax over each session (`gbdt_objectives.weighted_softmax_grad_hess`); lambdarank, LambdaMART's
-        λ-gradients with each clicked-over-skipped pair weighted by its click's `weights` (ω = w/σ(v), as Unbiased
-        LambdaMART weights a pair by its click's inverse propensity, or w alone) times, with `skip`
-        (`bal.pair_weights`), its skipped result's chance of having been skipped for irrelevance.
+        λ-gradients with each clicked-over-skipped pair weighted by its click's `weights` (`click_side_weights`:
+        ω = w/σ(v), as Unbiased LambdaMART weights a pair by its click's inverse propensity, w, or 1) times, with
+        `skip` (`bal.pair_weights` other than click), its skipped result's chance of having been skipped for
+        irrelevance.
         """
         from ..methods import gbdt_objectives as obj
         if loss == "lambdarank":
