@@ -1,4 +1,4 @@
-"""BAL against the strongest baselines on three simulated worlds, with paired tests over test queries.
+"""BAL against the strongest baselines on five simulated worlds, with paired tests over test queries.
 
 For every world and seed the same simulated logs are given to every method; each trained ranker scores
 the held-out annotated queries, and per seed a paired t-test over those queries compares each method
@@ -23,10 +23,10 @@ click model (each skipped result's true chance of not being clicked had it been 
 click-model estimates with that step. The ceiling also sees every result examined (more clicks than any reweighting can recover),
 so the gap it sets is part bias, part information.
 
-The worlds (`default`, `production`, `position_only`) are described in `bench/worlds.py`, shared with
-`bench/discovery.py`; none is built to match BAL's click model.
+The worlds (`default`, `production`, `position_only`, and the transfer checks `cascade` and `trust`) are
+described in `bench/worlds.py`, shared with `bench/discovery.py`; none is built to match BAL's click model.
 
-    .venv/bin/python bench/bal.py                                   # 3 worlds x 3 seeds, 50 000 sessions
+    .venv/bin/python bench/bal.py                                   # 5 worlds x 3 seeds, 50 000 sessions
     .venv/bin/python bench/bal.py --worlds production --seeds 5 --sessions 100000
     .venv/bin/python bench/bal.py --methods Naive,Naive-list,BAL --seeds 2 --sessions 20000   # quick look
     .venv/bin/python bench/bal.py --worlds production --methods Naive,BAL --seeds 1 --sessions 200000 \

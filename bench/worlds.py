@@ -14,6 +14,12 @@ overrides only the parameters it names). None is built to match BAL's click mode
   whole-page model's defaults but the attention vector.
 * ``position_only``: PBM (examination 1/p), a logging ranker by noisy relevance, no media effects: the
   world where position-based methods should do well and BAL must not do worse.
+* ``cascade`` and ``trust``: transfer checks, click models BAL's σ(u)·σ(v) cannot express. Cascade with
+  continuation (DCM-style: a user reads top-down and stops after a click with chance 0.5, after a skip
+  with chance 0.1, so a result's examination depends on the clicks above it); trust bias (Agarwal et al.
+  2019: examined non-relevant results are clicked with a chance that falls with position, 0.65 / p).
+  Presentation varies by impression as in ``production`` (a URL shown as its own media type half the time),
+  and neither has a media effect on clicks. BAL must not do worse than the better Naive on either.
 """
 from __future__ import annotations
 
@@ -27,4 +33,6 @@ WORLDS: dict[str, dict[str, Any]] = {
         "user_model": "whole_page", "user_model_params": {"media_attention": [0.5, 0.7, 1.0, 0.8]},
     },
     "position_only": {"user_model": "pbm", "logging_media_boost": [0.0, 0.0, 0.0, 0.0]},
+    "cascade": {"user_model": "cascade", "media_type_consistency": 0.5},
+    "trust": {"user_model": "trust", "media_type_consistency": 0.5},
 }
