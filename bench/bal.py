@@ -227,8 +227,10 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         edges = [e.get("graph_edges") for e in result.history if e.get("graph_edges")]
         if edges:
             out["graphs"][label] = edges[-1]
+        aside = (result.bias or {}).get("separability", {}).get("set_aside")     # kept in the graph, not corrected
         print(f"  {world} seed {seed} {label:14s} DCG@10 {out['per_query'][label]['DCG@10'].mean():.3f}"
-              f"  {time.perf_counter() - start:5.0f}s  {edges[-1] if edges else ''}", flush=True)
+              f"  {time.perf_counter() - start:5.0f}s  {edges[-1] if edges else ''}"
+              f"{f'  not corrected: {aside}' if aside else ''}", flush=True)
     out["best"] = {}
     if args.no_references:                               # a timing run: no Oracle, no ceilings
         return out
