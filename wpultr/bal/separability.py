@@ -10,7 +10,8 @@ logs whose users ignore it). Correcting such an effect takes real relevance out 
 
 So BAL keeps every discovered edge in the graph (what the logs show) but corrects only the separable
 features: those with at least `bal.min_within_document_share` of their variance within (query, document)
-pairs. The others are recorded as set aside, with their share, in `bias.json` and each epoch's history.
+pairs. The others are recorded as set aside, with every feature's share, in `train/bias.json` (`separability`)
+and shown by `wpultr graph show`.
 """
 from __future__ import annotations
 
@@ -28,22 +29,26 @@ def within_document_share(pairs: np.ndarray, values: np.ndarray, categorical: bo
     squares over the total; a categorical feature as its one-hot indicators, summed). 0: fixed per document;
     1: nothing to do with the document. A feature with no variance at all is 0 (there is nothing to learn)."""
     pairs = np.asarray(pairs, np.int64)
-    if categorical:
-        _, codes = np.unique(np.asarray(values), return_inverse=True)
-        x = np.eye(int(codes.max()) + 1 if len(codes) else 1)[codes]
-    else:
-        x = np.asarray(values, np.float64).reshape(-1, 1)
-    if len(x) == 0:
+    n = len(pairs)
+    if n == 0:
         return 0.0
     counts = np.bincount(pairs)
-    total = float(((x - x.mean(axis=0)) ** 2).sum())
-    if total <= 0.0:
-        return 0.0
-    within = 0.0
-    for j in range(x.shape[1]):
-        means = np.bincount(pairs, x[:, j], minlength=len(counts)) / np.maximum(counts, 1)
-        within += float(((x[:, j] - means[pairs]) ** 2).sum())
-    return within / total
+    if categorical:          # Σ_j SS_j of the indicators, from the (pair, level) counts c_pj, never a one-hot matrix
+        _, codes = np.unique(np.asarray(values), return_inverse=True)
+        _, cells = np.unique(pairs * (int(codes.max()) + 1) + codes, return_inverse=True)
+        c = np.bincount(cells)
+        cell_pair = np.zeros(len(c), np.int64)
+        cell_pair[cells] = pairs
+        total = n - float(np.sum(np.bincount(codes).astype(np.float64) ** 2)) / n
+        within = n - float(np.sum(c.astype(np.float64) ** 2 / counts[cell_pair]))
+    else:
+        x = np.asarray(values, np.float64)
+        if np.ptp(x) == 0.0:
+            return 0.0
+        total = float(np.sum((x - x.mean()) ** 2))
+        means = np.bincount(pairs, x, minlength=len(counts)) / np.maximum(counts, 1)
+        within = float(np.sum((x - means[pairs]) ** 2))
+    return within / total if total > 0.0 else 0.0
 
 
 @dataclass(frozen=True)
