@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -41,12 +41,15 @@ def _bias_lines(graph) -> list[str]:
     return lines
 
 
-def _examination_lines(run: Path, k: int) -> list[str]:
-    """The click model's examination by position (relative to the first) that epoch k of a BAL run learned."""
+def _read_bias(run: Path) -> dict[str, Any]:
+    """A BAL run's `train/bias.json` (empty for a run without one: `wpultr discover` alone)."""
     path = Path(run) / BIAS
-    if not path.exists():
-        return []
-    epochs = {e.get("epoch"): e for e in json.loads(path.read_text()).get("epochs", [])}
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _examination_lines(bias: dict[str, Any], k: int) -> list[str]:
+    """The click model's examination by position (relative to the first) that epoch k of a BAL run learned."""
+    epochs = {e.get("epoch"): e for e in bias.get("epochs", [])}
     profile = (epochs.get(k) or {}).get("examination_by_position")
     if not profile:
         return []
@@ -54,10 +57,9 @@ def _examination_lines(run: Path, k: int) -> list[str]:
             + ", ".join(f"{p}: {e:.3f}" for p, e in profile.items())]
 
 
-def _set_aside_lines(run: Path) -> list[str]:
+def _set_aside_lines(bias: dict[str, Any]) -> list[str]:
     """The page features a BAL run kept in its graph but did not correct (`bal.separability`), and why."""
-    path = Path(run) / BIAS
-    record = json.loads(path.read_text()).get("separability", {}) if path.exists() else {}
+    record = bias.get("separability", {})
     if not record.get("set_aside"):
         return []
     shares = record["within_document_share"]
@@ -81,10 +83,12 @@ def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec
     with readable_run_dir(run, "RUN", include=_GRAPH_FILES) as local:
         k, graph = load_epoch_graph(local, epoch)
         if fmt in (GraphFormat.text, GraphFormat.dot):
-            body = "\n".join([f"epoch {k}", to_text(graph), *_bias_lines(graph), *_examination_lines(local, k),
-                              *_set_aside_lines(local)]) \
-                if fmt is GraphFormat.text \
-                else to_dot(graph)
+            if fmt is GraphFormat.text:
+                bias = _read_bias(local)
+                body = "\n".join([f"epoch {k}", to_text(graph), *_bias_lines(graph), *_examination_lines(bias, k),
+                                  *_set_aside_lines(bias)])
+            else:
+                body = to_dot(graph)
             if output is None:
                 typer.echo(body)
             else:

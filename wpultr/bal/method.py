@@ -131,8 +131,10 @@ def click_side_weights(loss: str, pair_weights: str, weights: np.ndarray, page_l
     return listwise_click_weights(weights, page_logits, max_weight)
 
 
-def document_pairs(train: pd.DataFrame, config: "RunConfig") -> tuple[np.ndarray | None, dict[str, Any]]:
-    """Each row's (query, document) code for the click model's document effects, or None, and why.
+def document_pairs(train: pd.DataFrame, config: "RunConfig", codes: np.ndarray | None = None
+                   ) -> tuple[np.ndarray | None, dict[str, Any]]:
+    """Each row's (query, document) code for the click model's document effects, or None, and why (`codes`:
+    `schema.query_document_pairs` of `train` when the caller already has them).
 
     `bal.click_model.document_effects`: true needs query_id and doc_id; auto turns them on when at least
     half the rows belong to a pair shown at two positions or more (the harvested interventions that tell
@@ -147,7 +149,7 @@ def document_pairs(train: pd.DataFrame, config: "RunConfig") -> tuple[np.ndarray
             raise ConfigError("bal.click_model.document_effects: true needs the sessions' query_id and doc_id columns; "
                               f"present: {sorted(map(str, train.columns))}")
         return None, {"used": False, "reason": "the sessions have no doc_id"}
-    pairs = query_document_pairs(train)
+    pairs = query_document_pairs(train) if codes is None else codes
     share = float(np.mean(shown_at_several_positions(pairs, train[POSITION].to_numpy())))
     info = {"pairs": int(pairs.max()) + 1 if len(pairs) else 0, "rows_in_pairs_at_two_positions": round(share, 4)}
     if wanted == "auto" and share < 0.5:
@@ -212,8 +214,9 @@ class BAL:
         reuse: ReusableTests | None = None
         rows = self.graph_rows(train, config) if config.bal.graph == "discovered" else None
         estimators: dict[str, FeatureInfluence] = {}
-        pairs, document_effects = document_pairs(train, config)
-        separable = separability(train, features, config.bal.min_within_document_share)
+        codes = query_document_pairs(train) if {QUERY_ID, DOC_ID} <= set(train.columns) else None   # sorted once
+        pairs, document_effects = document_pairs(train, config, codes)
+        separable = separability(train, features, config.bal.min_within_document_share, codes)
         for k in range(config.train.epochs):
             start = time.perf_counter()
             clock = StepClock()

@@ -53,7 +53,7 @@ def within_document_share(pairs: np.ndarray, values: np.ndarray, categorical: bo
 
 @dataclass(frozen=True)
 class Separability:
-    """Each page feature's within-document share, and the ones BAL corrects (`separable`) or sets aside."""
+    """Each page feature's within-document share, the threshold, and (`set_aside`) the ones BAL does not correct."""
 
     shares: dict[str, float]
     threshold: float
@@ -73,14 +73,16 @@ class Separability:
         return out
 
 
-def separability(train: pd.DataFrame, features: Sequence[PageFeature], threshold: float) -> Separability:
+def separability(train: pd.DataFrame, features: Sequence[PageFeature], threshold: float,
+                 pairs: np.ndarray | None = None) -> Separability:
     """Every page feature's within-document share on the training logs, and the ones set aside; nothing is set
-    aside when the check is off (threshold 0) or the logs carry no doc_id to group impressions by."""
+    aside when the check is off (threshold 0) or the logs carry no doc_id to group impressions by (`pairs`:
+    `schema.query_document_pairs` of `train` when the caller already has them)."""
     if threshold <= 0.0:
         return Separability({}, threshold, checked=False, reason="bal.min_within_document_share is 0")
     if DOC_ID not in train.columns or QUERY_ID not in train.columns:
         return Separability({}, threshold, checked=False, reason="the sessions have no doc_id")
-    pairs = query_document_pairs(train)
+    pairs = query_document_pairs(train) if pairs is None else pairs
     shares = {f.name: within_document_share(pairs, train[f.name].to_numpy(), f.kind is FeatureKind.CATEGORICAL)
               for f in features}
     return Separability(shares, threshold)
