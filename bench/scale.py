@@ -1,7 +1,8 @@
 """How `wpultr run pipelines/bal.yaml` scales with the number of sessions: seconds and peak memory per stage.
 
 For each of --sizes it builds (once, reused afterwards) a simulated log in the Baidu-ULTR layout of that
-many sessions, runs `wpultr run pipelines/bal.yaml` on it (the MLP backbone, the config's default) in a
+many sessions, runs `wpultr run pipelines/bal.yaml` on it (the config's defaults: the MLP backbone, its inputs
+streamed from the partitions, `train.streaming`) in a
 child process with a fresh run directory, and prints per stage: the seconds (the runner's own record,
 `stages/<stage>.json`), the peak RSS of the process tree (the `wpultr` process, its Dask scheduler and
 workers: RSS summed over the tree, sampled every 100 ms with psutil from this process, each sample
@@ -187,8 +188,9 @@ def main(argv: list[str] | None = None) -> None:
         results[n] = measure(logs, args.dir / "runs", f"scale_{n}", args.sets)
         print(f"[scale] {n} sessions: {results[n]['wall_seconds']:.0f} s, peak {_gb(results[n]['peak_rss_all'])} GB",
               flush=True)
-    (args.dir / "results.json").write_text(json.dumps({"sizes": results, "sets": args.sets}, indent=2) + "\n")
-    print_table(results)
+        # after every size, so a later size that fails (hours in) leaves the earlier ones' figures
+        (args.dir / "results.json").write_text(json.dumps({"sizes": results, "sets": args.sets}, indent=2) + "\n")
+        print_table(results)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ from wpultr.bal.biases import identify_biases
 from wpultr.causal.discovery import prior_violations
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
 from wpultr.config import BaselinesConfig, ConfigError, RunConfig, config_from_dict
-from wpultr.bal.method import (BAL, click_model_rows, click_side_weights, document_pairs, fixed_graph,
+from wpultr.bal.method import (BAL, click_model_rows, click_side_weights, fixed_graph,
                                listwise_click_weights)
 from wpultr.bal.config import VARIANTS, ClickModelConfig
+from wpultr.bal.rows import document_pairs
 from wpultr.bal.click_model import (ClickModel, PageInputs, document_offsets, log_click_likelihood, ranker_loss,
                                     skipped_irrelevance)
 from wpultr.methods.registry import get_method

@@ -97,6 +97,35 @@ def test_train_stage_streams_the_partitions_with_train_streaming(tmp_path, dask_
     assert result.metrics["all"]["n_queries"] > 0
 
 
+def test_train_stage_streams_bal_holding_only_its_own_columns(tmp_path, dask_client):
+    """`train.method: bal` with `train.streaming: true`: BAL's per-row columns (ids as codes, position, click, page
+    features) are read for the identifiability pre-flight and BAL's steps, the ranker's features streamed; the
+    run records its graphs, biases and epochs like an in-memory BAL run."""
+    cfg = small_run_config(tmp_path, "bal-stream", 3, 300,
+                           train={"method": "bal", "epochs": 2, "warmup_epochs": 1, "batch_size": 32,
+                                  "streaming": True},
+                           discovery={"n_sessions": 120, "click_rows": 600}, evaluation={"discover_graph": False})
+    result = run_pipeline(cfg, client=dask_client)
+    record = json.loads((result.run_dir / "stages" / "train.json").read_text())["info"]
+    assert len(partition_paths(result.run_dir / S.SESSIONS_DIR)) >= 3
+    assert record["train_rows"] == len(read_table(result.run_dir / S.SESSIONS_DIR))
+    assert record["identifiability"]["factors"] == ["position", "media_type"]     # the pre-flight ran on the codes
+    report = json.loads((result.run_dir / "train" / "identifiability.json").read_text())
+    sessions = read_table(result.run_dir / S.SESSIONS_DIR)
+    swaps = report["interventions"]                      # media type fixed per document: the graph is disconnected
+    assert swaps and all(s["query_id"] in set(sessions["query_id"]) and s["doc_id"] in set(sessions["doc_id"]) for s in swaps)
+    history = json.loads((result.run_dir / S.HISTORY).read_text())["epochs"]
+    assert [e.get("phase") for e in history] == ["warmup", "bal", "bal"]
+    assert all(np.isfinite(e["train"]["loss"]) for e in history)
+    bias = json.loads((result.run_dir / S.BIAS).read_text())
+    assert bias["method"] == "bal" and len(bias["epochs"]) == 2
+    for k in range(2):
+        graph = json.loads((result.run_dir / f"epoch_{k}" / "graph.json").read_text())
+        assert {"from": "relevance_score", "to": "click"}.items() <= next(
+            e for e in graph["edges"] if e["to"] == "click" and e["from"] == "relevance_score").items()
+    assert result.metrics["all"]["n_queries"] > 0
+
+
 def test_train_stage_reads_only_the_columns_methods_train_on():
     """Behaviour columns no page feature declares are left on disk, and the title/abstract token lists too when a
     dense feature vector and a doc_id serve a non-BERT ranker (much of the train stage's memory on Baidu logs)."""

@@ -16,10 +16,12 @@ from wpultr.errors import ConfigError
 from wpultr.io.tables import SessionPartitionWriter, to_arrow
 from wpultr.methods.distributed import fit_streamed
 from wpultr.methods.naive import Naive
-from wpultr.methods.streaming import PartitionSessions, feature_moments, streaming_ranker, streaming_trainer
+from wpultr.bal.method import BAL, streamed_columns
+from wpultr.methods.streaming import (PartitionSessions, column_table, feature_moments, streaming_ranker,
+                                      streaming_trainer)
 from wpultr.methods.training import build_ranker, list_scores
 from wpultr.io.parquet import partition_paths
-from wpultr.schema import CLICK, FEATURES, POSITION, SESSION_ID
+from wpultr.schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, SESSION_ID, ids_as_text
 from wpultr.simulate import SimulateConfig, simulate
 
 SIM = SimulateConfig(n_queries=30, docs_per_query=10, n_sessions=300, n_annotated_queries=20,
@@ -140,3 +142,74 @@ def test_streaming_names_what_it_cannot_do(logs, tmp_path):
     cfg.train.streaming = True
     with pytest.raises(ConfigError, match="train.streaming: true streams the sessions' partitions"):
         Naive().fit(logs.sessions, None, cfg)       # an in-memory table is never silently trained instead
+
+
+@pytest.mark.parametrize("rows, n", [(50, 300), (4, 40)])   # 4 rows: every session split over partitions
+def test_streamed_extras_and_scores_are_each_rows_own(logs, tmp_path, rows, n):
+    """Per-row arrays over the partitions' concatenation (`table`'s order) reach each batch at the slot of the
+    row they belong to, as the in-memory trainer's gathered extras do; `scores` follows the same order."""
+    frame = logs.sessions[logs.sessions[SESSION_ID].isin(logs.sessions[SESSION_ID].unique()[:n])]
+    directory = partitions(frame, tmp_path, rows)
+    ranker = build_ranker(config(), frame).eval()
+    stream = PartitionSessions(directory, ranker, 37)
+    table = stream.table([SESSION_ID, POSITION])
+    assert len(table) == stream.rows == len(frame)
+    marker = np.arange(len(table), dtype=np.float64) + 1.0            # each row's own number, never 0 (padding)
+    by_session = {sid: g.sort_values(POSITION) for sid, g in table.groupby(SESSION_ID)}
+    seen = 0
+    for batch in stream.epoch(np.random.default_rng(2), torch.device("cpu"), {"row": marker}):
+        for i, sid in enumerate(batch.index):
+            own = by_session[sid]
+            k = len(own)
+            assert batch.extras["row"][i, :k].tolist() == marker[own.index].tolist()
+            assert batch.positions[i, :k].tolist() == own[POSITION].tolist()
+            assert not batch.extras["row"][i, k:].any()
+            seen += k
+    assert seen == len(table)
+    with torch.no_grad():
+        expected = ranker(ranker.prepare(frame.sort_values(SESSION_ID, kind="stable"))).numpy()
+    np.testing.assert_allclose(stream.scores(ranker, 7), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_column_table_codes_text_ids_as_they_sort(logs, tmp_path):
+    """query_id/doc_id become int32 codes shared by every partition: equal iff the text is, ordered as the text
+    sorts (nulls last), so grouping and tie-breaking by id fall as on the text."""
+    frame = logs.sessions.sort_values(SESSION_ID, kind="stable").reset_index(drop=True)
+    frame[DOC_ID] = frame[DOC_ID].astype(object).where(frame.index % 7 != 0, None)
+    directory = partitions(frame, tmp_path, 50)
+    table = column_table(partition_paths(directory), [SESSION_ID, QUERY_ID, DOC_ID, CLICK], codes=(QUERY_ID, DOC_ID))
+    assert len(partition_paths(directory)) > 3
+    assert table[SESSION_ID].tolist() == frame[SESSION_ID].tolist()
+    assert table[CLICK].tolist() == frame[CLICK].tolist()
+    for column in (QUERY_ID, DOC_ID):
+        assert table[column].dtype == np.int32
+        text = frame[column].astype(object)
+        ranks = text.rank(method="dense", na_option="bottom").astype(int) - 1
+        assert table[column].tolist() == ranks.tolist()
+    rows = [0, 5, 9, 700]                                   # what a user reads names the ids by their text
+    named = ids_as_text(table.iloc[rows][[QUERY_ID, DOC_ID, CLICK]], table.iloc[100:])   # derived frames keep it
+    assert named[QUERY_ID].tolist() == frame[QUERY_ID].iloc[rows].tolist()
+    assert named[DOC_ID].fillna("<null>").tolist() == frame[DOC_ID].iloc[rows].fillna("<null>").tolist()
+    assert named[CLICK].tolist() == frame[CLICK].iloc[rows].tolist()
+
+
+def test_streamed_bal_on_one_partition_is_the_in_memory_bal(logs, tmp_path):
+    """BAL with the ranker's inputs streamed (`fit_streamed`: its own columns in memory, ids as codes) trains the
+    in-memory BAL's model: the same graphs every epoch and the same ranker up to the float32 rounding of the
+    standardisation merged over partitions (the only difference between the two paths)."""
+    cfg = config()
+    cfg.train.method = "bal"
+    cfg.discovery.n_sessions, cfg.discovery.click_rows = 200, 1000
+    frame = logs.sessions.sort_values(SESSION_ID, kind="stable").reset_index(drop=True)
+    directory = partitions(frame, tmp_path, 10 ** 6)
+    memory = BAL().fit(frame, logs.annotations, cfg)
+    seen = []
+    streamed = BAL().fit_streamed(directory, logs.annotations, cfg, prepare=lambda t: seen.append(t.dtypes) or t)
+    assert list(seen[0].index) == streamed_columns(cfg, list(frame.columns))   # BAL's own columns, never features
+    assert FEATURES not in seen[0] and seen[0][QUERY_ID] == np.int32
+    assert [g.edges for g in streamed.graphs] == [g.edges for g in memory.graphs]
+    for name, value in memory.ranker.state_dict().items():
+        torch.testing.assert_close(streamed.ranker.state_dict()[name], value, rtol=1e-3, atol=5e-4)
+    assert [h["train"]["loss"] for h in streamed.history] == pytest.approx(
+        [h["train"]["loss"] for h in memory.history], rel=1e-3)
+    assert [e["biases"] for e in streamed.bias["epochs"]] == [e["biases"] for e in memory.bias["epochs"]]

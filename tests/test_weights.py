@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from scipy.stats import norm
 
 from wpultr.bal.biases import BiasReport, ConfoundedFeature
-from wpultr.bal.influence import InfluenceConfig, fit_influence_estimators
-from wpultr.bal.weights import (WeightConfig, clip_and_normalise, clip_cap, effective_sample_size,
-                                       feature_log_weight, importance_weights, log_mean_exp,
-                                       normalised_from_log, self_normalise, total_log_weight)
+from wpultr.bal.influence import FeatureInfluence, InfluenceConfig, fit_influence_estimators
+from wpultr.bal.weights import (WeightConfig, clip_and_normalise, clip_and_normalise_log, clip_cap,
+                                effective_sample_size, feature_log_weight, importance_weights, log_mean_exp,
+                                normalised_from_log, self_normalise, total_log_weight)
 from wpultr.schema import RELEVANCE_SCORE
 
 R = RELEVANCE_SCORE
@@ -278,3 +278,73 @@ def test_clip_fixed_point_gives_up_on_a_tail_that_adds_one_row_per_round():
     np.testing.assert_allclose(out, ref, rtol=1e-10)
     np.testing.assert_array_equal(clipped, ref_clipped)
     assert out.mean() == pytest.approx(1.0) and clipped.sum() > 3
+
+
+@pytest.mark.parametrize("kind", ["continuous", "categorical"])
+def test_weights_are_the_same_numbers_at_any_chunk_size(kind):
+    """`importance_weights` evaluates the densities a chunk of rows at a time (bounded memory on large logs); the
+    permutations are drawn over all rows first, so each chunk's numerator draws r̂ from every row, as one pass."""
+    rng = np.random.default_rng(8)
+    n = 3000
+    r = rng.normal(size=n)
+    df = pd.DataFrame({R: r.astype(np.float32), "h": rng.normal(size=n), "m": rng.integers(0, 3, n)})
+    df["a"] = (r > 0).astype(int) + rng.integers(0, 2, n) if kind == "categorical" else r + df["h"] + rng.normal(size=n)
+    report = BiasReport((ConfoundedFeature("a", (R, "h", "m"), 2),), ("a",), (R,))
+    kinds = {"a": kind, "h": "continuous", "m": "categorical"}
+    est = fit_influence_estimators(df, report, kinds, InfluenceConfig(epochs=3), seed=0, n_categories={"a": 4, "m": 3})
+    config = WeightConfig(n_permutations=4, max_weight=5)
+    whole = importance_weights(df, est, config, seed=2)
+    for chunk in (997, 1024):
+        chunked = importance_weights(df, est, config, seed=2, chunk_rows=chunk)
+        np.testing.assert_array_equal(chunked.log_weights, whole.log_weights)
+        np.testing.assert_array_equal(chunked.weights, whole.weights)
+
+
+def test_a_spread_beyond_exps_range_is_clipped_in_log_space():
+    """A few rows e^900 above the rest (a denominator density near 0, met among tens of millions of rows) leave
+    every other weight exactly 0 after exponentiating; the log-space solve clips those rows at the cap and keeps
+    the others' ratios, mean 1 — what the linear solve gives wherever it is defined."""
+    rng = np.random.default_rng(4)
+    lw = rng.normal(size=10_000)
+    wild = lw.copy()
+    wild[[3, 77, 5000]] += 900.0
+    with pytest.raises(ValueError, match="too low"):
+        clip_and_normalise(normalised_from_log(wild), 20.0)
+    weights, clipped = clip_and_normalise_log(wild, 20.0)
+    assert weights.mean() == pytest.approx(1.0, rel=1e-12) and weights.max() <= 20.0
+    assert clipped[[3, 77, 5000]].all() and clipped.sum() == 3
+    rest = np.flatnonzero(~clipped)
+    np.testing.assert_allclose(weights[rest] / weights[rest[0]], np.exp(wild[rest] - wild[rest[0]]), rtol=1e-9)
+    for spread, cap in ((1.0, 5.0), (3.0, 20.0), (3.0, 1.5)):           # where the linear solve is defined: the same
+        ordinary = rng.normal(scale=spread, size=5_000)
+        linear = clip_and_normalise(normalised_from_log(ordinary), cap)
+        logged = clip_and_normalise_log(ordinary, cap)
+        np.testing.assert_allclose(logged[0], linear[0], rtol=1e-9)
+        np.testing.assert_array_equal(logged[1], linear[1])
+    df = pd.DataFrame({R: np.zeros(4)})                                   # importance_weights takes that path itself
+    assert importance_weights(df, {}).weights.tolist() == [1.0] * 4
+
+
+class _Density:
+    """A density with given log values per row (by the frame's index): the arithmetic of the weights alone."""
+
+    def __init__(self, values):
+        self.values = np.asarray(values, np.float64)
+
+    def log_prob(self, frame):
+        return self.values[frame.index.to_numpy()]
+
+
+def test_importance_weights_take_the_log_space_solve_for_a_wild_row():
+    rng = np.random.default_rng(6)
+    n = 4000
+    log_den = rng.normal(size=n)
+    log_den[17] = -900.0                                   # a row far outside p(x | r̂, m): weight e^900 the rest's
+    est = {"a": FeatureInfluence("a", 1, (R,), _Density(log_den), _Density(np.zeros(n)))}
+    result = importance_weights(pd.DataFrame({R: np.zeros(n)}), est, WeightConfig(max_weight=20), seed=0,
+                                chunk_rows=1000)
+    assert result.weights.mean() == pytest.approx(1.0) and result.weights.max() <= 20.0
+    assert result.clipped[17] and result.clipped.sum() == 1
+    rest = np.delete(np.arange(n), 17)
+    np.testing.assert_allclose(result.weights[rest] / result.weights[rest[0]],
+                               np.exp(log_den[rest[0]] - log_den[rest]), rtol=1e-9)

@@ -251,14 +251,17 @@ class TrainConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     device: Literal["cpu", "cuda", "auto"] = "auto"
-    streaming: bool = False               # batches streamed from the sessions' Parquet partitions (methods/streaming)
+    streaming: bool = False               # batches streamed from the sessions' Parquet partitions (methods/streaming;
+    #                                       naive, and bal with the mlp backbone)
     processes: int = 1                    # > 1: data-parallel DDP ranks on loopback (methods/distributed)
 
     def __post_init__(self) -> None:
         k = self.KEY
         require(_int_at_least(self.processes, 1), f"{k}.processes", "an integer >= 1", self.processes)
-        require(self.method == "naive" or not (self.streaming or self.processes > 1), f"{k}.method",
-                "'naive' with train.streaming true or train.processes > 1", self.method)
+        require(self.method in ("naive", "bal") or not self.streaming, f"{k}.method",
+                "'naive' or 'bal' with train.streaming true", self.method)
+        require(self.method == "naive" or self.processes == 1, f"{k}.method",
+                "'naive' with train.processes > 1", self.method)
         require(self.method in METHODS, f"{k}.method", f"one of {', '.join(map(repr, sorted(METHODS)))}",
                 self.method)
         require(self.loss in TRAIN_LOSSES, f"{k}.loss", ", ".join(map(repr, TRAIN_LOSSES)), self.loss)
@@ -408,6 +411,13 @@ class RunConfig:
                               "ranker.backbone 'lightgbm' and train.method 'bal' or 'naive'; allowed values here: "
                               f"'pointwise', 'listwise' (got backbone {self.ranker.backbone!r}, method "
                               f"{self.train.method!r})")
+        if self.train.streaming and self.ranker.backbone != "mlp":
+            raise ConfigError(f"ranker.backbone: train.streaming: true trains the 'mlp' backbone only (its "
+                              f"standardisation merges over partitions), got {self.ranker.backbone!r}; allowed values "
+                              "with streaming: 'mlp' (or set train.streaming: false)")
+        if self.train.streaming and self.data.max_sessions is not None:
+            raise ConfigError(f"data.max_sessions: must be null with train.streaming: true (every session of the "
+                              f"partitions is streamed), got {self.data.max_sessions!r}")
         if self.train.method == "bal" and self.train.loss in ("listwise", "lambdarank") \
                 and self.bal.click_model.form != "multiplicative":
             raise ConfigError(f"bal.click_model.form: BAL's {self.train.loss} ranker step (train.loss) divides each "

@@ -163,6 +163,35 @@ def baidu_annotations_arrow_schema() -> pa.Schema:
 
 
 # ---------------------------------------------------------------------------------------------
+# Ids held as codes
+# ---------------------------------------------------------------------------------------------
+# `DataFrame.attrs` key of a frame whose id columns hold int codes instead of text (a streamed BAL's own columns,
+# `methods.streaming.column_table`): an `IdText`, so what a user reads (swaps to run, documents) names the ids.
+ID_TEXT = "id_text"
+
+
+class IdText:
+    """{column: the text of each code, by code} of id columns held as codes. Shared, never copied: pandas
+    deep-copies a frame's attrs into every frame derived from it, and a log has millions of ids."""
+
+    def __init__(self, levels: dict[str, list]):
+        self.levels = levels
+
+    def __deepcopy__(self, memo: dict) -> "IdText":
+        return self
+
+
+def ids_as_text(frame: pd.DataFrame, codes_of: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (a few rows: documents, swaps) with its id columns that `codes_of` holds as codes turned back into text."""
+    held = codes_of.attrs.get(ID_TEXT)
+    levels = held.levels if held is not None else {}
+    coded = [c for c in frame.columns if c in levels and pd.api.types.is_integer_dtype(frame[c])]
+    if not coded:
+        return frame
+    return frame.assign(**{c: np.asarray(levels[c], dtype=object)[frame[c].to_numpy()] for c in coded})
+
+
+# ---------------------------------------------------------------------------------------------
 # The key of an annotated query
 # ---------------------------------------------------------------------------------------------
 QUERY_KEY = "query_key"

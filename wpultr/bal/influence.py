@@ -376,10 +376,13 @@ class ConditionalDensity:
         y = torch.as_tensor(targets, dtype=torch.float64)
         return (gaussian_log_prob(y, *params) - math.log(self.target_scale_)).numpy()   # Jacobian of standardising
 
-    def log_prob_permuted(self, nodes_df: pd.DataFrame, parent: str, orders: Sequence[np.ndarray]) -> np.ndarray:
+    def log_prob_permuted(self, nodes_df: pd.DataFrame, parent: str, orders: Sequence[np.ndarray],
+                          source: np.ndarray | None = None) -> np.ndarray:
         """(len(orders), rows): log p(x | parents) with the numeric parent's column replaced by
-        `column[order]` for each order — the same numbers as `log_prob` on such copies of `nodes_df`, with
-        the design matrix and targets built once instead of once per order (BAL's permutation numerator)."""
+        `source[order]` for each order — the same numbers as `log_prob` on such copies of `nodes_df`, with
+        the design matrix and targets built once instead of once per order (BAL's permutation numerator).
+        `source` is the parent's column to draw from (default: `nodes_df`'s own), so that a chunk of rows can
+        draw from every row's."""
         self._check_fitted()
         if parent not in self.numeric_parents:
             raise ValueError(f"{parent!r} is not a numeric parent of {self._what()}")
@@ -389,10 +392,13 @@ class ConditionalDensity:
             return np.stack([row] * len(orders))
         inputs = self._inputs(nodes_df)
         j = self.numeric_parents.index(parent)
-        standardised = inputs[:, j].copy()
+        standardised = inputs[:, j].copy() if source is None else None
         out = []
         for order in orders:
-            inputs[:, j] = standardised[order]      # standardising commutes with reordering rows
+            if standardised is not None:            # standardising commutes with reordering rows
+                inputs[:, j] = standardised[order]
+            else:                                   # the same elementwise standardisation as `_inputs`
+                inputs[:, j] = (np.asarray(source[order], np.float64) - self.input_mean_[j]) / self.input_scale_[j]
             out.append(self._log_prob_of(targets, self._params(nodes_df, inputs)))
         return np.stack(out)
 

@@ -27,6 +27,9 @@ The ranker first gets BAL's warm-up (naive click loss, plus masked LM for BERT; 
 With `ranker.backbone: lightgbm` (beyond the paper) the ranker is a LightGBM booster: warm-up and step 6
 each add `ranker.lightgbm.rounds_per_epoch` trees fitted to the gradient and Hessian of the same losses
 in r̂ (`gbdt_objectives`, `gbdt_training`).
+With `train.streaming` (MLP backbone) the ranker's inputs stay in the Parquet partitions (`fit_streamed`): BAL
+holds the per-row columns it reads itself (`streamed_columns`) and its per-row arrays, and steps 1 and 6 read the
+features unit by unit (`methods.streaming`).
 Every epoch's graph, biases, weight diagnostics, losses and validation metrics are recorded.
 """
 from __future__ import annotations
@@ -34,28 +37,23 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 from scipy.special import expit
 
-from ..causal.discovery import (ReusableTests, click_row_mask, click_rows_frame, discover, one_row_per_session,
-                               sample_session_ids)
+from ..causal.discovery import ReusableTests, discover
 from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
-from ..features.encoders import CategoricalEncoder, PageFeatureEncoder
 from ..methods.base import FitResult
 from ..methods.losses import weighted_softmax_loss
-from ..methods.position_propensity import shown_at_several_positions
 from ..methods.training import Trainer, build_ranker
-from ..rankers.base import score_inputs
-from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, \
-    page_features_from_config, query_document_pairs
+from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature
 from .biases import BiasReport, identify_biases
 from .click_model import ClickModel, page_inputs, ranker_loss, skipped_irrelevance
 from .influence import FeatureInfluence, fit_influence_estimators
-from .separability import separability
+from .rows import GraphRows, TrainingRows, discovery_seed
 from .weights import clip_and_normalise, importance_weights
 
 if TYPE_CHECKING:
@@ -66,11 +64,11 @@ WEIGHTS, PAGE_LOGITS = "weights", "page_logits"
 log = logging.getLogger(__name__)
 
 
-def bal_features(config: "RunConfig") -> tuple[PageFeature, ...]:
-    """The declared page features BAL sees (`bal.features` selects; None keeps them all)."""
-    declared = page_features_from_config(config.data.page_features, "data.page_features")
-    wanted = config.bal.features
-    return declared if wanted is None else tuple(f for f in declared if f.name in set(wanted))
+def streamed_columns(config: "RunConfig", available: Sequence[str]) -> list[str]:
+    """The per-row columns BAL reads itself when the ranker's inputs stream from the partitions (`fit_streamed`):
+    ids, position, click and the declared page features; never the features or token lists."""
+    wanted = [SESSION_ID, QUERY_ID, DOC_ID, POSITION, CLICK, *config.data.declared_page_features()]
+    return [c for c in dict.fromkeys(wanted) if c in set(available)]
 
 
 def fixed_graph(kind: str, features: Sequence[PageFeature]) -> DiscoveredGraph:
@@ -87,11 +85,6 @@ def fixed_graph(kind: str, features: Sequence[PageFeature]) -> DiscoveredGraph:
         kinds = {f.name: f.kind.value for f in features}
     return DiscoveredGraph(nodes, tuple(edges), {RELEVANCE_SCORE: "relevance", CLICK: "click", **kinds},
                            meta={"fixed": kind})
-
-
-def discovery_seed(config: "RunConfig") -> int:
-    """The seed of BAL's discovery rows and CI tests: the same every epoch, so r̂-free tests can be reused."""
-    return config.seed * 1000
 
 
 def scoring_rows(config: "RunConfig") -> int:
@@ -131,33 +124,6 @@ def click_side_weights(loss: str, pair_weights: str, weights: np.ndarray, page_l
     return listwise_click_weights(weights, page_logits, max_weight)
 
 
-def document_pairs(train: pd.DataFrame, config: "RunConfig", codes: np.ndarray | None = None
-                   ) -> tuple[np.ndarray | None, dict[str, Any]]:
-    """Each row's (query, document) code for the click model's document effects, or None, and why (`codes`:
-    `schema.query_document_pairs` of `train` when the caller already has them).
-
-    `bal.click_model.document_effects`: true needs query_id and doc_id; auto turns them on when at least
-    half the rows belong to a pair shown at two positions or more (the harvested interventions that tell
-    examination from relevance); false keeps the paper's u = α·r̂ + β.
-    """
-    wanted = config.bal.click_model.document_effects
-    if wanted is False:
-        return None, {"used": False, "reason": "bal.click_model.document_effects is false"}
-    if DOC_ID not in train.columns or QUERY_ID not in train.columns:
-        if wanted is True:
-            from ..errors import ConfigError
-            raise ConfigError("bal.click_model.document_effects: true needs the sessions' query_id and doc_id columns; "
-                              f"present: {sorted(map(str, train.columns))}")
-        return None, {"used": False, "reason": "the sessions have no doc_id"}
-    pairs = query_document_pairs(train) if codes is None else codes
-    share = float(np.mean(shown_at_several_positions(pairs, train[POSITION].to_numpy())))
-    info = {"pairs": int(pairs.max()) + 1 if len(pairs) else 0, "rows_in_pairs_at_two_positions": round(share, 4)}
-    if wanted == "auto" and share < 0.5:
-        return None, {**info, "used": False, "reason": "auto: under half the rows' documents were shown at two "
-                                                       "positions or more"}
-    return pairs, {**info, "used": True}
-
-
 def examination_by_position(page_logits: np.ndarray, positions: np.ndarray) -> dict[str, float]:
     """The click model's examination σ(v) averaged by position, relative to the first position: the position
     bias BAL learned, recorded every epoch so a user can read it (and a bench can hold it to the truth)."""
@@ -193,39 +159,53 @@ class BAL:
     name = "bal"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        """BAL on an in-memory sessions table (every column the ranker reads)."""
         train = train.reset_index(drop=True)
-        features = bal_features(config)
-        encoder = PageFeatureEncoder(features, config.discovery.preprocess).fit(train)
-        encoded = encoder.transform(train)
-        kinds = {f.name: f.kind.value for f in features}
-        n_categories = {name: len(enc.vocabulary_) + 1 for name, enc in encoder.encoders_.items()
-                        if isinstance(enc, CategoricalEncoder)}
-        clicks = train[CLICK].to_numpy(np.float32)
-        boosted = config.ranker.backbone == "lightgbm"
-        if boosted:
+        if config.ranker.backbone == "lightgbm":
             trainer = self.booster_trainer(train, valid, config)
             trainer.warm_up()
         else:
             from ..methods.warmup import warm_up     # here: it imports transformers, which a booster never needs
             trainer = Trainer(build_ranker(config, train), train, valid, config)
             warm_up(trainer)
+        return self.epochs(trainer, TrainingRows.build(train, config), config)
+
+    def fit_streamed(self, directory: Any, valid: pd.DataFrame | None, config: "RunConfig",
+                     prepare: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> FitResult:
+        """BAL with the ranker's inputs streamed from the Parquet partitions of `directory` (`train.streaming`).
+
+        Only the per-row columns BAL reads itself (`streamed_columns`, text ids as int32 codes) are read, passed
+        through `prepare` (the train stage's identifiability pre-flight: before the warm-up, so a refusal costs
+        no training) and turned into `TrainingRows`; the frame is then let go. The ranker is warmed up, scored
+        and trained unit by unit, each batch gathering its rows' weights and page logits."""
+        from ..io.parquet import column_names, partition_paths
+        from ..methods.streaming import column_table, streaming_trainer
+        table = column_table(partition_paths(directory), streamed_columns(config, column_names(directory)),
+                             codes=(QUERY_ID, DOC_ID))
+        if prepare is not None:
+            table = prepare(table)
+        rows = TrainingRows.build(table, config)
+        del table                                # the rows hold all BAL reads of it
+        return self.epochs(streaming_trainer(directory, valid, config), rows, config)
+
+    def epochs(self, trainer: Any, rows: TrainingRows, config: "RunConfig") -> FitResult:
+        """BAL's epochs (steps 1–6 of the module doc) on a warmed-up trainer whose training rows are `rows`'."""
+        features, kinds, n_categories, clicks = rows.features, rows.kinds, rows.n_categories, rows.clicks
+        pairs, separable = rows.pairs, rows.separable
+        boosted = config.ranker.backbone == "lightgbm"
         client = _current_client() if config.bal.graph == "discovered" else None
         graphs: list[DiscoveredGraph] = []
         reuse: ReusableTests | None = None
-        rows = self.graph_rows(train, config) if config.bal.graph == "discovered" else None
         estimators: dict[str, FeatureInfluence] = {}
-        codes = query_document_pairs(train) if {QUERY_ID, DOC_ID} <= set(train.columns) else None   # sorted once
-        pairs, document_effects = document_pairs(train, config, codes)
-        separable = separability(train, features, config.bal.min_within_document_share, codes)
         for k in range(config.train.epochs):
             start = time.perf_counter()
             clock = StepClock()
             seed = config.seed * 1000 + k
-            r = trainer.train_scores().astype(np.float32) if boosted else \
-                score_inputs(trainer.ranker, trainer.inputs, scoring_rows(config))                # step 1
-            nodes = encoded.assign(**{RELEVANCE_SCORE: r, CLICK: clicks})
+            r = (trainer.train_scores() if boosted else trainer.train_scores(scoring_rows(config))  # step 1
+                 ).astype(np.float32, copy=False)
+            nodes = rows.with_scores(r)
             clock.lap("score")
-            graph, reuse = self.graph(train, nodes, features, config, client, rows, reuse)      # step 2
+            graph, reuse = self.graph(nodes, features, config, client, rows.graph_rows, reuse)   # step 2
             graph.meta["epoch"] = k
             biases = identify_biases(graph).without(separable.set_aside)                        # step 3
             clock.lap("graph")
@@ -235,7 +215,7 @@ class BAL:
             click_model, cm_stats = self.click_model(r, nodes, clicks, weights, biases, kinds, n_categories,  # step 5
                                                      config, seed, trainer.generator, pairs)
             page_logits = click_model.page_logits(nodes)                    # v(x): a constant of the ranker step
-            cm_stats["examination_by_position"] = examination_by_position(page_logits, train[POSITION].to_numpy())
+            cm_stats["examination_by_position"] = examination_by_position(page_logits, rows.positions)
             clock.lap("click_model")
             reweighted = config.train.loss in ("listwise", "lambdarank")    # a click-reweighting ranker step
             lambdarank, pair_weights = config.train.loss == "lambdarank", config.bal.pair_weights  # (a booster's)
@@ -249,12 +229,12 @@ class BAL:
             if boosted:                                                                         # step 6
                 stats = self.boost_ranker(trainer, click_model, page_logits, weights, config.train.loss, skip)
             elif reweighted:                                                # listwise: lambdarank is the booster's
-                extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32))}
+                extras = {WEIGHTS: trainer.per_row(weights.astype(np.float32, copy=False))}
                 stats = trainer.epoch(lambda s, b: weighted_softmax_loss(s, b.clicks, b.mask, b.extras[WEIGHTS]),
                                       extras)
             else:
-                extras = {WEIGHTS: trainer.lists.gather(weights.astype(np.float32)),
-                          PAGE_LOGITS: trainer.lists.gather(page_logits.astype(np.float32))}
+                extras = {WEIGHTS: trainer.per_row(weights.astype(np.float32, copy=False)),
+                          PAGE_LOGITS: trainer.per_row(page_logits.astype(np.float32, copy=False))}
                 stats = trainer.epoch(lambda s, b: ranker_loss(click_model, s, b.extras[PAGE_LOGITS], b.clicks,
                                                                b.extras[WEIGHTS], b.mask), extras)
             clock.lap("ranker")
@@ -265,7 +245,7 @@ class BAL:
         ranker = trainer.finish()
         bias = {"method": self.name, "graph_mode": config.bal.graph, "features": [f.name for f in features],
                 "best_epoch": trainer.best_epoch, "click_model_form": config.bal.click_model.form,
-                "backbone": config.ranker.backbone, "document_effects": document_effects,
+                "backbone": config.ranker.backbone, "document_effects": rows.document_effects,
                 "separability": separable.to_dict(),
                 "epochs": [{"epoch": e["bal_epoch"], "biases": e["biases"], "weights": e["weights"],
                             "examination_by_position": e["train"].get("examination_by_position")}
@@ -315,20 +295,9 @@ class BAL:
                              lambda f: obj.bal_click_loss(f, v, c, w, alpha, beta, form))
 
     @staticmethod
-    def graph_rows(train: pd.DataFrame, config: "RunConfig") -> tuple[np.ndarray, np.ndarray | None]:
-        """The rows every epoch's discovery reads (drawn once, by the run's seed): one shown result per sampled
-        session for KCI, and the whole sessions of hybrid's click tests (a mask, None for other tests)."""
-        d, seed = config.discovery, discovery_seed(config)
-        ids = sample_session_ids(train[[SESSION_ID, QUERY_ID]], d.n_sessions, stratify=d.stratify,
-                                 n_strata=d.n_strata, seed=seed)
-        chosen = train.loc[train[SESSION_ID].isin(ids), [SESSION_ID, POSITION]].assign(_row=lambda f: f.index)
-        return one_row_per_session(chosen, seed)["_row"].to_numpy(), click_row_mask(train, d, seed)
-
-    @staticmethod
-    def graph(train: pd.DataFrame, nodes: pd.DataFrame, features: Sequence[PageFeature], config: "RunConfig",
-              client: Any, rows: tuple[np.ndarray, np.ndarray | None] | None,
-              reuse: ReusableTests | None = None) -> tuple[DiscoveredGraph, ReusableTests | None]:
-        """This epoch's click-model graph: discovered on the sampled `rows` (`graph_rows`), or the variant's fixed one.
+    def graph(nodes: pd.DataFrame, features: Sequence[PageFeature], config: "RunConfig", client: Any,
+              rows: GraphRows | None, reuse: ReusableTests | None = None) -> tuple[DiscoveredGraph, ReusableTests | None]:
+        """This epoch's click-model graph: discovered on the sampled `rows` (`rows.GraphRows`), or the variant's fixed one.
 
         Every epoch reads the same rows, so the graph moves only with r̂ and each epoch re-runs only the CI
         tests that involve r̂: the others' p-values (`reuse`, from the previous epoch) cannot have changed.
@@ -338,10 +307,8 @@ class BAL:
         if rows is None:                                  # a fixed-graph variant (`bal.graph`): nothing sampled
             return fixed_graph(config.bal.graph, features), None
         d = replace(config.discovery, n_bootstrap=config.bal.graph_bootstrap)
-        kci_rows, click_mask = rows
-        result = discover(nodes.loc[kci_rows].reset_index(drop=True), features, d, client=client,
-                          seed=discovery_seed(config), click_nodes=click_rows_frame(train, nodes, click_mask),
-                          reuse=reuse)
+        result = discover(nodes.loc[rows.kci].reset_index(drop=True), features, d, client=client,
+                          seed=discovery_seed(config), click_nodes=rows.click_frame(nodes), reuse=reuse)
         graph = result.graph
         graph.meta["sample"] = {**graph.meta.get("sample", {}), "n_sessions_requested": d.n_sessions,
                                 "stratified": d.stratify, "rows_per": "one displayed result per sampled session",

@@ -25,7 +25,7 @@ rows clipped and per-feature log-weight summaries.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,6 +33,9 @@ import pandas as pd
 from ..schema import RELEVANCE_SCORE
 from .influence import FeatureInfluence
 from .weighting_config import WeightConfig
+
+CHUNK_ROWS = 1 << 20    # rows whose densities are evaluated at once (`importance_weights`): a multiple of
+#                         influence._PREDICT_CHUNK, so the network sees the batches one pass over all rows would
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,6 +179,36 @@ def _clip_sorted(w: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
     return out, clipped
 
 
+def clip_and_normalise_log(log_weights: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
+    """`clip_and_normalise` solved on log weights: for a spread beyond exp's range, where a few rows e^700 or more
+    above the rest (a density near 0 in a denominator, met among tens of millions of rows) would leave every other
+    weight exactly 0 after `normalised_from_log` and no mean-1 solution under the cap. The rows sorted once, the
+    tails' mass by a running log-sum-exp; the same solution as the linear solve wherever that one is defined."""
+    lw = np.asarray(log_weights, np.float64)
+    n = lw.size
+    if cap < 1.0:
+        raise ValueError(f"cap {cap!r} is below 1: mean-1 weights cannot all lie under it")
+    order = np.argsort(-lw, kind="stable")
+    desc = lw[order]
+    log_tail = np.concatenate([np.logaddexp.accumulate(desc[::-1])[::-1], [-np.inf]])   # log Σ_{j ≥ k} e^desc[j]
+    k = np.arange(n + 1)
+    log_cap, tol = float(np.log(cap)), 1e-12
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_scale = np.log(n - k * cap) - log_tail                       # mean(min(s·w, cap)) = 1
+        above = np.concatenate([[np.inf], desc])                          # desc[k-1], the smallest clipped
+        below = np.concatenate([desc, [-np.inf]])                         # desc[k], the largest unclipped
+        ok = np.isfinite(log_scale) & (log_scale + above >= log_cap - tol) & (log_scale + below <= log_cap + tol)
+    if not ok.any():                                                      # cap 1: every row at the cap
+        return np.full(n, cap), np.ones(n, dtype=bool)
+    k0 = int(np.argmax(ok))
+    with np.errstate(over="ignore"):                                      # the clipped rows: set to the cap below
+        out = np.minimum(np.exp(log_scale[k0] + lw), cap)
+    clipped = np.zeros(n, dtype=bool)
+    clipped[order[:k0]] = True
+    out[clipped] = cap
+    return out, clipped
+
+
 def log_weight_summary(log_weights: np.ndarray) -> dict[str, float]:
     """Mean, std, min, 1/50/99 % quantiles and max of a log-weight column."""
     lw = np.asarray(log_weights, np.float64)
@@ -189,13 +222,13 @@ def log_weight_summary(log_weights: np.ndarray) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------
 # Applying the fitted estimators
 # ---------------------------------------------------------------------------------------------
-def permutation_log_numerator(estimator: FeatureInfluence, nodes_df: pd.DataFrame, n_permutations: int,
-                              rng: np.random.Generator) -> np.ndarray:
-    """log (1/K) Σ_k p(x | r̂_{π_k}, m): r̂ marginalised over the batch's own relevance scores (§3.2)."""
+def permutation_log_numerator(estimator: FeatureInfluence, nodes_df: pd.DataFrame, orders: Sequence[np.ndarray],
+                              source: np.ndarray | None = None) -> np.ndarray:
+    """log (1/K) Σ_k p(x | r̂_{π_k}, m): r̂ marginalised over the batch's own relevance scores (§3.2); `orders`
+    are the K permutations' entries for these rows, drawn over `source` (all rows' r̂; default: these rows')."""
     if RELEVANCE_SCORE not in nodes_df.columns:
         raise KeyError(f"column {RELEVANCE_SCORE!r} is missing; present: {list(nodes_df.columns)}")
-    orders = [rng.permutation(len(nodes_df)) for _ in range(n_permutations)]
-    return log_mean_exp(estimator.denominator.log_prob_permuted(nodes_df, RELEVANCE_SCORE, orders), axis=0)
+    return log_mean_exp(estimator.denominator.log_prob_permuted(nodes_df, RELEVANCE_SCORE, orders, source), axis=0)
 
 
 @dataclass
@@ -243,26 +276,39 @@ class ImportanceWeights:
 
 
 def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureInfluence],
-                       config: WeightConfig | None = None, seed: int = 0) -> ImportanceWeights:
-    """w = Π_i w_i over the confounded features (Eq. 10), self-normalised and clipped, per row of nodes_df."""
+                       config: WeightConfig | None = None, seed: int = 0,
+                       chunk_rows: int = CHUNK_ROWS) -> ImportanceWeights:
+    """w = Π_i w_i over the confounded features (Eq. 10), self-normalised and clipped, per row of nodes_df.
+
+    The densities are evaluated `chunk_rows` rows at a time (their design matrices and class probabilities are
+    several times a row's own size); the permutations are drawn over all rows first, so the weights are the
+    same numbers at any chunk size."""
     config = config or WeightConfig()
     rng = np.random.default_rng(seed)
     n = len(nodes_df)
     per_feature: dict[str, np.ndarray] = {}
     info: dict[str, dict[str, Any]] = {}
     for name, est in estimators.items():
-        log_den = est.denominator.log_prob(nodes_df)                       # influence score p(x | r̂, m), Eq. 6–7
-        if est.numerator is not None:
-            log_num = est.numerator.log_prob(nodes_df)                     # p(x) (case 1) or p(x | m)
-        else:
+        orders, source = None, None
+        if est.numerator is None:
             permutations = config.permutations_for(n)
-            log_num = permutation_log_numerator(est, nodes_df, permutations, rng)
-        lw = feature_log_weight(log_num, log_den)                          # Eq. 8–9 / case 2
-        bad = ~np.isfinite(lw)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"importance weight of {name!r} is not finite at row {row} "
-                             f"(log numerator {log_num[row]!r}, log denominator {log_den[row]!r})")
+            orders = [rng.permutation(n) for _ in range(permutations)]
+            source = nodes_df[RELEVANCE_SCORE].to_numpy() if RELEVANCE_SCORE in nodes_df.columns else None
+        lw = np.empty(n, dtype=np.float64)
+        for start in range(0, n, chunk_rows):
+            chunk = nodes_df.iloc[start: start + chunk_rows]
+            log_den = est.denominator.log_prob(chunk)                       # influence score p(x | r̂, m), Eq. 6–7
+            if orders is None:
+                log_num = est.numerator.log_prob(chunk)                     # p(x) (case 1) or p(x | m)
+            else:
+                log_num = permutation_log_numerator(est, chunk, [o[start: start + chunk_rows] for o in orders],
+                                                    source)
+            lw[start: start + len(chunk)] = feature_log_weight(log_num, log_den)   # Eq. 8–9 / case 2
+            bad = ~np.isfinite(lw[start: start + len(chunk)])
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"importance weight of {name!r} is not finite at row {start + row} "
+                                 f"(log numerator {log_num[row]!r}, log denominator {log_den[row]!r})")
         per_feature[name] = lw
         info[name] = {"case": est.case, "parents": list(est.parents),
                       "numerator": "model" if est.numerator is not None else "permutation"}
@@ -273,5 +319,8 @@ def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureI
         return ImportanceWeights(np.zeros(0), log_w, per_feature, np.zeros(0, dtype=bool), None, info)
     normalised = normalised_from_log(log_w)
     cap = clip_cap(normalised, config.max_weight, config.clip_quantile)
-    weights, clipped = clip_and_normalise(normalised, cap)
+    if cap is not None and np.count_nonzero(normalised) * cap < n:     # a spread beyond exp's range
+        weights, clipped = clip_and_normalise_log(log_w, cap)
+    else:
+        weights, clipped = clip_and_normalise(normalised, cap)
     return ImportanceWeights(weights, log_w, per_feature, clipped, cap, info)

@@ -197,14 +197,6 @@ def click_row_mask(sessions: pd.DataFrame, cfg: DiscoveryConfig, seed: int) -> n
     return sessions[SESSION_ID].isin(ids).to_numpy()
 
 
-def click_rows_frame(sessions: pd.DataFrame, nodes: pd.DataFrame, mask: np.ndarray | None) -> pd.DataFrame | None:
-    """Hybrid's click rows from in-memory logs: the rows of `nodes` (aligned with `sessions`) that `mask`
-    (`click_row_mask`) picks, with their session_id; None without a mask."""
-    if mask is None:
-        return None
-    return nodes.loc[mask].assign(**{SESSION_ID: sessions[SESSION_ID].to_numpy()[mask]}).reset_index(drop=True)
-
-
 def one_row_per_session(rows: pd.DataFrame, seed: int) -> pd.DataFrame:
     """One displayed result drawn uniformly from each session, in a seeded random row order."""
     ordered = rows.sort_values([SESSION_ID, POSITION], kind="stable").reset_index(drop=True)

@@ -18,7 +18,7 @@ from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
 from ..errors import SchemaError
-from ..schema import ABSTRACT_TOKENS, CLICK, DOC_ID, FEATURES, QUERY_ID, TITLE_TOKENS, pair_codes
+from ..schema import ABSTRACT_TOKENS, CLICK, DOC_ID, FEATURES, QUERY_ID, TITLE_TOKENS, ids_as_text, pair_codes
 
 DOC = "doc"   # column of `IdentifiabilityGraph.pairs`: the document's code
 
@@ -80,8 +80,8 @@ def document_codes(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """(code of each row's document, one row of keys per code): (query_id, doc_id) when the log has a doc_id,
     else the feature vector, else the title and abstract tokens (the query–document's own identity)."""
     if DOC_ID in frame.columns:
-        query = frame[QUERY_ID].astype(str) if QUERY_ID in frame.columns else pd.Series("", index=frame.index)
-        key = pair_codes(query, frame[DOC_ID].astype(str))   # as factorising "query\tdoc" texts, no string per row
+        query = _as_text(frame[QUERY_ID]) if QUERY_ID in frame.columns else pd.Series("", index=frame.index)
+        key = pair_codes(query, _as_text(frame[DOC_ID]))   # as factorising "query\tdoc" texts, no string per row
     elif FEATURES in frame.columns:
         key = frame[FEATURES].map(lambda v: np.asarray(v, dtype=np.float32).tobytes())
     elif TITLE_TOKENS in frame.columns and ABSTRACT_TOKENS in frame.columns:
@@ -93,8 +93,16 @@ def document_codes(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     codes, _ = pd.factorize(key, sort=False)
     first = np.unique(codes, return_index=True)[1]
     keep = [c for c in (QUERY_ID, DOC_ID) if c in frame.columns]
-    doc_keys = frame.iloc[first][keep].reset_index(drop=True) if keep else pd.DataFrame(index=range(len(first)))
+    doc_keys = ids_as_text(frame.iloc[first][keep].reset_index(drop=True), frame) if keep \
+        else pd.DataFrame(index=range(len(first)))
     return codes.astype(np.int64), doc_keys
+
+
+def _as_text(column: pd.Series) -> pd.Series:
+    """An id column as its text, so 1 and "1" are the same id; integer codes (a streamed BAL's ids,
+    `methods.streaming.column_table`) are kept as they are: their text would tell them apart no better, and a
+    Python string per row of a large log costs gigabytes."""
+    return column if pd.api.types.is_integer_dtype(column) else column.astype(str)
 
 
 def node_codes(frame: pd.DataFrame, factors: Sequence[str]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:

@@ -7,6 +7,10 @@ within each partition, from the trainer's generator, and cuts the resulting sequ
 exactly the in-memory order (`training.batches`): the same permutation of the same sessions, sorted
 by session id. Memory holds one partition (plus fewer than a batch of sessions carried over).
 
+Rows are numbered over the partitions' concatenation in path order (`column_table`'s order): a method's
+per-row arrays in that numbering (BAL's importance weights and page logits) reach each batch as (B, K)
+extras, and `scores` returns the ranker's score of every row in it, one unit's inputs in memory at a time.
+
 Whole sessions: ingest (`io.tables.SessionPartitionWriter`) keeps a session in one partition unless the
 session alone is longer than `data.partition_rows`; such a session continues at the start of the next
 partition of the same input file, so consecutive partitions whose boundary session id repeats are read
@@ -19,13 +23,14 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
 from ..errors import ConfigError
-from ..io.parquet import partition_paths
-from ..rankers.base import Ranker, take
-from ..schema import CLICK, FEATURES, POSITION, SESSION_ID
+from ..io.parquet import partition_paths, table_to_pandas
+from ..rankers.base import Ranker, score_inputs, take
+from ..schema import CLICK, FEATURES, ID_TEXT, POSITION, SESSION_ID, IdText
 from .training import ListBatch, SessionLists, Trainer
 
 if TYPE_CHECKING:
@@ -35,10 +40,12 @@ if TYPE_CHECKING:
 MLP_COLUMNS = (SESSION_ID, POSITION, CLICK, FEATURES)
 
 
-def session_units(paths: Sequence[str | Path]) -> tuple[list[list[str]], int]:
-    """(partitions grouped into units that hold whole sessions, number of sessions), from the id columns only."""
+def session_units(paths: Sequence[str | Path]) -> tuple[list[list[str]], int, list[int]]:
+    """(partitions grouped into units that hold whole sessions, number of sessions, each unit's first row in
+    the partitions' concatenation), from the id columns only."""
     units: list[list[str]] = []
-    sessions, last = 0, None
+    offsets: list[int] = []
+    sessions, rows, last = 0, 0, None
     for path in paths:
         ids = pq.read_table(path, columns=[SESSION_ID]).column(SESSION_ID).to_numpy()
         if not len(ids):
@@ -49,9 +56,11 @@ def session_units(paths: Sequence[str | Path]) -> tuple[list[list[str]], int]:
             units[-1].append(str(path))
         else:
             units.append([str(path)])
+            offsets.append(rows)
         sessions += len(np.unique(ids)) - int(continues)
+        rows += len(ids)
         last = ids[-1]
-    return units, sessions
+    return units, sessions, offsets
 
 
 class PartitionSessions(torch.utils.data.IterableDataset):
@@ -63,7 +72,7 @@ class PartitionSessions(torch.utils.data.IterableDataset):
         self.paths = [str(p) for p in partition_paths(directory)]
         if not self.paths:
             raise FileNotFoundError(f"{directory}: table directory holds no Parquet partitions")
-        self.units, self.sessions = session_units(self.paths)
+        self.units, self.sessions, self.offsets = session_units(self.paths)
         self.ranker, self.batch_size = ranker, batch_size
         self.columns = list(columns) if columns is not None else None
         self.rng, self.device = rng or np.random.default_rng(0), torch.device(device)
@@ -75,15 +84,18 @@ class PartitionSessions(torch.utils.data.IterableDataset):
         return self.epoch(self.rng, self.device)
 
     def read_unit(self, unit: Sequence[str]) -> pd.DataFrame:
-        frames = [pd.read_parquet(p, columns=self.columns) for p in unit]
-        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        """A unit's rows; the dense `features` stay Arrow buffers (read as one matrix by the ranker, never a
+        NumPy array per row: 5 M rows of them cost a minute a pass)."""
+        table = pa.concat_tables([pq.read_table(p, columns=self.columns) for p in unit])
+        return table_to_pandas(table, (FEATURES,))
 
     def epoch(self, rng: np.random.Generator, device: torch.device,
               extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
-        """One pass: unit order, then session order within each unit, drawn from `rng`; batches on `device`."""
-        if extras:
-            raise ValueError("streamed batches carry no per-session extras; the method needs the in-memory trainer")
-        pieces: list[tuple[SessionLists, dict[str, torch.Tensor], np.ndarray]] = []
+        """One pass: unit order, then session order within each unit, drawn from `rng`; batches on `device`.
+
+        `extras` are per-row arrays over the partitions' concatenation (`rows`' order: the order `table` reads),
+        laid out per batch as (B, K) tensors, 0 in padding, as the in-memory trainer's extras are."""
+        pieces: list[Piece] = []
         held = 0
         for u in rng.permutation(len(self.units)):
             frame = self.read_unit(self.units[u])
@@ -92,29 +104,96 @@ class PartitionSessions(torch.utils.data.IterableDataset):
             order = rng.permutation(len(lists))
             while len(order):
                 take_n = min(self.batch_size - held, len(order))
-                pieces.append((lists, inputs, order[:take_n]))
+                pieces.append((lists, inputs, order[:take_n], self.offsets[u]))
                 held, order = held + take_n, order[take_n:]
                 if held == self.batch_size:
-                    yield assemble(pieces, device)
+                    yield assemble(pieces, device, extras)
                     pieces, held = [], 0
         if pieces:
-            yield assemble(pieces, device)
+            yield assemble(pieces, device, extras)
+
+    @property
+    def rows(self) -> int:
+        """Shown results in all partitions."""
+        return sum(pq.ParquetFile(p).metadata.num_rows for p in self.paths)
+
+    def scores(self, ranker: Ranker, rows_per_pass: int) -> np.ndarray:
+        """The ranker's score of every row, unit by unit, in the partitions' order (one unit's inputs in memory)."""
+        out = np.empty(self.rows, dtype=np.float32)
+        for unit, offset in zip(self.units, self.offsets):
+            frame = self.read_unit(unit)
+            out[offset: offset + len(frame)] = score_inputs(ranker, ranker.prepare(frame), rows_per_pass)
+        return out
+
+    def table(self, columns: Sequence[str], codes: Sequence[str] = ()) -> pd.DataFrame:
+        """`column_table` of these partitions: per-row columns in the order `scores` and `epoch`'s extras use."""
+        return column_table(self.paths, columns, codes)
 
 
-def assemble(pieces: Sequence[tuple[SessionLists, dict[str, torch.Tensor], np.ndarray]],
-             device: torch.device) -> ListBatch:
-    """One batch from (lists, prepared inputs, session indices) pieces: rows renumbered into its own inputs,
-    `index` the batch's session ids (a streamed batch has no SessionLists to index into)."""
-    slots = max(lists.slots for lists, _, _ in pieces)
+def column_table(paths: Sequence[str | Path], columns: Sequence[str], codes: Sequence[str] = ()) -> pd.DataFrame:
+    """`columns` of every row of the partitions `paths`, in order, one partition read at a time; each `codes`
+    column (text ids: query_id, doc_id) as int32 codes shared by all partitions and ordered as the values sort
+    (nulls last), so ties broken by id fall as they would on the text, while a log's per-row memory stays a few
+    bytes a column rather than a Python string a row. The codes' values are read first, alone."""
+    codes = [c for c in codes if c in columns]
+    levels: dict[str, set] = {c: set() for c in codes}
+    for path in paths if codes else ():
+        table = pq.read_table(path, columns=codes)
+        for name in codes:
+            levels[name].update(dictionary(table.column(name)).dictionary.to_pylist())
+    ordered = {name: sorted(values, key=lambda v: (v is None, v)) for name, values in levels.items()}
+    ranks = {name: {v: i for i, v in enumerate(values)} for name, values in ordered.items()}
+    n_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+    out: dict[str, np.ndarray] = {}
+    start = 0
+    for path in paths:              # filled in place: never the partitions' frames and their concatenation at once
+        table = pq.read_table(path, columns=list(columns))
+        for name in columns:
+            if name in ranks:
+                encoded = dictionary(table.column(name))
+                mapping = np.array([ranks[name][v] for v in encoded.dictionary.to_pylist()], dtype=np.int32)
+                values = mapping[encoded.indices.to_numpy()]
+            else:
+                values = table.column(name).to_numpy()
+            if name not in out:
+                out[name] = np.empty(n_rows, dtype=values.dtype)
+            elif np.result_type(out[name], values) != out[name].dtype:   # nulls in an integer column: floats
+                out[name] = out[name].astype(np.result_type(out[name], values))
+            out[name][start: start + len(values)] = values
+        start += table.num_rows
+    frame = pd.DataFrame(out, copy=False) if out else pd.DataFrame(columns=list(columns))
+    frame.attrs[ID_TEXT] = IdText(ordered)              # the text of each code, for what a user reads
+    return frame
+
+
+def dictionary(column: Any) -> Any:
+    """A (chunked) Arrow column as one dictionary array, a null its own entry."""
+    return column.combine_chunks().dictionary_encode(null_encoding="encode")
+
+
+Piece = tuple[SessionLists, dict[str, torch.Tensor], np.ndarray, int]   # lists, inputs, sessions, first row
+
+
+def assemble(pieces: Sequence[Piece], device: torch.device, extras: dict[str, np.ndarray] | None = None) -> ListBatch:
+    """One batch from (lists, prepared inputs, session indices, the unit's first row) pieces: rows renumbered
+    into its own inputs, `index` the batch's session ids (a streamed batch has no SessionLists to index into),
+    `extras` (per-row arrays over all partitions) gathered as (B, K)."""
+    slots = max(lists.slots for lists, _, _, _ in pieces)
     rows, mask, clicks, positions, ids, taken = [], [], [], [], [], []
+    gathered: dict[str, list[np.ndarray]] = {k: [] for k in extras or {}}
     offset = 0
-    for lists, inputs, index in pieces:
+    for lists, inputs, index, first in pieces:
         pad = ((0, 0), (0, slots - lists.slots))
         m = np.pad(lists.mask[index], pad)
         local = np.full(m.shape, -1, dtype=np.int64)
         local[m] = offset + np.arange(int(m.sum()))
         offset += int(m.sum())
-        taken.append(take(inputs, lists.rows[index][lists.mask[index]]))
+        unit_rows = lists.rows[index][lists.mask[index]]
+        taken.append(take(inputs, unit_rows))
+        for name, values in (extras or {}).items():
+            out = np.zeros(m.shape, dtype=np.asarray(values).dtype)
+            out[m] = values[first + unit_rows]
+            gathered[name].append(out)
         rows.append(local)
         mask.append(m)
         clicks.append(np.pad(lists.clicks[index], pad))
@@ -125,6 +204,7 @@ def assemble(pieces: Sequence[tuple[SessionLists, dict[str, torch.Tensor], np.nd
                      torch.as_tensor(np.concatenate(mask), device=device),
                      torch.as_tensor(np.concatenate(clicks), device=device),
                      torch.as_tensor(np.concatenate(positions), device=device),
+                     {k: torch.as_tensor(np.concatenate(v), device=device) for k, v in gathered.items()},
                      inputs=batch_inputs)
 
 

@@ -161,6 +161,18 @@ class Trainer:
     def scores(self, batch: ListBatch) -> torch.Tensor:
         return list_scores(self.ranker, self.inputs, batch)
 
+    def per_row(self, values: np.ndarray) -> np.ndarray:
+        """A per-row array of the training sessions in the layout `epoch`'s extras take: (S, K) session lists
+        in memory, the flat array itself when streaming (each batch gathers its own rows)."""
+        return np.asarray(values) if self.stream is not None else self.lists.gather(values)
+
+    def train_scores(self, rows_per_pass: int = 16384) -> np.ndarray:
+        """The current ranker's score (float32) of every training row, in the training table's order (the
+        partitions' order when streaming, one unit's inputs in memory at a time)."""
+        if self.stream is not None:
+            return self.stream.scores(self.ranker, rows_per_pass)
+        return score_inputs(self.ranker, self.inputs, rows_per_pass)
+
     def batches(self, extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
         if self.stream is not None:
             return self.stream.epoch(self.rng, self.device, extras)

@@ -200,7 +200,9 @@ def train(ctx: StageContext) -> dict[str, Any]:
     annotations = read_table(annotations_path)
     valid = _annotation_split(run, annotations, "valid")
     from ..identifiability.preflight import REPORT_FILE, preflight, summary_entry
-    if cfg.train.streaming:   # naive only (checked by the config): batches streamed from the partitions
+    if cfg.train.streaming and cfg.train.method == "bal":   # BAL's own columns in memory, the ranker's streamed
+        result, identifiability, n_rows = _fit_bal_streamed(sessions_path, valid, cfg, run)
+    elif cfg.train.streaming:   # naive (checked by the config): batches streamed from the partitions
         from ..methods.distributed import fit_streamed
         result = fit_streamed(sessions_path, valid if len(valid) else None, cfg)
         identifiability = {"checked": False, "reason": f"method {cfg.train.method!r} models no bias factor"}
@@ -220,6 +222,28 @@ def train(ctx: StageContext) -> dict[str, Any]:
     write_json(run.path(REPORT_FILE), identifiability)
     return {"train_rows": int(n_rows), "valid_rows": int(len(valid)),
             "identifiability": summary_entry(identifiability)}
+
+
+def _fit_bal_streamed(sessions_path: Path, valid: pd.DataFrame, cfg: RunConfig, run: RunDir):
+    """BAL with `train.streaming`: the identifiability pre-flight on the per-row columns BAL reads itself (text
+    ids as codes, `BAL.fit_streamed`), which then let go of them; the ranker's features streamed."""
+    from ..bal.method import BAL
+    from ..errors import ConfigError
+    from ..identifiability.preflight import preflight
+    report: dict[str, Any] = {}
+
+    def checked(frame: pd.DataFrame) -> pd.DataFrame:
+        out, found = preflight(frame, cfg, run.root)
+        if len(out) != len(frame):
+            raise ConfigError(f"identifiability.on_disconnected: {cfg.identifiability.on_disconnected!r} adds "
+                              "sessions, which train.streaming cannot stream (they are not in the partitions); "
+                              "allowed values with streaming: warn, merge, fail")
+        report.update(found)
+        return out
+
+    result = BAL().fit_streamed(sessions_path, valid if len(valid) else None, cfg, prepare=checked)
+    n_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in partition_paths(sessions_path))
+    return result, report, n_rows
 
 
 M_MMAP_THRESHOLD = -3                 # glibc's mallopt parameter number (malloc.h)
