@@ -206,7 +206,7 @@ def train(ctx: StageContext) -> dict[str, Any]:
         from ..methods.distributed import fit_streamed
         result = fit_streamed(sessions_path, valid if len(valid) else None, cfg)
         identifiability = {"checked": False, "reason": f"method {cfg.train.method!r} models no bias factor"}
-        n_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in partition_paths(sessions_path))
+        n_rows = _partition_rows(sessions_path)
     else:
         sessions = read_sampled_sessions(sessions_path, cfg.data.max_sessions, cfg.seed,
                                          training_columns(cfg, column_names(sessions_path)), arrow_lists(cfg))
@@ -242,8 +242,12 @@ def _fit_bal_streamed(sessions_path: Path, valid: pd.DataFrame, cfg: RunConfig, 
         return out
 
     result = BAL().fit_streamed(sessions_path, valid if len(valid) else None, cfg, prepare=checked)
-    n_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in partition_paths(sessions_path))
-    return result, report, n_rows
+    return result, report, _partition_rows(sessions_path)
+
+
+def _partition_rows(directory: Path) -> int:
+    """Rows of a partitioned table, from the Parquet footers (a streamed fit never holds the table)."""
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in partition_paths(directory))
 
 
 M_MMAP_THRESHOLD = -3                 # glibc's mallopt parameter number (malloc.h)
