@@ -152,7 +152,7 @@ def test_streamed_extras_and_scores_are_each_rows_own(logs, tmp_path, rows, n):
     directory = partitions(frame, tmp_path, rows)
     ranker = build_ranker(config(), frame).eval()
     stream = PartitionSessions(directory, ranker, 37)
-    table = stream.table([SESSION_ID, POSITION])
+    table = column_table(stream.paths, [SESSION_ID, POSITION])
     assert len(table) == stream.rows == len(frame)
     marker = np.arange(len(table), dtype=np.float64) + 1.0            # each row's own number, never 0 (padding)
     by_session = {sid: g.sort_values(POSITION) for sid, g in table.groupby(SESSION_ID)}

@@ -392,13 +392,10 @@ class ConditionalDensity:
             return np.stack([row] * len(orders))
         inputs = self._inputs(nodes_df)
         j = self.numeric_parents.index(parent)
-        standardised = inputs[:, j].copy() if source is None else None
+        column = _numeric_column(nodes_df, parent, self._what()) if source is None else source
         out = []
-        for order in orders:
-            if standardised is not None:            # standardising commutes with reordering rows
-                inputs[:, j] = standardised[order]
-            else:                                   # the same elementwise standardisation as `_inputs`
-                inputs[:, j] = (np.asarray(source[order], np.float64) - self.input_mean_[j]) / self.input_scale_[j]
+        for order in orders:                        # the elementwise standardisation of `_inputs`, on the drawn rows
+            inputs[:, j] = (np.asarray(column[order], np.float64) - self.input_mean_[j]) / self.input_scale_[j]
             out.append(self._log_prob_of(targets, self._params(nodes_df, inputs)))
         return np.stack(out)
 

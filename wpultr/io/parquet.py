@@ -21,6 +21,11 @@ def partition_paths(directory: str | Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.parquet") if not p.name.startswith("."))
 
 
+def row_count(paths: Sequence[str | Path]) -> int:
+    """Rows of the Parquet files `paths` together, from their footers only."""
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+
+
 def column_names(path: str | Path) -> list[str]:
     """The columns `read_table(path)` gives, in its order, read from the Parquet footers only."""
     path = Path(path)

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import torch
 
 from ..errors import ConfigError
-from ..io.parquet import partition_paths, table_to_pandas
+from ..io.parquet import partition_paths, row_count, table_to_pandas
 from ..rankers.base import Ranker, score_inputs, take
 from ..schema import CLICK, FEATURES, ID_TEXT, POSITION, SESSION_ID, IdText
 from .training import ListBatch, SessionLists, Trainer
@@ -93,7 +93,7 @@ class PartitionSessions(torch.utils.data.IterableDataset):
               extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
         """One pass: unit order, then session order within each unit, drawn from `rng`; batches on `device`.
 
-        `extras` are per-row arrays over the partitions' concatenation (`rows`' order: the order `table` reads),
+        `extras` are per-row arrays over the partitions' concatenation (the order `column_table` reads them in),
         laid out per batch as (B, K) tensors, 0 in padding, as the in-memory trainer's extras are."""
         pieces: list[Piece] = []
         held = 0
@@ -115,7 +115,7 @@ class PartitionSessions(torch.utils.data.IterableDataset):
     @property
     def rows(self) -> int:
         """Shown results in all partitions."""
-        return sum(pq.ParquetFile(p).metadata.num_rows for p in self.paths)
+        return row_count(self.paths)
 
     def scores(self, ranker: Ranker, rows_per_pass: int) -> np.ndarray:
         """The ranker's score of every row, unit by unit, in the partitions' order (one unit's inputs in memory)."""
@@ -124,11 +124,6 @@ class PartitionSessions(torch.utils.data.IterableDataset):
             frame = self.read_unit(unit)
             out[offset: offset + len(frame)] = score_inputs(ranker, ranker.prepare(frame), rows_per_pass)
         return out
-
-    def table(self, columns: Sequence[str], codes: Sequence[str] = ()) -> pd.DataFrame:
-        """`column_table` of these partitions: per-row columns in the order `scores` and `epoch`'s extras use."""
-        return column_table(self.paths, columns, codes)
-
 
 def column_table(paths: Sequence[str | Path], columns: Sequence[str], codes: Sequence[str] = ()) -> pd.DataFrame:
     """`columns` of every row of the partitions `paths`, in order, one partition read at a time; each `codes`
@@ -143,7 +138,7 @@ def column_table(paths: Sequence[str | Path], columns: Sequence[str], codes: Seq
             levels[name].update(dictionary(table.column(name)).dictionary.to_pylist())
     ordered = {name: sorted(values, key=lambda v: (v is None, v)) for name, values in levels.items()}
     ranks = {name: {v: i for i, v in enumerate(values)} for name, values in ordered.items()}
-    n_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+    n_rows = row_count(paths)
     out: dict[str, np.ndarray] = {}
     start = 0
     for path in paths:              # filled in place: never the partitions' frames and their concatenation at once

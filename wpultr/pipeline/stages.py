@@ -15,10 +15,9 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from ..config import RunConfig
-from ..io.parquet import column_names, partition_paths, read_table, table_to_pandas
+from ..io.parquet import column_names, partition_paths, read_table, row_count, table_to_pandas
 from ..schema import FEATURES, QUERY_ID, QUERY_KEY, page_features_from_config, query_key
 from .layout import (ANNOTATIONS, BIAS, FEATURED_ANNOTATIONS, FEATURED_SESSIONS_DIR, HISTORY,  # noqa: F401
                      INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
@@ -206,7 +205,7 @@ def train(ctx: StageContext) -> dict[str, Any]:
         from ..methods.distributed import fit_streamed
         result = fit_streamed(sessions_path, valid if len(valid) else None, cfg)
         identifiability = {"checked": False, "reason": f"method {cfg.train.method!r} models no bias factor"}
-        n_rows = _partition_rows(sessions_path)
+        n_rows = row_count(partition_paths(sessions_path))
     else:
         sessions = read_sampled_sessions(sessions_path, cfg.data.max_sessions, cfg.seed,
                                          training_columns(cfg, column_names(sessions_path)), arrow_lists(cfg))
@@ -242,12 +241,7 @@ def _fit_bal_streamed(sessions_path: Path, valid: pd.DataFrame, cfg: RunConfig, 
         return out
 
     result = BAL().fit_streamed(sessions_path, valid if len(valid) else None, cfg, prepare=checked)
-    return result, report, _partition_rows(sessions_path)
-
-
-def _partition_rows(directory: Path) -> int:
-    """Rows of a partitioned table, from the Parquet footers (a streamed fit never holds the table)."""
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in partition_paths(directory))
+    return result, report, row_count(partition_paths(sessions_path))
 
 
 M_MMAP_THRESHOLD = -3                 # glibc's mallopt parameter number (malloc.h)
