@@ -186,3 +186,82 @@ def test_document_codes_equal_factorising_the_query_document_texts(query_ids):
     np.testing.assert_array_equal(codes, expected)
     first = np.unique(expected, return_index=True)[1]
     pd.testing.assert_frame_equal(keys, frame.iloc[first].reset_index(drop=True))
+
+
+def _sessions_log(n_sessions: int, seed: int) -> pd.DataFrame:
+    """A small log with whole sessions in runs of rows, documents shown across sessions, a categorical and a
+    continuous page feature and a few missing media types."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 8, size=n_sessions)
+    session = np.repeat(np.arange(n_sessions) * 3 + 11, sizes)
+    position = np.concatenate([np.arange(1, k + 1) for k in sizes])
+    query = np.repeat(rng.integers(0, 9, size=n_sessions), sizes)
+    media = rng.integers(0, 4, size=len(session)).astype(float)
+    media[rng.random(len(session)) < 0.02] = np.nan
+    return pd.DataFrame({SESSION_ID: session, QUERY_ID: [f"q{q}" for q in query],
+                         DOC_ID: [f"d{d}" for d in rng.integers(0, 15, size=len(session))], POSITION: position,
+                         "media_type": media, "height": rng.normal(size=len(session)),
+                         CLICK: (rng.random(len(session)) < 0.3).astype(np.int64)})
+
+
+def test_the_identifiability_graph_is_the_same_from_chunks_of_any_size(monkeypatch):
+    """The IG reads a log through its condensed impressions, built a chunk of rows at a time: every chunk size
+    gives the IG of the whole-table group-by (nodes, impressions, clicks, document pairs, components)."""
+    from wpultr.identifiability import graph as G
+    frame = _sessions_log(400, 5)
+    whole = G.build_graph(frame, ["position", "media_type"])
+    pairs = frame.groupby([QUERY_ID, DOC_ID, POSITION, "media_type"], dropna=False).size()
+    assert int(whole.impressions.sum()) == len(frame) == int(pairs.sum())
+    assert int(whole.clicks.sum()) == int(frame[CLICK].sum())
+    for size in (1, 7, 500):
+        monkeypatch.setattr(G.condensed_impressions, "__defaults__", (size,))
+        part = G.build_graph(frame, ["position", "media_type"])
+        assert part.nodes == whole.nodes or all(str(a) == str(b) for a, b in zip(part.nodes, whole.nodes))
+        np.testing.assert_array_equal(part.impressions, whole.impressions)
+        np.testing.assert_array_equal(part.clicks, whole.clicks)
+        np.testing.assert_array_equal(part.component, whole.component)
+        pd.testing.assert_frame_equal(part.pairs, whole.pairs)
+        pd.testing.assert_frame_equal(part.doc_keys, whole.doc_keys)
+
+
+def test_merges_apply_by_factor_values_including_a_missing_one():
+    from wpultr.identifiability.graph import build_graph
+    from wpultr.identifiability.repair import apply_merges
+    frame = _sessions_log(200, 6)
+    ig = build_graph(frame, ["media_type"])
+    missing = next(i for i, node in enumerate(ig.nodes) if pd.isna(node[0]))
+    merged = apply_merges(frame, ig, {missing: 0})
+    assert merged["media_type"].isna().sum() == 0
+    assert (merged["media_type"] == ig.nodes[0][0]).sum() == frame["media_type"].isna().sum() + \
+        (frame["media_type"] == ig.nodes[0][0]).sum()
+
+
+def test_session_spans_hold_whole_sessions_and_encoders_fit_the_same_from_them():
+    from wpultr.features.encoders import PageFeatureEncoder, session_spans
+    from wpultr.schema import PageFeature
+    frame = _sessions_log(300, 7).assign(media_type=lambda f: f["media_type"].fillna(9.0))
+    spans = session_spans(frame, 50)
+    assert len(spans) > 5 and spans[0].start == 0 and spans[-1].stop == len(frame)
+    assert all(a.stop == b.start for a, b in zip(spans[:-1], spans[1:]))
+    ids = frame[SESSION_ID].to_numpy()
+    assert all(ids[s.start - 1] != ids[s.start] for s in spans[1:])      # never inside a session
+    shuffled = frame.sample(frac=1.0, random_state=0)
+    assert session_spans(shuffled, 50) == [slice(0, len(frame))]          # sessions not in runs: one span
+    features = [PageFeature.parse("position", "ordinal", "t"), PageFeature.parse("media_type", "categorical", "t"),
+                PageFeature.parse("height", "continuous", "t")]
+    whole = PageFeatureEncoder(features).fit(frame, chunk_rows=10 ** 9).transform(frame)
+    chunked = PageFeatureEncoder(features).fit(frame, chunk_rows=50).transform(frame)
+    pd.testing.assert_frame_equal(chunked, whole, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("categorical, n_pairs", [(True, 60), (True, 50_000), (False, 60)])
+def test_within_document_share_is_the_same_in_chunks(categorical, n_pairs):
+    """Chunked sums give the one-pass share; many (pair, level) cells are counted sparsely, to the same share."""
+    from wpultr.bal.separability import within_document_share
+    rng = np.random.default_rng(8)
+    pairs = np.sort(rng.integers(0, n_pairs, size=5000)).astype(np.int32)
+    values = (rng.integers(0, 5, size=5000) if categorical else rng.normal(size=5000)) + (pairs % 3 == 0)
+    whole = within_document_share(pairs, values, categorical)
+    assert 0.0 < whole < 1.0
+    for size in (1, 333, 4999):
+        assert within_document_share(pairs, values, categorical, chunk_rows=size) == pytest.approx(whole, rel=1e-9)

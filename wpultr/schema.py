@@ -218,10 +218,30 @@ def pair_codes(first: Sequence | np.ndarray | pd.Series, second: Sequence | np.n
     return pd.factorize(a * (int(b.max(initial=-1)) + 1) + b)[0]
 
 
-def query_document_pairs(df: pd.DataFrame) -> np.ndarray:
+def query_document_pairs(df: pd.DataFrame, chunk_rows: int = 1 << 20) -> np.ndarray:
     """Codes 0..n-1 of each row's (query_id, doc_id): the same document shown for the same query in another
-    session is the same pair. What intervention harvesting and BAL's document effects group impressions by."""
-    return pair_codes(df[QUERY_ID].to_numpy(), df[DOC_ID].to_numpy())
+    session is the same pair. What intervention harvesting and BAL's document effects group impressions by.
+
+    Ids that are already integer codes (a streamed BAL's, `methods.streaming.column_table`) are paired `chunk_rows`
+    rows at a time, each chunk's new pairs appended in order of first appearance: the codes `pair_codes` gives,
+    without its whole-table hash tables."""
+    query, doc = df[QUERY_ID].to_numpy(), df[DOC_ID].to_numpy()
+    if len(df) <= chunk_rows or not (np.issubdtype(query.dtype, np.integer) and np.issubdtype(doc.dtype, np.integer)):
+        return pair_codes(query, doc)
+    width = int(doc.max()) - int(doc.min()) + 1
+    low_q, low_d = int(query.min()), int(doc.min())
+    if (int(query.max()) - low_q + 1) * width >= 1 << 62:       # the combined key would not fit an int64
+        return pair_codes(query, doc)
+    seen = pd.Index(np.zeros(0, np.int64))
+    out = np.empty(len(df), dtype=np.int64)
+    for start in range(0, len(df), chunk_rows):
+        key = (query[start: start + chunk_rows].astype(np.int64) - low_q) * width + (doc[start: start + chunk_rows] - low_d)
+        fresh = pd.unique(key)
+        fresh = fresh[~pd.Index(fresh).isin(seen)]
+        if len(fresh):
+            seen = seen.append(pd.Index(fresh))
+        out[start: start + len(key)] = seen.get_indexer(key)
+    return out
 
 
 QUARANTINE_SCHEMA = pa.schema([

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..causal.discovery import click_row_mask, one_row_per_session, sample_session_ids
 from ..features.encoders import CategoricalEncoder, PageFeatureEncoder
-from ..methods.position_propensity import shown_at_several_positions
+from ..methods.position_propensity import share_shown_at_several_positions
 from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, PageFeature, \
     page_features_from_config, query_document_pairs
 from .separability import Separability, separability
@@ -57,7 +57,7 @@ def document_pairs(train: pd.DataFrame, config: "RunConfig", codes: np.ndarray |
                               f"present: {sorted(map(str, train.columns))}")
         return None, {"used": False, "reason": "the sessions have no doc_id"}
     pairs = query_document_pairs(train) if codes is None else codes
-    share = float(np.mean(shown_at_several_positions(pairs, train[POSITION].to_numpy())))
+    share = share_shown_at_several_positions(pairs, train[POSITION].to_numpy())
     info = {"pairs": int(pairs.max()) + 1 if len(pairs) else 0, "rows_in_pairs_at_two_positions": round(share, 4)}
     if wanted == "auto" and share < 0.5:
         return None, {**info, "used": False, "reason": "auto: under half the rows' documents were shown at two "
@@ -78,7 +78,7 @@ class GraphRows:
     @classmethod
     def draw(cls, train: pd.DataFrame, config: "RunConfig") -> "GraphRows":
         d, seed = config.discovery, discovery_seed(config)
-        ids = sample_session_ids(train[[SESSION_ID, QUERY_ID]], d.n_sessions, stratify=d.stratify,
+        ids = sample_session_ids(train, d.n_sessions, stratify=d.stratify,
                                  n_strata=d.n_strata, seed=seed)
         chosen = train.loc[train[SESSION_ID].isin(ids), [SESSION_ID, POSITION]].assign(_row=lambda f: f.index)
         mask = click_row_mask(train, d, seed)

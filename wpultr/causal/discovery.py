@@ -130,6 +130,18 @@ def prior_violations(graph: DiscoveredGraph, page_features: Sequence[str]) -> li
 # ---------------------------------------------------------------------------------------------
 # Sampling sessions
 # ---------------------------------------------------------------------------------------------
+def one_row_each(sessions: pd.DataFrame) -> pd.DataFrame:
+    """(session_id, query_id) of each session, its first row's, sorted by session_id. A log whose sessions are
+    each one run of rows (ingest's partitions) is read off the run starts: no hash of every row's id."""
+    ids = sessions[SESSION_ID].to_numpy()
+    starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]])) if len(ids) else np.zeros(0, np.int64)
+    if len(starts) == len(ids) or len(pd.unique(ids[starts])) == len(starts):   # one run per session
+        firsts = sessions[[SESSION_ID, QUERY_ID]].iloc[starts]
+    else:
+        firsts = sessions[[SESSION_ID, QUERY_ID]].drop_duplicates(SESSION_ID)
+    return firsts.sort_values(SESSION_ID)
+
+
 def query_strata(sessions: pd.DataFrame, n_strata: int) -> pd.Series:
     """Stratum of each query (0 = most sessions): queries ranked by session count, cut into equal groups."""
     per_query = sessions.groupby(QUERY_ID)[SESSION_ID].nunique()
@@ -158,13 +170,13 @@ def _equal_allocation(available: np.ndarray, n: int) -> np.ndarray:
 def sample_session_ids(sessions: pd.DataFrame, n_sessions: int, *, stratify: bool, n_strata: int,
                        seed: int) -> np.ndarray:
     """Session ids to run discovery on (sorted): uniform, or equal shares per query-frequency stratum."""
-    per_session = sessions[[SESSION_ID, QUERY_ID]].drop_duplicates(SESSION_ID).sort_values(SESSION_ID)
+    per_session = one_row_each(sessions)
     rng = np.random.default_rng(seed)
     if len(per_session) <= n_sessions:
         return per_session[SESSION_ID].to_numpy()
     if not stratify:
         return np.sort(rng.choice(per_session[SESSION_ID].to_numpy(), size=n_sessions, replace=False))
-    strata = per_session[QUERY_ID].map(query_strata(sessions, n_strata)).to_numpy()
+    strata = per_session[QUERY_ID].map(query_strata(per_session, n_strata)).to_numpy()
     ids = per_session[SESSION_ID].to_numpy()
     n_groups = strata.max() + 1
     take = _equal_allocation(np.bincount(strata, minlength=n_groups), n_sessions)
@@ -179,12 +191,11 @@ def sample_click_rows(sessions: pd.DataFrame, click_rows: int | None, *, n_strat
     `sessions` has one row per shown result (session_id, query_id); whole sessions are drawn, as
     `sample_session_ids` draws them, so the click test's clusters are complete pages.
     """
-    ids = sessions[SESSION_ID].to_numpy()
-    n_sessions = int(pd.unique(ids).size)
+    per_session = one_row_each(sessions)
     if click_rows is None or click_rows >= len(sessions):
-        return np.sort(pd.unique(ids))
-    wanted = max(1, int(np.ceil(click_rows * n_sessions / len(sessions))))
-    return sample_session_ids(sessions, wanted, stratify=stratify, n_strata=n_strata, seed=seed)
+        return per_session[SESSION_ID].to_numpy()
+    wanted = max(1, int(np.ceil(click_rows * len(per_session) / len(sessions))))
+    return sample_session_ids(per_session, wanted, stratify=stratify, n_strata=n_strata, seed=seed)
 
 
 def click_row_mask(sessions: pd.DataFrame, cfg: DiscoveryConfig, seed: int) -> np.ndarray | None:
@@ -192,8 +203,7 @@ def click_row_mask(sessions: pd.DataFrame, cfg: DiscoveryConfig, seed: int) -> n
     `cfg.ci_test` is hybrid."""
     if cfg.ci_test != "hybrid":
         return None
-    ids = sample_click_rows(sessions[[SESSION_ID, QUERY_ID]], cfg.click_rows, n_strata=cfg.n_strata,
-                            seed=seed + 1, stratify=cfg.stratify)
+    ids = sample_click_rows(sessions, cfg.click_rows, n_strata=cfg.n_strata, seed=seed + 1, stratify=cfg.stratify)
     return sessions[SESSION_ID].isin(ids).to_numpy()
 
 

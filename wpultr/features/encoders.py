@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from safetensors.numpy import load_file, save_file
 
-from ..schema import FeatureKind, PageFeature, SchemaError
+from ..schema import SESSION_ID, FeatureKind, PageFeature, SchemaError
 from .bradley_terry import BradleyTerryEncoder, PairCounts, pair_counts
 
 UNKNOWN_CODE = 0
@@ -203,6 +203,26 @@ def one_hot(codes: np.ndarray) -> np.ndarray:
     return (inverse.ravel()[:, None] == np.arange(present.size)[None, :]).astype(np.float64)
 
 
+FIT_CHUNK_ROWS = 1 << 20
+
+
+def session_spans(X: pd.DataFrame, chunk_rows: int) -> list[slice]:
+    """Row ranges of about `chunk_rows` rows that each hold whole sessions (the Bradley–Terry counts pair results
+    within a session); one range for a table of at most `chunk_rows` rows, without a session_id, or whose sessions
+    are not each one contiguous run of rows."""
+    n = len(X)
+    if n <= chunk_rows or SESSION_ID not in X.columns:
+        return [slice(0, n)]
+    ids = X[SESSION_ID].to_numpy()
+    starts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    if len(pd.unique(ids[np.concatenate([[0], starts])])) != len(starts) + 1:   # a session in several runs
+        return [slice(0, n)]
+    cuts = np.unique(starts[np.minimum(np.searchsorted(starts, np.arange(chunk_rows, n, chunk_rows)),
+                                       len(starts) - 1)]) if len(starts) else np.zeros(0, np.int64)
+    bounds = [0, *cuts.tolist(), n]
+    return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
 # ---------------------------------------------------------------------------------------------
 # All declared page features together
 # ---------------------------------------------------------------------------------------------
@@ -235,8 +255,14 @@ class PageFeatureEncoder:
     def merge_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         return {name: a[name].merge(b[name]) for name in a}
 
-    def fit(self, X: pd.DataFrame, y: Any = None) -> "PageFeatureEncoder":
-        return self.fit_summary(self.summarise(X))
+    def fit(self, X: pd.DataFrame, y: Any = None, chunk_rows: int = FIT_CHUNK_ROWS) -> "PageFeatureEncoder":
+        """Fitted on `X`'s statistics, summarised about `chunk_rows` rows (whole sessions) at a time and merged:
+        the same statistics as one pass (sums of counts; moments to float rounding), a chunk's temporaries."""
+        summary = None
+        for span in session_spans(X, chunk_rows):
+            part = self.summarise(X.iloc[span])
+            summary = part if summary is None else self.merge_summaries(summary, part)
+        return self.fit_summary(summary)
 
     def fit_summary(self, summary: dict[str, Any]) -> "PageFeatureEncoder":
         encoders = {}
@@ -248,10 +274,21 @@ class PageFeatureEncoder:
         self.encoders_ = encoders
         return self
 
-    def transform(self, X: pd.DataFrame) -> pd.DataFrame:
-        """One numeric column per page feature: float64 scores/standardised values, int64 category codes."""
-        return pd.DataFrame({f.name: self.encoders_[f.name].transform(X) for f in self.page_features},
-                            index=X.index)
+    def transform(self, X: pd.DataFrame, chunk_rows: int = FIT_CHUNK_ROWS) -> pd.DataFrame:
+        """One numeric column per page feature: float64 scores/standardised values, int64 category codes;
+        `chunk_rows` rows at a time into the columns (each value is its row's alone: the same numbers)."""
+        if len(X) <= chunk_rows:
+            return pd.DataFrame({f.name: self.encoders_[f.name].transform(X) for f in self.page_features},
+                                index=X.index)
+        columns: dict[str, np.ndarray] = {}
+        for start in range(0, len(X), chunk_rows):
+            chunk = X.iloc[start: start + chunk_rows]
+            for f in self.page_features:
+                values = self.encoders_[f.name].transform(chunk)
+                if f.name not in columns:
+                    columns[f.name] = np.empty(len(X), dtype=values.dtype)
+                columns[f.name][start: start + len(chunk)] = values
+        return pd.DataFrame(columns, index=X.index, copy=False)
 
     def categorical_names(self) -> list[str]:
         return [f.name for f in self.page_features if f.kind is FeatureKind.CATEGORICAL]

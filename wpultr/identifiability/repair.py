@@ -273,15 +273,20 @@ def apply_merges(frame: pd.DataFrame, ig: IdentifiabilityGraph, mapping: Mapping
     representative's values, so a method models one observation probability for the group."""
     if not mapping:
         return frame
-    if len(ig.row_node) != len(frame):
-        raise ValueError(f"apply_merges: the graph was built from {len(ig.row_node)} rows, the frame has {len(frame)}")
     out = frame.copy()
     for node, rep in mapping.items():
-        rows = ig.row_node == node
+        rows = np.logical_and.reduce([_equal(frame[f].to_numpy(), v) for f, v in zip(ig.factors, ig.nodes[node])])
         for i, factor in enumerate(ig.factors):
             column = out[factor]
             out.loc[rows, factor] = np.asarray([ig.nodes[rep][i]], dtype=column.dtype)[0]
     return out
+
+
+def _equal(column: np.ndarray, value: Any) -> np.ndarray:
+    """Rows of `column` holding `value`, a missing value matching a missing value (a node of the IG can be one)."""
+    if pd.isna(value):
+        return pd.isna(column)
+    return column == value
 
 
 def mapping_table(ig: IdentifiabilityGraph, mapping: Mapping[int, int]) -> list[dict[str, Any]]:

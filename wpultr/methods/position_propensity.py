@@ -224,8 +224,31 @@ def simulate_swaps(cfg: "SimulateConfig", seed: int, n_sessions: int, draw: Swap
 def shown_at_several_positions(pairs: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Per row: was its (query, document) pair shown at two positions or more? Those impressions are the
     harvested interventions that tell examination from relevance (Agarwal et al. 2019)."""
-    spread = pd.Series(np.asarray(positions)).groupby(np.asarray(pairs)).nunique().to_numpy()
-    return spread[pairs] >= 2
+    return positions_per_pair(pairs, positions)[pairs] >= 2
+
+
+def positions_per_pair(pairs: np.ndarray, positions: np.ndarray, chunk_rows: int = 1 << 20) -> np.ndarray:
+    """How many distinct positions each pair code 0..P-1 was shown at, from the distinct (pair, position)
+    combinations of `chunk_rows` rows at a time (never a group-by of the whole log)."""
+    pairs, positions = np.asarray(pairs), np.asarray(positions)
+    if not len(pairs):
+        return np.zeros(0, np.int64)
+    combos = []
+    for start in range(0, len(pairs), chunk_rows):
+        chunk = pd.DataFrame({"pair": pairs[start: start + chunk_rows], "position": positions[start: start + chunk_rows]})
+        combos.append(chunk.drop_duplicates())
+    distinct = pd.concat(combos, ignore_index=True).drop_duplicates()
+    return np.bincount(distinct["pair"].to_numpy(np.int64), minlength=int(pairs.max()) + 1)
+
+
+def share_shown_at_several_positions(pairs: np.ndarray, positions: np.ndarray) -> float:
+    """The share of rows whose pair was shown at two positions or more (`shown_at_several_positions`'s mean)."""
+    if not len(pairs):
+        return float("nan")
+    several = positions_per_pair(pairs, positions) >= 2
+    impressions = sum(np.bincount(np.asarray(pairs[s]), minlength=len(several))
+                      for s in (slice(i, i + (1 << 20)) for i in range(0, len(pairs), 1 << 20)))
+    return float(impressions[several].sum()) / len(pairs)
 
 
 def harvest_propensities(frame: pd.DataFrame, iterations: int = 200, tol: float = 1e-7) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import yaml
 from ..config import ConfigError, RunConfig, config_from_dict, dump_config
 from ..storage import WorkingCopy
 from . import status
-from .cluster import WorkerWatch, open_client
+from .cluster import WorkerWatch, open_client, release_worker_memory
 from .layout import CONFIG_FILE, MARKER, METRICS, REPORT, STAGES_DIR, SUMMARY_FILE, VERSIONS_FILE
 from .rundir import RunDir, package_versions, read_json, write_json, write_text
 from .stages import STAGES, Stage, StageContext
@@ -120,6 +120,7 @@ def _run_stages(cfg: RunConfig, run: RunDir, client: Any, stages: Sequence[Stage
             except Exception as sync_error:   # the stage's own error is the one to show
                 log.warning("%s: could not sync the failed stage's files: %s", copy.url, sync_error)
             raise
+        release_worker_memory(client)   # stages hand each other files: what workers hold now is retained heap
         run.mark_done(stage.name, outputs, seconds, info)
         status.mark_finished(run.root, stage.name)
         summary["stages"][stage.name] = run.stage_record(stage.name)

@@ -252,7 +252,11 @@ def map_large_allocations(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     """Give every allocation of `threshold` bytes or more its own mapping, returned to the OS when freed (glibc's
     mallopt; False where there is none). By default glibc raises that threshold to 32 MiB as large blocks are freed,
     so the train stage's per-row temporaries (scoring chunks, weights, preflight codes) land on a heap that never
-    shrinks: measured +0.4 GB of resident memory at 0.5 M shown results. Numbers computed are unchanged."""
+    shrinks: measured +0.4 GB of resident memory at 0.5 M shown results. Arrow's buffers (the partitions the stage
+    reads) go to the same allocator: its default mimalloc pool kept 0.43 GB of freed pages after reading BAL's
+    columns of 20 M rows (0.86 GB of arrays), glibc's none. Numbers computed are unchanged."""
+    import pyarrow as pa
+    pa.set_memory_pool(pa.system_memory_pool())
     import ctypes
     import ctypes.util
     try:
