@@ -127,8 +127,16 @@ def click_side_weights(loss: str, pair_weights: str, weights: np.ndarray, page_l
 def examination_by_position(page_logits: np.ndarray, positions: np.ndarray) -> dict[str, float]:
     """The click model's examination σ(v) averaged by position, relative to the first position: the position
     bias BAL learned, recorded every epoch so a user can read it (and a bench can hold it to the truth)."""
-    exam = pd.Series(expit(np.asarray(page_logits, np.float64))).groupby(positions).mean()
-    return {str(int(p)): round(float(e / exam.iloc[0]), 4) for p, e in exam.items()}
+    positions = np.asarray(positions)
+    levels = np.unique(positions)
+    sums, counts = np.zeros(len(levels)), np.zeros(len(levels), np.int64)
+    for start in range(0, len(positions), 1 << 20):                   # a chunk's temporaries, not the log's
+        where = np.searchsorted(levels, positions[start: start + (1 << 20)])
+        sums += np.bincount(where, expit(np.asarray(page_logits[start: start + (1 << 20)], np.float64)),
+                            minlength=len(levels))
+        counts += np.bincount(where, minlength=len(levels))
+    exam = sums / np.maximum(counts, 1)
+    return {str(int(p)): round(float(e / exam[0]), 4) for p, e in zip(levels, exam)}
 
 
 class StepClock:

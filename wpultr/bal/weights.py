@@ -75,9 +75,15 @@ def self_normalise(weights: np.ndarray) -> np.ndarray:
 
 
 def normalised_from_log(log_weights: np.ndarray) -> np.ndarray:
-    """exp(log_weights) scaled to mean 1, without overflow."""
+    """exp(log_weights) scaled to mean 1, without overflow (one new array, the steps in place)."""
     log_weights = np.asarray(log_weights, np.float64)
-    return self_normalise(np.exp(log_weights - log_weights.max()))
+    out = log_weights - log_weights.max()
+    np.exp(out, out=out)
+    mean = out.mean()
+    if not (np.isfinite(mean) and mean > 0):
+        raise ValueError(f"cannot self-normalise weights with mean {mean!r}")
+    out /= mean
+    return out
 
 
 def effective_sample_size(weights: np.ndarray) -> float:
@@ -98,12 +104,12 @@ def clip_cap(weights: np.ndarray, max_weight: float | None, quantile: float | No
     return max(min(caps), 1.0) if caps else None
 
 
-def clip_and_normalise(weights: np.ndarray, cap: float | None) -> tuple[np.ndarray, np.ndarray]:
+def clip_and_normalise(weights: np.ndarray, cap: float | None, in_place: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Mean-1 weights with none above `cap`: min(s·w, cap) with s solved so the mean is exactly 1.
 
     Returns (weights, clipped mask). Rows below the cap keep their ratios to each other. A cap of
     1 makes every weight 1; a cap below n / (number of positive weights) is impossible with mean 1
-    and raises.
+    and raises. `in_place` (a float64 array the caller gives up) writes the result into `weights`.
     """
     w = np.asarray(weights, np.float64)
     n = w.size
@@ -119,7 +125,10 @@ def clip_and_normalise(weights: np.ndarray, cap: float | None) -> tuple[np.ndarr
     if n_positive * cap < n * (1.0 - 1e-12):
         raise ValueError(f"cap {cap!r} is too low: only {n_positive} of {n} weights are positive, so mean-1 "
                          f"weights need a cap of at least {n / n_positive!r}")
-    w = w / w.max()                                                   # scale-free; keeps the sums below overflow
+    if in_place and w is weights:
+        w /= w.max()                                                  # scale-free; keeps the sums below overflow
+    else:
+        w = w / w.max()
     solved = _clip_by_fixed_point(w, cap)
     if solved is None:                                                # adversarial tail: the sorted solve
         return _clip_sorted(w, cap)
@@ -127,7 +136,9 @@ def clip_and_normalise(weights: np.ndarray, cap: float | None) -> tuple[np.ndarr
     if scale is None:                                                 # cap · n_positive = n: every positive row at the cap
         positive = w > 0
         return np.where(positive, cap, 0.0), positive
-    return np.where(clipped, cap, scale * w), clipped
+    w *= scale                                                        # w is this function's own array by now
+    w[clipped] = cap
+    return w, clipped
 
 
 def _clip_by_fixed_point(w: np.ndarray, cap: float, max_rounds: int = 64
@@ -281,28 +292,26 @@ def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureI
     """w = Π_i w_i over the confounded features (Eq. 10), self-normalised and clipped, per row of nodes_df.
 
     The densities are evaluated `chunk_rows` rows at a time (their design matrices and class probabilities are
-    several times a row's own size); the permutations are drawn over all rows first, so the weights are the
-    same numbers at any chunk size."""
+    several times a row's own size). A permutation numerator draws r̂ from the rows of the same chunk, as the paper
+    draws it from the batch: K permutations of each chunk (one pass over all rows when they fit one chunk), never
+    an index per row of the whole log. The per-row arrays past the densities are one log weight per feature, their
+    sum (the same array for one feature) and the weights, each computed in place."""
     config = config or WeightConfig()
     rng = np.random.default_rng(seed)
     n = len(nodes_df)
     per_feature: dict[str, np.ndarray] = {}
     info: dict[str, dict[str, Any]] = {}
     for name, est in estimators.items():
-        orders, source = None, None
-        if est.numerator is None:
-            permutations = config.permutations_for(n)
-            orders = [rng.permutation(n) for _ in range(permutations)]
-            source = nodes_df[RELEVANCE_SCORE].to_numpy() if RELEVANCE_SCORE in nodes_df.columns else None
+        permutations = config.permutations_for(n) if est.numerator is None else 0
         lw = np.empty(n, dtype=np.float64)
         for start in range(0, n, chunk_rows):
             chunk = nodes_df.iloc[start: start + chunk_rows]
             log_den = est.denominator.log_prob(chunk)                       # influence score p(x | r̂, m), Eq. 6–7
-            if orders is None:
+            if est.numerator is not None:
                 log_num = est.numerator.log_prob(chunk)                     # p(x) (case 1) or p(x | m)
-            else:
-                log_num = permutation_log_numerator(est, chunk, [o[start: start + chunk_rows] for o in orders],
-                                                    source)
+            else:                                                           # case 2: r̂ from the chunk's own rows
+                log_num = permutation_log_numerator(est, chunk, [rng.permutation(len(chunk))
+                                                                 for _ in range(permutations)])
             lw[start: start + len(chunk)] = feature_log_weight(log_num, log_den)   # Eq. 8–9 / case 2
             bad = ~np.isfinite(lw[start: start + len(chunk)])
             if bad.any():
@@ -314,13 +323,16 @@ def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureI
                       "numerator": "model" if est.numerator is not None else "permutation"}
         if est.numerator is None:
             info[name]["n_permutations"] = permutations
-    log_w = total_log_weight(per_feature, n)                                # Eq. 10: w = Π_i w_i
+            if n > chunk_rows:
+                info[name]["permuted_within_rows"] = chunk_rows
+    log_w = next(iter(per_feature.values())) if len(per_feature) == 1 else total_log_weight(per_feature, n)  # Eq. 10
     if n == 0:
         return ImportanceWeights(np.zeros(0), log_w, per_feature, np.zeros(0, dtype=bool), None, info)
     normalised = normalised_from_log(log_w)
     cap = clip_cap(normalised, config.max_weight, config.clip_quantile)
     if cap is not None and np.count_nonzero(normalised) * cap < n:     # a spread beyond exp's range
+        del normalised
         weights, clipped = clip_and_normalise_log(log_w, cap)
     else:
-        weights, clipped = clip_and_normalise(normalised, cap)
+        weights, clipped = clip_and_normalise(normalised, cap, in_place=True)
     return ImportanceWeights(weights, log_w, per_feature, clipped, cap, info)
