@@ -376,13 +376,10 @@ class ConditionalDensity:
         y = torch.as_tensor(targets, dtype=torch.float64)
         return (gaussian_log_prob(y, *params) - math.log(self.target_scale_)).numpy()   # Jacobian of standardising
 
-    def log_prob_permuted(self, nodes_df: pd.DataFrame, parent: str, orders: Sequence[np.ndarray],
-                          source: np.ndarray | None = None) -> np.ndarray:
-        """(len(orders), rows): log p(x | parents) with the numeric parent's column replaced by
-        `source[order]` for each order — the same numbers as `log_prob` on such copies of `nodes_df`, with
-        the design matrix and targets built once instead of once per order (BAL's permutation numerator).
-        `source` is the parent's column to draw from (default: `nodes_df`'s own), so that a chunk of rows can
-        draw from every row's."""
+    def log_prob_permuted(self, nodes_df: pd.DataFrame, parent: str, orders: Sequence[np.ndarray]) -> np.ndarray:
+        """(len(orders), rows): log p(x | parents) with the numeric parent's column replaced by its values in
+        each order — the same numbers as `log_prob` on such copies of `nodes_df`, with the design matrix and
+        targets built once instead of once per order (BAL's permutation numerator)."""
         self._check_fitted()
         if parent not in self.numeric_parents:
             raise ValueError(f"{parent!r} is not a numeric parent of {self._what()}")
@@ -392,7 +389,7 @@ class ConditionalDensity:
             return np.stack([row] * len(orders))
         inputs = self._inputs(nodes_df)
         j = self.numeric_parents.index(parent)
-        column = _numeric_column(nodes_df, parent, self._what()) if source is None else source
+        column = _numeric_column(nodes_df, parent, self._what())
         out = []
         for order in orders:                        # the elementwise standardisation of `_inputs`, on the drawn rows
             inputs[:, j] = (np.asarray(column[order], np.float64) - self.input_mean_[j]) / self.input_scale_[j]

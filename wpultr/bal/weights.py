@@ -233,13 +233,13 @@ def log_weight_summary(log_weights: np.ndarray) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------
 # Applying the fitted estimators
 # ---------------------------------------------------------------------------------------------
-def permutation_log_numerator(estimator: FeatureInfluence, nodes_df: pd.DataFrame, orders: Sequence[np.ndarray],
-                              source: np.ndarray | None = None) -> np.ndarray:
+def permutation_log_numerator(estimator: FeatureInfluence, nodes_df: pd.DataFrame, orders: Sequence[np.ndarray]
+                              ) -> np.ndarray:
     """log (1/K) Σ_k p(x | r̂_{π_k}, m): r̂ marginalised over the batch's own relevance scores (§3.2); `orders`
-    are the K permutations' entries for these rows, drawn over `source` (all rows' r̂; default: these rows')."""
+    are K permutations of these rows."""
     if RELEVANCE_SCORE not in nodes_df.columns:
         raise KeyError(f"column {RELEVANCE_SCORE!r} is missing; present: {list(nodes_df.columns)}")
-    return log_mean_exp(estimator.denominator.log_prob_permuted(nodes_df, RELEVANCE_SCORE, orders, source), axis=0)
+    return log_mean_exp(estimator.denominator.log_prob_permuted(nodes_df, RELEVANCE_SCORE, orders), axis=0)
 
 
 @dataclass
