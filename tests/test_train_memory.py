@@ -174,11 +174,12 @@ def test_the_train_stage_hands_freed_large_blocks_back_to_the_os():
 
 def _retain_freed_blocks() -> int:
     """In a Dask worker: free 190 MiB of 64 KiB blocks that a task thread allocated, every 50th pinned by a small live
-    block (a stage's temporaries): they stay on that thread's glibc arena. Returns the worker's resident bytes."""
+    block (a stage's temporaries): they stay on that thread's glibc arena. Returns the resident bytes they added."""
     import threading
     import numpy
     import psutil
     pins = globals().setdefault("_pins", [])
+    start = psutil.Process().memory_info().rss
 
     def task() -> None:
         blocks = []
@@ -190,16 +191,16 @@ def _retain_freed_blocks() -> int:
     thread = threading.Thread(target=task)
     thread.start()
     thread.join()
-    return psutil.Process().memory_info().rss
+    return psutil.Process().memory_info().rss - start
 
 
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's malloc_trim")
 def test_workers_hand_their_freed_heap_back_between_stages(dask_client):
     from wpultr.pipeline.cluster import release_worker_memory
-    before = sum(dask_client.run(_retain_freed_blocks).values())
+    retained = sum(dask_client.run(_retain_freed_blocks).values())
+    assert retained >= 100 << 20                       # of 2 x 190 MiB freed; a reused arena may hold less
     released = release_worker_memory(dask_client)
-    after = sum(dask_client.run(lambda: __import__("psutil").Process().memory_info().rss).values())
-    assert released >= 200 << 20 and before - after >= 200 << 20          # of about 2 x 190 MiB
+    assert released >= 0.6 * retained
 
 
 @pytest.mark.parametrize("query_ids", ["text", "integers"])
