@@ -218,7 +218,15 @@ def pair_codes(first: Sequence | np.ndarray | pd.Series, second: Sequence | np.n
     return pd.factorize(a * (int(b.max(initial=-1)) + 1) + b)[0]
 
 
-def query_document_pairs(df: pd.DataFrame, chunk_rows: int = 1 << 20) -> np.ndarray:
+CHUNK_ROWS = 1 << 20   # rows a pass over a whole log handles at once: its temporaries are a chunk's, not the log's
+
+
+def row_spans(n_rows: int, chunk_rows: int = CHUNK_ROWS) -> list[slice]:
+    """Consecutive slices of at most `chunk_rows` rows covering 0..n_rows."""
+    return [slice(start, start + chunk_rows) for start in range(0, n_rows, chunk_rows)]
+
+
+def query_document_pairs(df: pd.DataFrame, chunk_rows: int = CHUNK_ROWS) -> np.ndarray:
     """Codes 0..n-1 of each row's (query_id, doc_id): the same document shown for the same query in another
     session is the same pair. What intervention harvesting and BAL's document effects group impressions by.
 
@@ -234,13 +242,13 @@ def query_document_pairs(df: pd.DataFrame, chunk_rows: int = 1 << 20) -> np.ndar
         return pair_codes(query, doc)
     seen = pd.Index(np.zeros(0, np.int64))
     out = np.empty(len(df), dtype=np.int64)
-    for start in range(0, len(df), chunk_rows):
-        key = (query[start: start + chunk_rows].astype(np.int64) - low_q) * width + (doc[start: start + chunk_rows] - low_d)
+    for span in row_spans(len(df), chunk_rows):
+        key = (query[span].astype(np.int64) - low_q) * width + (doc[span] - low_d)
         fresh = pd.unique(key)
         fresh = fresh[~pd.Index(fresh).isin(seen)]
         if len(fresh):
             seen = seen.append(pd.Index(fresh))
-        out[start: start + len(key)] = seen.get_indexer(key)
+        out[span] = seen.get_indexer(key)
     return out
 
 

@@ -49,7 +49,8 @@ from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
 from ..methods.base import FitResult
 from ..methods.losses import weighted_softmax_loss
 from ..methods.training import Trainer, build_ranker
-from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature
+from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, \
+    row_spans
 from .biases import BiasReport, identify_biases
 from .click_model import ClickModel, page_inputs, ranker_loss, skipped_irrelevance
 from .influence import FeatureInfluence, fit_influence_estimators
@@ -130,10 +131,9 @@ def examination_by_position(page_logits: np.ndarray, positions: np.ndarray) -> d
     positions = np.asarray(positions)
     levels = np.unique(positions)
     sums, counts = np.zeros(len(levels)), np.zeros(len(levels), np.int64)
-    for start in range(0, len(positions), 1 << 20):                   # a chunk's temporaries, not the log's
-        where = np.searchsorted(levels, positions[start: start + (1 << 20)])
-        sums += np.bincount(where, expit(np.asarray(page_logits[start: start + (1 << 20)], np.float64)),
-                            minlength=len(levels))
+    for span in row_spans(len(positions)):                            # a chunk's temporaries, not the log's
+        where = np.searchsorted(levels, positions[span])
+        sums += np.bincount(where, expit(np.asarray(page_logits[span], np.float64)), minlength=len(levels))
         counts += np.bincount(where, minlength=len(levels))
     exam = sums / np.maximum(counts, 1)
     return {str(int(p)): round(float(e / exam[0]), 4) for p, e in zip(levels, exam)}

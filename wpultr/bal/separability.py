@@ -21,10 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..schema import DOC_ID, QUERY_ID, FeatureKind, PageFeature, query_document_pairs
-
-
-CHUNK_ROWS = 1 << 20    # rows `within_document_share` reads at once: its per-row temporaries stay a chunk's
+from ..schema import CHUNK_ROWS, DOC_ID, QUERY_ID, FeatureKind, PageFeature, query_document_pairs, row_spans
 
 
 def within_document_share(pairs: np.ndarray, values: np.ndarray, categorical: bool,
@@ -36,7 +33,7 @@ def within_document_share(pairs: np.ndarray, values: np.ndarray, categorical: bo
     n = len(pairs)
     if n == 0:
         return 0.0
-    spans = [slice(i, i + chunk_rows) for i in range(0, n, chunk_rows)]
+    spans = row_spans(n, chunk_rows)
     n_pairs = int(max(int(np.max(pairs[s])) for s in spans)) + 1
     counts = sum(np.bincount(pairs[s], minlength=n_pairs) for s in spans)
     if categorical:          # Σ_j SS_j of the indicators, from the (pair, level) counts c_pj, never a one-hot matrix

@@ -30,12 +30,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..schema import RELEVANCE_SCORE
+from ..schema import CHUNK_ROWS, RELEVANCE_SCORE
 from .influence import FeatureInfluence
 from .weighting_config import WeightConfig
 
-CHUNK_ROWS = 1 << 20    # rows whose densities are evaluated at once (`importance_weights`): a multiple of
-#                         influence._PREDICT_CHUNK, so the network sees the batches one pass over all rows would
+# `importance_weights` evaluates the densities schema.CHUNK_ROWS rows at a time: a multiple of influence._PREDICT_CHUNK,
+# so the network sees the batches one pass over all rows would
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from safetensors.numpy import load_file, save_file
 
-from ..schema import SESSION_ID, FeatureKind, PageFeature, SchemaError
+from ..schema import CHUNK_ROWS, SESSION_ID, FeatureKind, PageFeature, SchemaError
 from .bradley_terry import BradleyTerryEncoder, PairCounts, pair_counts
 
 UNKNOWN_CODE = 0
@@ -203,9 +203,6 @@ def one_hot(codes: np.ndarray) -> np.ndarray:
     return (inverse.ravel()[:, None] == np.arange(present.size)[None, :]).astype(np.float64)
 
 
-FIT_CHUNK_ROWS = 1 << 20
-
-
 def session_spans(X: pd.DataFrame, chunk_rows: int) -> list[slice]:
     """Row ranges of about `chunk_rows` rows that each hold whole sessions (the Bradley–Terry counts pair results
     within a session); one range for a table of at most `chunk_rows` rows, without a session_id, or whose sessions
@@ -255,7 +252,7 @@ class PageFeatureEncoder:
     def merge_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         return {name: a[name].merge(b[name]) for name in a}
 
-    def fit(self, X: pd.DataFrame, y: Any = None, chunk_rows: int = FIT_CHUNK_ROWS) -> "PageFeatureEncoder":
+    def fit(self, X: pd.DataFrame, y: Any = None, chunk_rows: int = CHUNK_ROWS) -> "PageFeatureEncoder":
         """Fitted on `X`'s statistics, summarised about `chunk_rows` rows (whole sessions) at a time and merged:
         the same statistics as one pass (sums of counts; moments to float rounding), a chunk's temporaries."""
         summary = None
@@ -274,7 +271,7 @@ class PageFeatureEncoder:
         self.encoders_ = encoders
         return self
 
-    def transform(self, X: pd.DataFrame, chunk_rows: int = FIT_CHUNK_ROWS) -> pd.DataFrame:
+    def transform(self, X: pd.DataFrame, chunk_rows: int = CHUNK_ROWS) -> pd.DataFrame:
         """One numeric column per page feature: float64 scores/standardised values, int64 category codes;
         `chunk_rows` rows at a time into the columns (each value is its row's alone: the same numbers)."""
         if len(X) <= chunk_rows:

@@ -18,12 +18,11 @@ from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
 from ..errors import SchemaError
-from ..schema import ABSTRACT_TOKENS, CLICK, DOC_ID, FEATURES, QUERY_ID, TITLE_TOKENS, ids_as_text, pair_codes
+from ..schema import ABSTRACT_TOKENS, CHUNK_ROWS, CLICK, DOC_ID, FEATURES, QUERY_ID, TITLE_TOKENS, ids_as_text, pair_codes
 
 DOC = "doc"   # column of `IdentifiabilityGraph.pairs`: the document's code
 DOC_KEY = "_document"     # `condensed_impressions`' identity of a document in a log without doc_id
 IMPRESSIONS = "impressions"
-CONDENSE_ROWS = 1 << 20   # rows `condensed_impressions` groups at once
 
 
 @dataclass
@@ -107,7 +106,7 @@ def document_key(frame: pd.DataFrame) -> pd.Series:
                       f"{TITLE_TOKENS!r} + {ABSTRACT_TOKENS!r}); present: {list(frame.columns)}")
 
 
-def condensed_impressions(frame: pd.DataFrame, factors: Sequence[str], chunk_rows: int = CONDENSE_ROWS
+def condensed_impressions(frame: pd.DataFrame, factors: Sequence[str], chunk_rows: int = CHUNK_ROWS
                           ) -> pd.DataFrame:
     """One row per distinct (document, bias factors) of `frame` with its impressions and clicks, in order of first
     appearance: all the IG reads of a log. Built `chunk_rows` rows at a time and merged, so a log of tens of millions

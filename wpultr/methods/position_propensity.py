@@ -32,7 +32,8 @@ import pandas as pd
 
 from ..config import BaselinesConfig
 from ..errors import ConfigError
-from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, SchemaError, query_document_pairs
+from ..schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, SchemaError, query_document_pairs, \
+    row_spans
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -227,16 +228,15 @@ def shown_at_several_positions(pairs: np.ndarray, positions: np.ndarray) -> np.n
     return positions_per_pair(pairs, positions)[pairs] >= 2
 
 
-def positions_per_pair(pairs: np.ndarray, positions: np.ndarray, chunk_rows: int = 1 << 20) -> np.ndarray:
+def positions_per_pair(pairs: np.ndarray, positions: np.ndarray, chunk_rows: int = CHUNK_ROWS) -> np.ndarray:
     """How many distinct positions each pair code 0..P-1 was shown at, from the distinct (pair, position)
     combinations of `chunk_rows` rows at a time (never a group-by of the whole log)."""
     pairs, positions = np.asarray(pairs), np.asarray(positions)
     if not len(pairs):
         return np.zeros(0, np.int64)
     combos = []
-    for start in range(0, len(pairs), chunk_rows):
-        chunk = pd.DataFrame({"pair": pairs[start: start + chunk_rows], "position": positions[start: start + chunk_rows]})
-        combos.append(chunk.drop_duplicates())
+    for span in row_spans(len(pairs), chunk_rows):
+        combos.append(pd.DataFrame({"pair": pairs[span], "position": positions[span]}).drop_duplicates())
     distinct = pd.concat(combos, ignore_index=True).drop_duplicates()
     return np.bincount(distinct["pair"].to_numpy(np.int64), minlength=int(pairs.max()) + 1)
 
@@ -246,8 +246,7 @@ def share_shown_at_several_positions(pairs: np.ndarray, positions: np.ndarray) -
     if not len(pairs):
         return float("nan")
     several = positions_per_pair(pairs, positions) >= 2
-    impressions = sum(np.bincount(np.asarray(pairs[s]), minlength=len(several))
-                      for s in (slice(i, i + (1 << 20)) for i in range(0, len(pairs), 1 << 20)))
+    impressions = sum(np.bincount(np.asarray(pairs[s]), minlength=len(several)) for s in row_spans(len(pairs)))
     return float(impressions[several].sum()) / len(pairs)
 
 
