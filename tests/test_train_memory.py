@@ -296,3 +296,26 @@ def test_within_document_share_is_the_same_in_chunks(categorical, n_pairs):
     assert 0.0 < whole < 1.0
     for size in (1, 333, 4999):
         assert within_document_share(pairs, values, categorical, chunk_rows=size) == pytest.approx(whole, rel=1e-9)
+
+
+def test_training_rows_built_by_consuming_the_frame_are_the_same():
+    """A streamed BAL fit hands its column frame to `TrainingRows.build(consume=True)`: the ids go once coded and
+    each page feature's column once encoded (the frame and the rows are never both whole), to the same rows."""
+    from wpultr.bal.rows import TrainingRows
+    frame = _sessions_log(400, 9).assign(media_type=lambda f: f["media_type"].fillna(9.0))
+    cfg = config_from_dict({"seed": 4, "train": {"method": "bal"},
+                            "data": {"page_features": {"position": "ordinal", "media_type": "categorical",
+                                                       "height": "continuous"}},
+                            "discovery": {"n_sessions": 50}, "bal": {"click_model": {"document_effects": True}}})
+    kept = TrainingRows.build(frame.copy(), cfg)
+    consumed = frame.copy()
+    lean = TrainingRows.build(consumed, cfg, consume=True)
+    assert list(consumed.columns) == [CLICK]                    # every column BAL encoded or coded is gone
+    pd.testing.assert_frame_equal(lean.nodes, kept.nodes)
+    for name in ("clicks", "positions", "pairs"):
+        np.testing.assert_array_equal(getattr(lean, name), getattr(kept, name))
+    np.testing.assert_array_equal(lean.graph_rows.kci, kept.graph_rows.kci)
+    assert lean.separable.to_dict() == kept.separable.to_dict() and lean.document_effects == kept.document_effects
+    assert np.shares_memory(lean.clicks, lean.nodes[CLICK].to_numpy())    # one copy of the clicks
+    nodes, r = lean.with_scores(np.arange(len(frame), dtype=np.float32))
+    assert np.shares_memory(r, nodes["relevance_score"].to_numpy()) and r[5] == 5.0

@@ -10,9 +10,9 @@ from scipy.stats import norm
 
 from wpultr.bal.biases import BiasReport, ConfoundedFeature
 from wpultr.bal.influence import FeatureInfluence, InfluenceConfig, fit_influence_estimators
-from wpultr.bal.weights import (WeightConfig, clip_and_normalise, clip_and_normalise_log, clip_cap,
+from wpultr.bal.weights import (WeightConfig, clip_and_normalise, clip_and_normalise_log, clip_cap, log_weight_summary,
                                 effective_sample_size, feature_log_weight, importance_weights, log_mean_exp,
-                                normalised_from_log, self_normalise, total_log_weight)
+                                normalised_from_log, self_normalise)
 from wpultr.schema import RELEVANCE_SCORE
 
 R = RELEVANCE_SCORE
@@ -67,7 +67,9 @@ def test_case1_reweighting_makes_x_independent_of_relevance(case1):
 
 def test_case1_weights_match_the_analytic_ratio(case1):
     _, result, true_log_w = case1
-    assert result.features["x"] == {"case": 1, "parents": [R], "numerator": "model"}
+    assert {k: v for k, v in result.features["x"].items() if k != "log_weight"} == {"case": 1, "parents": [R],
+                                                                                  "numerator": "model"}
+    assert result.features["x"]["log_weight"] == log_weight_summary(result.feature_log_weights["x"])
     assert np.corrcoef(result.feature_log_weights["x"], true_log_w)[0, 1] > 0.95
     unclipped = ~result.clipped
     assert np.corrcoef(result.weights[unclipped], np.exp(true_log_w[unclipped]))[0, 1] > 0.9
@@ -198,9 +200,6 @@ def test_no_confounded_features_gives_unit_weights():
 # ---------------------------------------------------------------------------------------------
 def test_log_ratio_sum_and_log_mean_exp():
     np.testing.assert_allclose(feature_log_weight([0.0, -1.0], [-1.0, -1.0]), [1.0, 0.0])
-    np.testing.assert_allclose(total_log_weight({"a": np.array([1.0, 2.0]), "b": np.array([0.5, -2.0])}, 2), [1.5, 0.0])
-    with pytest.raises(ValueError, match="'a'"):
-        total_log_weight({"a": np.zeros(3)}, 2)
     a = np.array([[1000.0, -5.0], [1000.0 + np.log(3.0), -7.0]])
     np.testing.assert_allclose(log_mean_exp(a, 0), [1000.0 + np.log(2.0), np.log((np.exp(-5) + np.exp(-7)) / 2)])
 
@@ -332,6 +331,63 @@ def test_a_spread_beyond_exps_range_is_clipped_in_log_space():
         np.testing.assert_array_equal(logged[1], linear[1])
     df = pd.DataFrame({R: np.zeros(4)})                                   # importance_weights takes that path itself
     assert importance_weights(df, {}).weights.tolist() == [1.0] * 4
+
+
+@pytest.mark.parametrize("chunk", [997, 1 << 20])
+def test_the_log_space_fixed_point_equals_the_sorted_log_solve(chunk):
+    """`clip_and_normalise_log` solves by a few passes over chunks of rows (no sort of every row, no per-row
+    temporaries of the log's size); the sorted solve gives the same weights and clipped rows, wild spreads included."""
+    from wpultr.bal.weights import _clip_log_by_fixed_point, _clip_sorted_log
+    rng = np.random.default_rng(11)
+    for sigma, cap in ((1.0, 5.0), (3.0, 20.0), (6.0, 20.0), (2.0, 1.3)):
+        lw = rng.normal(scale=sigma, size=20_000)
+        lw[rng.choice(lw.size, 5, replace=False)] += rng.uniform(800.0, 5000.0, 5)   # beyond exp's range
+        lw[:40] -= 4000.0                                                               # and far below it
+        assert _clip_log_by_fixed_point(lw, cap, chunk) is not None                  # solved without the sort
+        fast, fast_clipped = clip_and_normalise_log(lw, cap, chunk)
+        slow, slow_clipped = _clip_sorted_log(lw, cap)
+        np.testing.assert_allclose(fast, slow, rtol=1e-10, atol=1e-300)
+        np.testing.assert_array_equal(fast_clipped, slow_clipped)
+        assert fast.mean() == pytest.approx(1.0, rel=1e-12) and fast.max() <= cap
+    ones, all_clipped = clip_and_normalise_log(rng.normal(size=50), 1.0, chunk)
+    assert ones.tolist() == [1.0] * 50 and all_clipped.all()
+
+
+def test_the_log_space_solve_hands_a_slow_tail_to_the_sort():
+    """A geometric tail (one more row clipped per round) makes the fixed point hand over; the answer is the sort's."""
+    from wpultr.bal.weights import _clip_log_by_fixed_point, _clip_sorted_log
+    lw = np.log(np.concatenate([np.ones(1000), 1.05 ** np.arange(200)]))
+    assert _clip_log_by_fixed_point(lw, 1.2, 64, max_rounds=3) is None
+    out, clipped = clip_and_normalise_log(lw, 1.2, 64)
+    ref, ref_clipped = _clip_sorted_log(lw, 1.2)
+    np.testing.assert_allclose(out, ref, rtol=1e-10)
+    np.testing.assert_array_equal(clipped, ref_clipped)
+
+
+def test_weights_without_the_feature_arrays_are_the_same():
+    """BAL's epochs let each feature's log weights go once summed and summarised (`keep_feature_log_weights`):
+    the weights, the total and every diagnostic are those of the run that keeps them; Kish's ESS from the logs by
+    chunks is the one of the exponentiated weights."""
+    from wpultr.bal.weights import effective_sample_size_log
+    rng = np.random.default_rng(5)
+    n = 2000
+    r = rng.normal(size=n)
+    df = pd.DataFrame({R: r.astype(np.float32), "m": rng.normal(size=n)})
+    df["a"] = r + rng.normal(size=n)
+    df["b"] = 0.5 * r + df["m"] + rng.normal(size=n)
+    report = BiasReport((ConfoundedFeature("a", (R,), 1), ConfoundedFeature("b", (R, "m"), 2)), ("a", "b"), (R,))
+    est = fit_influence_estimators(df, report, {"a": "continuous", "b": "continuous", "m": "continuous"},
+                                   InfluenceConfig(epochs=3), seed=0)
+    config = WeightConfig(n_permutations=2, max_weight=5)
+    kept = importance_weights(df, est, config, seed=1)
+    lean = importance_weights(df, est, config, seed=1, keep_feature_log_weights=False)
+    assert set(kept.feature_log_weights) == {"a", "b"} and lean.feature_log_weights == {}
+    np.testing.assert_array_equal(lean.weights, kept.weights)
+    np.testing.assert_array_equal(lean.log_weights, kept.feature_log_weights["a"] + kept.feature_log_weights["b"])
+    assert lean.to_dict() == kept.to_dict()
+    assert kept.to_dict()["features"]["b"]["log_weight"]["max"] == kept.feature_log_weights["b"].max()
+    assert effective_sample_size_log(kept.log_weights) == pytest.approx(
+        effective_sample_size(normalised_from_log(kept.log_weights)), rel=1e-12)
 
 
 class _Density:

@@ -192,7 +192,7 @@ class BAL:
                              codes=(QUERY_ID, DOC_ID))
         if prepare is not None:
             table = prepare(table)
-        rows = TrainingRows.build(table, config)
+        rows = TrainingRows.build(table, config, consume=True)   # drops the frame's columns as it encodes them
         del table                                # the rows hold all BAL reads of it
         return self.epochs(streaming_trainer(directory, valid, config), rows, config)
 
@@ -209,9 +209,8 @@ class BAL:
             start = time.perf_counter()
             clock = StepClock()
             seed = config.seed * 1000 + k
-            r = (trainer.train_scores() if boosted else trainer.train_scores(scoring_rows(config))  # step 1
-                 ).astype(np.float32, copy=False)
-            nodes = rows.with_scores(r)
+            nodes, r = rows.with_scores((trainer.train_scores() if boosted                          # step 1
+                                         else trainer.train_scores(scoring_rows(config))).astype(np.float32, copy=False))
             clock.lap("score")
             graph, reuse = self.graph(nodes, features, config, client, rows.graph_rows, reuse)   # step 2
             graph.meta["epoch"] = k
@@ -238,11 +237,13 @@ class BAL:
                 stats = self.boost_ranker(trainer, click_model, page_logits, weights, config.train.loss, skip)
             elif reweighted:                                                # listwise: lambdarank is the booster's
                 extras = {WEIGHTS: trainer.per_row(weights.astype(np.float32, copy=False))}
+                del weights                                                 # the step reads the float32 copy
                 stats = trainer.epoch(lambda s, b: weighted_softmax_loss(s, b.clicks, b.mask, b.extras[WEIGHTS]),
                                       extras)
             else:
                 extras = {WEIGHTS: trainer.per_row(weights.astype(np.float32, copy=False)),
                           PAGE_LOGITS: trainer.per_row(page_logits.astype(np.float32, copy=False))}
+                del weights                                                 # the step reads the float32 copy
                 stats = trainer.epoch(lambda s, b: ranker_loss(click_model, s, b.extras[PAGE_LOGITS], b.clicks,
                                                                b.extras[WEIGHTS], b.mask), extras)
             clock.lap("ranker")
@@ -356,7 +357,7 @@ class BAL:
                                               {k: FeatureKind(v) for k, v in kinds.items()}, config.bal.influence,
                                               seed, n_categories, previous=previous)
         clock.lap("fit")
-        result = importance_weights(nodes, estimators, config.bal.weights, seed)
+        result = importance_weights(nodes, estimators, config.bal.weights, seed, keep_feature_log_weights=False)
         clock.lap("apply")
         info = result.to_dict()
         info["seconds"] = clock.laps

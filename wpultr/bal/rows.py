@@ -100,7 +100,7 @@ class TrainingRows:
     kinds: dict[str, str]                      # feature → ordinal | continuous | categorical
     n_categories: dict[str, int]               # categorical feature → codes (vocabulary + unknown)
     nodes: pd.DataFrame                        # encoded page features, r̂, c: the graph's variables per row
-    clicks: np.ndarray                         # float32
+    clicks: np.ndarray                         # float32: the nodes' click column itself (read-only)
     positions: np.ndarray
     graph_rows: GraphRows | None               # None for a fixed-graph variant (`bal.graph`)
     pairs: np.ndarray | None                   # (query, document) codes of the click model's document effects
@@ -108,29 +108,37 @@ class TrainingRows:
     separable: Separability
 
     @classmethod
-    def build(cls, train: pd.DataFrame, config: "RunConfig") -> "TrainingRows":
-        """From the sessions' ids, position, click and page-feature columns (rows in training order)."""
+    def build(cls, train: pd.DataFrame, config: "RunConfig", consume: bool = False) -> "TrainingRows":
+        """From the sessions' ids, position, click and page-feature columns (rows in training order).
+
+        `consume` (a streamed fit, whose frame holds nothing else): the id columns are dropped from `train` once
+        their last user is done, before the encoded columns are allocated, and each page feature's column once it
+        is encoded, so the frame and the rows are never both whole in memory."""
         features = bal_features(config)
         encoder = PageFeatureEncoder(features, config.discovery.preprocess).fit(train)
-        clicks = train[CLICK].to_numpy(np.float32)
-        nodes = encoder.transform(train)
-        nodes[RELEVANCE_SCORE] = np.zeros(len(nodes), np.float32)      # r̂: replaced every epoch
-        nodes[CLICK] = clicks
+        graph_rows = GraphRows.draw(train, config) if config.bal.graph == "discovered" else None
         codes = None
         if {QUERY_ID, DOC_ID} <= set(train.columns):                 # sorted once, for both users
             codes = query_document_pairs(train)
             if len(codes) and codes.max() < np.iinfo(np.int32).max:
                 codes = codes.astype(np.int32)
         pairs, document_effects = document_pairs(train, config, codes)
+        separable = separability(train, features, config.bal.min_within_document_share, codes)
+        if consume:
+            for column in (SESSION_ID, QUERY_ID, DOC_ID):
+                if column in train.columns:
+                    del train[column]
+        positions = train[POSITION].to_numpy()
+        nodes = encoder.transform(train, drop=consume)
+        nodes[RELEVANCE_SCORE] = np.zeros(len(nodes), np.float32)      # r̂: replaced every epoch
+        nodes[CLICK] = train[CLICK].to_numpy(np.float32)
         return cls(features, {f.name: f.kind.value for f in features},
                    {name: len(enc.vocabulary_) + 1 for name, enc in encoder.encoders_.items()
                     if isinstance(enc, CategoricalEncoder)},
-                   nodes, clicks, train[POSITION].to_numpy(),
-                   GraphRows.draw(train, config) if config.bal.graph == "discovered" else None,
-                   pairs, document_effects,
-                   separability(train, features, config.bal.min_within_document_share, codes))
+                   nodes, nodes[CLICK].to_numpy(), positions, graph_rows, pairs, document_effects, separable)
 
-    def with_scores(self, r: np.ndarray) -> pd.DataFrame:
-        """`nodes` with this epoch's r̂ (in place: the other columns never change)."""
+    def with_scores(self, r: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+        """`nodes` with this epoch's r̂ (in place: the other columns never change), and r̂ as the nodes' own
+        column (read-only): the caller can let its `r` go, one copy of r̂ is held."""
         self.nodes[RELEVANCE_SCORE] = r
-        return self.nodes
+        return self.nodes, self.nodes[RELEVANCE_SCORE].to_numpy()

@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..schema import CHUNK_ROWS, RELEVANCE_SCORE
+from ..schema import CHUNK_ROWS, RELEVANCE_SCORE, row_spans
 from .influence import FeatureInfluence
 from .weighting_config import WeightConfig
 
@@ -52,17 +52,6 @@ def log_mean_exp(a: np.ndarray, axis: int = 0) -> np.ndarray:
 def feature_log_weight(log_numerator: np.ndarray, log_denominator: np.ndarray) -> np.ndarray:
     """log w_x = log q(x | m) − log p(x | r̂, m): Eq. 8–9 (case 1, m empty) and case 2 of §3.2."""
     return np.asarray(log_numerator, np.float64) - np.asarray(log_denominator, np.float64)
-
-
-def total_log_weight(feature_log_weights: Mapping[str, np.ndarray], n_rows: int) -> np.ndarray:
-    """log w = Σ_i log w_i, the product over confounded features (Eq. 10)."""
-    total = np.zeros(n_rows, dtype=np.float64)
-    for name, lw in feature_log_weights.items():
-        lw = np.asarray(lw, np.float64)
-        if lw.shape != (n_rows,):
-            raise ValueError(f"log weights of {name!r} have shape {lw.shape}, expected ({n_rows},)")
-        total += lw
-    return total
 
 
 def self_normalise(weights: np.ndarray) -> np.ndarray:
@@ -87,11 +76,27 @@ def normalised_from_log(log_weights: np.ndarray) -> np.ndarray:
 
 
 def effective_sample_size(weights: np.ndarray) -> float:
-    """Kish's effective sample size (Σw)² / Σw²."""
+    """Kish's effective sample size (Σw)² / Σw² (Σw² by chunks: no square of every row at once)."""
     weights = np.asarray(weights, np.float64)
     if weights.size == 0:
         return 0.0
-    return float(weights.sum() ** 2 / np.sum(weights * weights))
+    squares = sum(float(np.sum(weights[span] * weights[span])) for span in row_spans(weights.size))
+    return float(weights.sum() ** 2 / squares)
+
+
+def effective_sample_size_log(log_weights: np.ndarray) -> float:
+    """Kish's effective sample size of exp(log_weights), from the logs by chunks: (Σe^(l−M))² / Σe^(2(l−M)),
+    M the largest log (the ratio is scale-free), without the weights of every row at once."""
+    lw = np.asarray(log_weights, np.float64)
+    if lw.size == 0:
+        return 0.0
+    top, total, squares = float(lw.max()), 0.0, 0.0
+    for span in row_spans(lw.size):
+        e = np.exp(lw[span] - top)
+        total += float(e.sum())
+        e *= e
+        squares += float(e.sum())
+    return total * total / squares
 
 
 def clip_cap(weights: np.ndarray, max_weight: float | None, quantile: float | None) -> float | None:
@@ -148,18 +153,20 @@ def _clip_by_fixed_point(w: np.ndarray, cap: float, max_rounds: int = 64
     O(n) passes on real weights, instead of a sort of every row). s is None when no unclipped mass is left;
     None after `max_rounds` (a tail built to add one row per round)."""
     n = w.size
-    clipped = np.zeros(n, dtype=bool)
+    clipped, now = np.zeros(n, dtype=bool), np.empty(n, dtype=bool)
+    spans = row_spans(n)                                              # a chunk's temporaries, not the log's
     k = 0
     for _ in range(max_rounds):
-        rest = w[~clipped].sum()
+        rest = sum(w[span][~clipped[span]].sum() for span in spans)
         if not rest > 0:
             return clipped, None
         scale = (n - k * cap) / rest
-        now = scale * w > cap * (1.0 + 1e-12)
-        k_now = int(now.sum())
+        for span in spans:
+            np.greater(scale * w[span], cap * (1.0 + 1e-12), out=now[span])
+        k_now = int(np.count_nonzero(now))
         if k_now == k:
             return clipped, scale
-        clipped, k = now, k_now
+        clipped, now, k = now, clipped, k_now
     return None
 
 
@@ -190,15 +197,78 @@ def _clip_sorted(w: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
     return out, clipped
 
 
-def clip_and_normalise_log(log_weights: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
+def clip_and_normalise_log(log_weights: np.ndarray, cap: float, chunk_rows: int = CHUNK_ROWS
+                           ) -> tuple[np.ndarray, np.ndarray]:
     """`clip_and_normalise` solved on log weights: for a spread beyond exp's range, where a few rows e^700 or more
     above the rest (a density near 0 in a denominator, met among tens of millions of rows) would leave every other
-    weight exactly 0 after `normalised_from_log` and no mean-1 solution under the cap. The rows sorted once, the
-    tails' mass by a running log-sum-exp; the same solution as the linear solve wherever that one is defined."""
+    weight exactly 0 after `normalised_from_log` and no mean-1 solution under the cap. The log-space twin of
+    `_clip_by_fixed_point`, a few passes of `chunk_rows` rows (the per-row arrays are the result and its mask);
+    the sorted solve (`_clip_sorted_log`) when the fixed point hands over. The same solution as the linear solve
+    wherever that one is defined."""
     lw = np.asarray(log_weights, np.float64)
-    n = lw.size
     if cap < 1.0:
         raise ValueError(f"cap {cap!r} is below 1: mean-1 weights cannot all lie under it")
+    solved = _clip_log_by_fixed_point(lw, cap, chunk_rows)
+    if solved is None:                                                    # adversarial tail: the sorted solve
+        return _clip_sorted_log(lw, cap)
+    threshold, log_scale = solved
+    n = lw.size
+    if log_scale is None:                                                 # cap 1: every row at the cap
+        return np.full(n, cap), np.ones(n, dtype=bool)
+    out, clipped = np.empty(n), np.empty(n, dtype=bool)
+    for span in row_spans(n, chunk_rows):
+        np.greater(lw[span], threshold, out=clipped[span])
+        with np.errstate(over="ignore"):                                  # the clipped rows: set to the cap below
+            np.minimum(np.exp(log_scale + lw[span]), cap, out=out[span])
+        out[span][clipped[span]] = cap
+    return out, clipped
+
+
+def _log_sum_exp_below(lw: np.ndarray, threshold: float, chunk_rows: int) -> float:
+    """log Σ e^l over the logs l ≤ threshold (−inf when there are none), by chunks."""
+    top = -np.inf
+    for span in row_spans(lw.size, chunk_rows):
+        part = lw[span]
+        kept = part[part <= threshold]
+        if kept.size:
+            top = max(top, float(kept.max()))
+    if not np.isfinite(top):
+        return -np.inf
+    total = 0.0
+    for span in row_spans(lw.size, chunk_rows):
+        part = lw[span]
+        total += float(np.exp(part[part <= threshold] - top).sum())
+    return top + float(np.log(total))
+
+
+def _clip_log_by_fixed_point(lw: np.ndarray, cap: float, chunk_rows: int, max_rounds: int = 64
+                             ) -> tuple[float, float | None] | None:
+    """(threshold, log s): the rows with log weight above the threshold sit at the cap, the others are s·e^l.
+    Iterates log s ← log(n − k·cap) − log Σ_unclipped e^l with k = #{l + log s > log cap}, as
+    `_clip_by_fixed_point` does on linear weights: s only grows, so the clipped set only grows. log s is None
+    when no unclipped mass can be left (cap 1); None after `max_rounds`."""
+    n = lw.size
+    if cap * (1.0 - 1e-12) <= 1.0:
+        return np.inf, None
+    log_cap_tol = float(np.log(cap)) + float(np.log1p(1e-12))
+    threshold, k = np.inf, 0
+    for _ in range(max_rounds):
+        log_rest = _log_sum_exp_below(lw, threshold, chunk_rows)
+        if not np.isfinite(log_rest) or n - k * cap <= 0:
+            return None
+        log_scale = float(np.log(n - k * cap)) - log_rest
+        now = log_cap_tol - log_scale                                     # clipped: l + log s > log cap (1 + 1e-12)
+        k_now = sum(int(np.count_nonzero(lw[span] > now)) for span in row_spans(n, chunk_rows))
+        if k_now == k:
+            return threshold, log_scale
+        threshold, k = now, k_now
+    return None
+
+
+def _clip_sorted_log(lw: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
+    """`clip_and_normalise_log`'s solve over the logs sorted once, the tails' mass by a running log-sum-exp:
+    exact for any tail."""
+    n = lw.size
     order = np.argsort(-lw, kind="stable")
     desc = lw[order]
     log_tail = np.concatenate([np.logaddexp.accumulate(desc[::-1])[::-1], [-np.inf]])   # log Σ_{j ≥ k} e^desc[j]
@@ -226,8 +296,10 @@ def log_weight_summary(log_weights: np.ndarray) -> dict[str, float]:
     if lw.size == 0:
         return {}
     q01, q50, q99 = np.quantile(lw, [0.01, 0.5, 0.99])
-    return {"mean": float(lw.mean()), "std": float(lw.std()), "min": float(lw.min()), "q01": float(q01),
-            "median": float(q50), "q99": float(q99), "max": float(lw.max())}
+    mean = lw.mean()
+    squares = sum(float(np.sum(np.square(lw[span] - mean))) for span in row_spans(lw.size))   # std by chunks
+    return {"mean": float(mean), "std": float(np.sqrt(squares / lw.size)), "min": float(lw.min()),
+            "q01": float(q01), "median": float(q50), "q99": float(q99), "max": float(lw.max())}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,10 +320,10 @@ class ImportanceWeights:
 
     weights: np.ndarray                                   # final weights, aligned with the input rows
     log_weights: np.ndarray                               # Σ_i log w_i before normalisation and clipping
-    feature_log_weights: dict[str, np.ndarray]            # log w_i per confounded feature
+    feature_log_weights: dict[str, np.ndarray]            # log w_i per confounded feature (empty when not kept)
     clipped: np.ndarray                                   # rows held at the cap
     cap: float | None
-    features: dict[str, dict[str, Any]] = field(default_factory=dict)   # case and numerator per feature
+    features: dict[str, dict[str, Any]] = field(default_factory=dict)   # case, numerator, log_weight summary
 
     @property
     def n_rows(self) -> int:
@@ -267,7 +339,7 @@ class ImportanceWeights:
 
     @property
     def ess_unclipped(self) -> float:
-        return effective_sample_size(normalised_from_log(self.log_weights)) if self.n_rows else 0.0
+        return effective_sample_size_log(self.log_weights) if self.n_rows else 0.0
 
     @property
     def share_clipped(self) -> float:
@@ -282,25 +354,27 @@ class ImportanceWeights:
                 "share_clipped": self.share_clipped, "cap": self.cap,
                 "weight_min": float(w.min()) if w.size else None, "weight_max": float(w.max()) if w.size else None,
                 "total_log_weight": log_weight_summary(self.log_weights),
-                "features": {name: {**self.features.get(name, {}), "log_weight": log_weight_summary(lw)}
-                             for name, lw in self.feature_log_weights.items()}}
+                "features": {name: dict(summary) for name, summary in self.features.items()}}
 
 
 def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureInfluence],
                        config: WeightConfig | None = None, seed: int = 0,
-                       chunk_rows: int = CHUNK_ROWS) -> ImportanceWeights:
+                       chunk_rows: int = CHUNK_ROWS, keep_feature_log_weights: bool = True) -> ImportanceWeights:
     """w = Π_i w_i over the confounded features (Eq. 10), self-normalised and clipped, per row of nodes_df.
 
     The densities are evaluated `chunk_rows` rows at a time (their design matrices and class probabilities are
     several times a row's own size). A permutation numerator draws r̂ from the rows of the same chunk, as the paper
     draws it from the batch: K permutations of each chunk (one pass over all rows when they fit one chunk), never
-    an index per row of the whole log. The per-row arrays past the densities are one log weight per feature, their
-    sum (the same array for one feature) and the weights, each computed in place."""
+    an index per row of the whole log. Each feature's log weights are summarised as soon as they are computed;
+    without `keep_feature_log_weights` (BAL's epochs) they are added into the total and let go, so the per-row
+    arrays past the densities are the total (the one feature's own array for one feature), one feature's log
+    weights while they are computed, and the weights, each computed in place."""
     config = config or WeightConfig()
     rng = np.random.default_rng(seed)
     n = len(nodes_df)
     per_feature: dict[str, np.ndarray] = {}
     info: dict[str, dict[str, Any]] = {}
+    log_w: np.ndarray | None = None
     for name, est in estimators.items():
         permutations = config.permutations_for(n) if est.numerator is None else 0
         lw = np.empty(n, dtype=np.float64)
@@ -318,21 +392,29 @@ def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureI
                 row = int(np.flatnonzero(bad)[0])
                 raise ValueError(f"importance weight of {name!r} is not finite at row {start + row} "
                                  f"(log numerator {log_num[row]!r}, log denominator {log_den[row]!r})")
-        per_feature[name] = lw
         info[name] = {"case": est.case, "parents": list(est.parents),
                       "numerator": "model" if est.numerator is not None else "permutation"}
         if est.numerator is None:
             info[name]["n_permutations"] = permutations
             if n > chunk_rows:
                 info[name]["permuted_within_rows"] = chunk_rows
-    log_w = next(iter(per_feature.values())) if len(per_feature) == 1 else total_log_weight(per_feature, n)  # Eq. 10
+        info[name]["log_weight"] = log_weight_summary(lw)
+        if keep_feature_log_weights:
+            per_feature[name] = lw
+        if log_w is None:                                                   # Eq. 10: Σ_i log w_i
+            log_w = lw if not keep_feature_log_weights or len(estimators) == 1 else lw.copy()
+        else:
+            log_w += lw
+        del lw
+    if log_w is None:
+        log_w = np.zeros(n)
     if n == 0:
         return ImportanceWeights(np.zeros(0), log_w, per_feature, np.zeros(0, dtype=bool), None, info)
     normalised = normalised_from_log(log_w)
     cap = clip_cap(normalised, config.max_weight, config.clip_quantile)
     if cap is not None and np.count_nonzero(normalised) * cap < n:     # a spread beyond exp's range
         del normalised
-        weights, clipped = clip_and_normalise_log(log_w, cap)
+        weights, clipped = clip_and_normalise_log(log_w, cap, chunk_rows)
     else:
         weights, clipped = clip_and_normalise(normalised, cap, in_place=True)
     return ImportanceWeights(weights, log_w, per_feature, clipped, cap, info)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from safetensors.numpy import load_file, save_file
 
-from ..schema import CHUNK_ROWS, SESSION_ID, FeatureKind, PageFeature, SchemaError
+from ..schema import CHUNK_ROWS, SESSION_ID, row_spans, FeatureKind, PageFeature, SchemaError
 from .bradley_terry import BradleyTerryEncoder, PairCounts, pair_counts
 
 UNKNOWN_CODE = 0
@@ -271,21 +271,26 @@ class PageFeatureEncoder:
         self.encoders_ = encoders
         return self
 
-    def transform(self, X: pd.DataFrame, chunk_rows: int = CHUNK_ROWS) -> pd.DataFrame:
+    def transform(self, X: pd.DataFrame, chunk_rows: int = CHUNK_ROWS, drop: bool = False) -> pd.DataFrame:
         """One numeric column per page feature: float64 scores/standardised values, int64 category codes;
-        `chunk_rows` rows at a time into the columns (each value is its row's alone: the same numbers)."""
-        if len(X) <= chunk_rows:
+        `chunk_rows` rows at a time into the columns (each value is its row's alone: the same numbers). With `drop`,
+        each feature's raw column is deleted from `X` once encoded (a caller that needs only the encoding)."""
+        if len(X) <= chunk_rows and not drop:
             return pd.DataFrame({f.name: self.encoders_[f.name].transform(X) for f in self.page_features},
                                 index=X.index)
         columns: dict[str, np.ndarray] = {}
-        for start in range(0, len(X), chunk_rows):
-            chunk = X.iloc[start: start + chunk_rows]
-            for f in self.page_features:
-                values = self.encoders_[f.name].transform(chunk)
+        index = X.index
+        for f in self.page_features:                                  # feature by feature: `drop` frees as it goes
+            for span in row_spans(len(X), chunk_rows):
+                values = self.encoders_[f.name].transform(X.iloc[span])
                 if f.name not in columns:
                     columns[f.name] = np.empty(len(X), dtype=values.dtype)
-                columns[f.name][start: start + len(chunk)] = values
-        return pd.DataFrame(columns, index=X.index, copy=False)
+                columns[f.name][span] = values
+            if f.name not in columns:                                 # no rows
+                columns[f.name] = self.encoders_[f.name].transform(X)
+            if drop:
+                del X[f.name]
+        return pd.DataFrame(columns, index=index, copy=False)
 
     def categorical_names(self) -> list[str]:
         return [f.name for f in self.page_features if f.kind is FeatureKind.CATEGORICAL]
