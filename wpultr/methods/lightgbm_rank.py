@@ -314,9 +314,9 @@ def forced_bin_bounds(x: np.ndarray, max_bin: int, seed: int, sample_rows: int =
     out of all of them (LightGBM's own bin_construct_sample_cnt): the midpoints between its distinct finite values
     when at most `max_bin` of them, else its max_bin − 1 interior quantiles. Fixed before the workers see their rows,
     so the bins are the log's, not a worker's."""
-    x = np.asarray(x, dtype=np.float64)
-    if len(x) > sample_rows:
+    if len(x) > sample_rows:                                         # the sample first: never a float64 copy of x
         x = x[np.sort(np.random.default_rng([seed, 17]).choice(len(x), size=sample_rows, replace=False))]
+    x = np.asarray(x, dtype=np.float64)
     out = []
     for j in range(x.shape[1]):
         values = x[:, j][np.isfinite(x[:, j])]
