@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from safetensors.numpy import load_file, save_file
 
-from ..schema import CHUNK_ROWS, SESSION_ID, row_spans, FeatureKind, PageFeature, SchemaError
+from ..schema import CHUNK_ROWS, SESSION_ID, FeatureKind, PageFeature, SchemaError, row_spans
 from .bradley_terry import BradleyTerryEncoder, PairCounts, pair_counts
 
 UNKNOWN_CODE = 0
