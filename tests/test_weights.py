@@ -334,34 +334,39 @@ def test_a_spread_beyond_exps_range_is_clipped_in_log_space():
 
 
 @pytest.mark.parametrize("chunk", [997, 1 << 20])
-def test_the_log_space_fixed_point_equals_the_sorted_log_solve(chunk):
-    """`clip_and_normalise_log` solves by a few passes over chunks of rows (no sort of every row, no per-row
-    temporaries of the log's size); the sorted solve gives the same weights and clipped rows, wild spreads included."""
-    from wpultr.bal.weights import _clip_log_by_fixed_point, _clip_sorted_log
+def test_the_log_space_candidate_solve_equals_the_sorted_log_solve(chunk):
+    """`clip_and_normalise_log` sorts only the n / cap largest logs (no other row can sit at the cap), found by
+    chunks; the sort of every row gives the same weights and clipped rows, wild spreads and slow tails included."""
+    from wpultr.bal.weights import _clip_sorted_log
     rng = np.random.default_rng(11)
+    geometric = np.log(np.concatenate([np.ones(1000), 1.05 ** np.arange(200)]))   # a fixed point clips one per round
+    spread = rng.normal(scale=0.7, size=20_000)
+    spread[-400:] = rng.uniform(3.0, 5000.0, 400)                                    # a tail spread over thousands
+    cases = [(geometric, 1.2), (spread, 20.0)]
     for sigma, cap in ((1.0, 5.0), (3.0, 20.0), (6.0, 20.0), (2.0, 1.3)):
         lw = rng.normal(scale=sigma, size=20_000)
         lw[rng.choice(lw.size, 5, replace=False)] += rng.uniform(800.0, 5000.0, 5)   # beyond exp's range
         lw[:40] -= 4000.0                                                               # and far below it
-        assert _clip_log_by_fixed_point(lw, cap, chunk) is not None                  # solved without the sort
+        cases.append((lw, cap))
+    for lw, cap in cases:
         fast, fast_clipped = clip_and_normalise_log(lw, cap, chunk)
         slow, slow_clipped = _clip_sorted_log(lw, cap)
         np.testing.assert_allclose(fast, slow, rtol=1e-10, atol=1e-300)
         np.testing.assert_array_equal(fast_clipped, slow_clipped)
         assert fast.mean() == pytest.approx(1.0, rel=1e-12) and fast.max() <= cap
+    assert clip_and_normalise_log(spread, 20.0, chunk)[1].sum() > 100                 # many rows at the cap
     ones, all_clipped = clip_and_normalise_log(rng.normal(size=50), 1.0, chunk)
     assert ones.tolist() == [1.0] * 50 and all_clipped.all()
 
 
-def test_the_log_space_solve_hands_a_slow_tail_to_the_sort():
-    """A geometric tail (one more row clipped per round) makes the fixed point hand over; the answer is the sort's."""
-    from wpultr.bal.weights import _clip_log_by_fixed_point, _clip_sorted_log
-    lw = np.log(np.concatenate([np.ones(1000), 1.05 ** np.arange(200)]))
-    assert _clip_log_by_fixed_point(lw, 1.2, 64, max_rounds=3) is None
-    out, clipped = clip_and_normalise_log(lw, 1.2, 64)
-    ref, ref_clipped = _clip_sorted_log(lw, 1.2)
-    np.testing.assert_allclose(out, ref, rtol=1e-10)
-    np.testing.assert_array_equal(clipped, ref_clipped)
+def test_the_kth_largest_by_chunks_is_the_sorted_one():
+    from wpultr.bal.weights import _kth_largest
+    from wpultr.schema import row_spans
+    x = np.random.default_rng(2).normal(size=5000)
+    x[::50] = 1.0                                                                       # ties
+    for k in (1, 7, 100, 4999, 5000):
+        for chunk in (64, 5000):
+            assert _kth_largest(x, k, row_spans(x.size, chunk)) == np.sort(x)[::-1][k - 1]
 
 
 def test_weights_without_the_feature_arrays_are_the_same():

@@ -201,89 +201,96 @@ def clip_and_normalise_log(log_weights: np.ndarray, cap: float, chunk_rows: int 
                            ) -> tuple[np.ndarray, np.ndarray]:
     """`clip_and_normalise` solved on log weights: for a spread beyond exp's range, where a few rows e^700 or more
     above the rest (a density near 0 in a denominator, met among tens of millions of rows) would leave every other
-    weight exactly 0 after `normalised_from_log` and no mean-1 solution under the cap. The log-space twin of
-    `_clip_by_fixed_point`, a few passes of `chunk_rows` rows (the per-row arrays are the result and its mask);
-    the sorted solve (`_clip_sorted_log`) when the fixed point hands over. The same solution as the linear solve
-    wherever that one is defined."""
+    weight exactly 0 after `normalised_from_log` and no mean-1 solution under the cap. The same solution as the
+    linear solve wherever that one is defined.
+
+    Mean 1 under the cap puts at most n / cap rows at the cap, so only the n / cap largest logs can be clipped: those
+    candidates are found by chunks (a running top n / cap), sorted, and solved with the other rows' mass as one
+    constant (`_solve_sorted_log`); the per-row arrays are the result and its mask. A tail that adds one clipped row
+    per round of a fixed point (logs spread over thousands, met at 20 M rows) costs no more than any other."""
     lw = np.asarray(log_weights, np.float64)
     if cap < 1.0:
         raise ValueError(f"cap {cap!r} is below 1: mean-1 weights cannot all lie under it")
-    solved = _clip_log_by_fixed_point(lw, cap, chunk_rows)
-    if solved is None:                                                    # adversarial tail: the sorted solve
-        return _clip_sorted_log(lw, cap)
-    threshold, log_scale = solved
     n = lw.size
-    if log_scale is None:                                                 # cap 1: every row at the cap
+    if n == 0:
+        return np.zeros(0), np.zeros(0, dtype=bool)
+    if cap * (1.0 - 1e-12) <= 1.0:                                        # cap 1: every row at the cap
         return np.full(n, cap), np.ones(n, dtype=bool)
-    out, clipped = np.empty(n), np.empty(n, dtype=bool)
-    for span in row_spans(n, chunk_rows):
-        np.greater(lw[span], threshold, out=clipped[span])
+    spans = row_spans(n, chunk_rows)
+    threshold = _kth_largest(lw, min(n, int(n // cap) + 1), spans)
+    candidates = np.sort(np.concatenate([lw[span][lw[span] >= threshold] for span in spans]))[::-1]
+    rest_top, log_rest = _below(lw, threshold, spans)
+    solved = _solve_sorted_log(candidates, n, cap, log_rest, rest_top)
+    if solved is None:                                                    # rounding at the boundary: the whole sort
+        return _clip_sorted_log(lw, cap)
+    k0, log_scale = solved
+    out, clipped = np.empty(n), np.zeros(n, dtype=bool)
+    for span in spans:
+        if k0:
+            np.greater_equal(lw[span], candidates[k0 - 1], out=clipped[span])
         with np.errstate(over="ignore"):                                  # the clipped rows: set to the cap below
             np.minimum(np.exp(log_scale + lw[span]), cap, out=out[span])
         out[span][clipped[span]] = cap
     return out, clipped
 
 
-def _log_sum_exp_below(lw: np.ndarray, threshold: float, chunk_rows: int) -> float:
-    """log Σ e^l over the logs l ≤ threshold (−inf when there are none), by chunks."""
+def _kth_largest(lw: np.ndarray, k: int, spans: list[slice]) -> float:
+    """The k-th largest value of `lw`, from a running top k over the chunks (k + a chunk in memory at once)."""
+    top = np.empty(0)
+    for span in spans:
+        part = np.concatenate([top, lw[span]]) if top.size else lw[span]
+        top = np.partition(part, part.size - k)[part.size - k:].copy() if part.size > k else part.copy()
+    return float(top.min())
+
+
+def _below(lw: np.ndarray, threshold: float, spans: list[slice]) -> tuple[float, float]:
+    """(largest value, log Σ e^l) over the logs l < threshold, by chunks; (−inf, −inf) when there are none."""
     top = -np.inf
-    for span in row_spans(lw.size, chunk_rows):
+    for span in spans:
         part = lw[span]
-        kept = part[part <= threshold]
+        kept = part[part < threshold]
         if kept.size:
             top = max(top, float(kept.max()))
     if not np.isfinite(top):
-        return -np.inf
+        return -np.inf, -np.inf
     total = 0.0
-    for span in row_spans(lw.size, chunk_rows):
+    for span in spans:
         part = lw[span]
-        total += float(np.exp(part[part <= threshold] - top).sum())
-    return top + float(np.log(total))
+        total += float(np.exp(part[part < threshold] - top).sum())
+    return top, top + float(np.log(total))
 
 
-def _clip_log_by_fixed_point(lw: np.ndarray, cap: float, chunk_rows: int, max_rounds: int = 64
-                             ) -> tuple[float, float | None] | None:
-    """(threshold, log s): the rows with log weight above the threshold sit at the cap, the others are s·e^l.
-    Iterates log s ← log(n − k·cap) − log Σ_unclipped e^l with k = #{l + log s > log cap}, as
-    `_clip_by_fixed_point` does on linear weights: s only grows, so the clipped set only grows. log s is None
-    when no unclipped mass can be left (cap 1); None after `max_rounds`."""
-    n = lw.size
-    if cap * (1.0 - 1e-12) <= 1.0:
-        return np.inf, None
-    log_cap_tol = float(np.log(cap)) + float(np.log1p(1e-12))
-    threshold, k = np.inf, 0
-    for _ in range(max_rounds):
-        log_rest = _log_sum_exp_below(lw, threshold, chunk_rows)
-        if not np.isfinite(log_rest) or n - k * cap <= 0:
-            return None
-        log_scale = float(np.log(n - k * cap)) - log_rest
-        now = log_cap_tol - log_scale                                     # clipped: l + log s > log cap (1 + 1e-12)
-        k_now = sum(int(np.count_nonzero(lw[span] > now)) for span in row_spans(n, chunk_rows))
-        if k_now == k:
-            return threshold, log_scale
-        threshold, k = now, k_now
-    return None
-
-
-def _clip_sorted_log(lw: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
-    """`clip_and_normalise_log`'s solve over the logs sorted once, the tails' mass by a running log-sum-exp:
-    exact for any tail."""
-    n = lw.size
-    order = np.argsort(-lw, kind="stable")
-    desc = lw[order]
+def _solve_sorted_log(desc: np.ndarray, n: int, cap: float, log_rest: float = -np.inf, rest_top: float = -np.inf
+                      ) -> tuple[int, float] | None:
+    """(k, log s) with the k largest of the logs `desc` (sorted descending) at the cap and every other row at s·e^l,
+    mean 1 over n rows; `log_rest` the log mass and `rest_top` the largest log of the rows not in `desc` (none may be
+    clipped). None when no k fits (rounding at the boundary)."""
     log_tail = np.concatenate([np.logaddexp.accumulate(desc[::-1])[::-1], [-np.inf]])   # log Σ_{j ≥ k} e^desc[j]
-    k = np.arange(n + 1)
+    log_tail = np.logaddexp(log_tail, log_rest)
+    k = np.arange(desc.size + 1)
     log_cap, tol = float(np.log(cap)), 1e-12
     with np.errstate(divide="ignore", invalid="ignore"):
         log_scale = np.log(n - k * cap) - log_tail                       # mean(min(s·w, cap)) = 1
         above = np.concatenate([[np.inf], desc])                          # desc[k-1], the smallest clipped
-        below = np.concatenate([desc, [-np.inf]])                         # desc[k], the largest unclipped
+        below = np.concatenate([desc, [rest_top]])                        # desc[k], the largest unclipped
         ok = np.isfinite(log_scale) & (log_scale + above >= log_cap - tol) & (log_scale + below <= log_cap + tol)
-    if not ok.any():                                                      # cap 1: every row at the cap
-        return np.full(n, cap), np.ones(n, dtype=bool)
+    if not ok.any():
+        return None
     k0 = int(np.argmax(ok))
+    return k0, float(log_scale[k0])
+
+
+def _clip_sorted_log(lw: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
+    """`clip_and_normalise_log` over every row sorted once (`_solve_sorted_log`): the reference the candidate solve is
+    tested against, and its fallback."""
+    n = lw.size
+    order = np.argsort(-lw, kind="stable")
+    solved = _solve_sorted_log(lw[order], n, cap)
+    if solved is None:                                                    # cap 1: every row at the cap
+        return np.full(n, cap), np.ones(n, dtype=bool)
+    k0, log_scale = solved
     with np.errstate(over="ignore"):                                      # the clipped rows: set to the cap below
-        out = np.minimum(np.exp(log_scale[k0] + lw), cap)
+        out = np.minimum(np.exp(log_scale + lw), cap)
     clipped = np.zeros(n, dtype=bool)
     clipped[order[:k0]] = True
     out[clipped] = cap
