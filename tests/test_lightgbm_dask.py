@@ -83,44 +83,15 @@ def test_custom_objective_boosters_stay_in_process_and_say_so(dask_client, caplo
     assert caplog.text.count("trains in this process") == 1
 
 
-def _ranking_data(seed: int = 0, n_groups: int = 600, k: int = 8, n_features: int = 6):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n_groups * k, n_features))
-    x[:, 1] = rng.integers(0, 4, size=len(x))                               # a feature of four levels
-    y = (rng.random(len(x)) < 1 / (1 + np.exp(-x[:, 0] - 0.4 * x[:, 1]))).astype(float)
-    return x, y, np.full(n_groups, k)
 
-
-def test_fits_on_one_client_give_the_same_booster_file(dask_client):
-    """lightgbm.dask ranks its workers, and orders each one's parts, by a set of part keys it draws at random, and
-    LightGBM finds each feature's bins on one rank's rows: without one part per worker placed in address order and
-    bins fixed from all the rows, fits on one client give one of two boosters by chance. With them, every fit exports
-    the same model text (no ports, no temporary path, the feature ranges of all the rows), and no file is left."""
-    import glob
-    import tempfile
-    x, y, groups = _ranking_data()
-    cfg = config_from_dict({"seed": 5, "baselines": {"lightgbm_rounds": 15, "lightgbm_min_data_in_leaf": 5}})
-    texts = [LightGBMLambdaRank()._fit_dask(dask_client, x, y, groups, None, cfg).ranker.model_string()
-             for _ in range(4)]
-    assert all(t == texts[0] for t in texts[1:])
-    assert "machines" not in texts[0] and "local_listen_port" not in texts[0] and "forcedbins" not in texts[0]
-    assert not glob.glob(f"{tempfile.gettempdir()}/wpultr-forcedbins-*.json")
-    local = LightGBMLambdaRank()._fit_dask(dask_client, x, y, groups, None, cfg).bias["distributed"]
-    assert local["partitions"] == 2 and local["bins"].startswith("forced")
-
-
-def test_forced_bin_bounds_come_from_all_rows_and_the_seed_alone():
-    from wpultr.methods.lightgbm_rank import forced_bin_bounds
-    x, _, _ = _ranking_data(n_groups=100)
-    x[::7, 2] = np.nan                                                       # missing values take no bound
-    bounds = forced_bin_bounds(x, 255, seed=1)
-    assert [b["feature"] for b in bounds] == list(range(x.shape[1]))
-    assert bounds[1]["bin_upper_bound"] == [0.5, 1.5, 2.5]                   # midpoints between the levels
-    for b in bounds:
-        assert np.all(np.diff(b["bin_upper_bound"]) > 0) and len(b["bin_upper_bound"]) <= 254
-        assert all(np.isfinite(b["bin_upper_bound"]))
-    assert len(bounds[0]["bin_upper_bound"]) == 254                          # 800 distinct values: quantiles
-    sampled = forced_bin_bounds(x, 16, seed=1, sample_rows=300)
-    assert sampled == forced_bin_bounds(x, 16, seed=1, sample_rows=300) != forced_bin_bounds(x, 16, seed=2,
-                                                                                             sample_rows=300)
-    assert len(sampled[0]["bin_upper_bound"]) == 15
+def test_the_exported_booster_carries_no_cluster_settings(dask_client):
+    """lightgbm.dask leaves the workers' ports (drawn at random per fit) in the model text, and the feature ranges of
+    whichever worker it took the booster from: the exported text has neither, the ranges are those of all the rows."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4800, 6))
+    y = (rng.random(len(x)) < 1 / (1 + np.exp(-x[:, 0]))).astype(float)
+    cfg = config_from_dict({"seed": 5, "baselines": {"lightgbm_rounds": 5, "lightgbm_min_data_in_leaf": 5}})
+    text = LightGBMLambdaRank()._fit_dask(dask_client, x, y, np.full(600, 8), None, cfg).ranker.model_string()
+    assert "[machines: " not in text and "[local_listen_port: " not in text
+    infos = next(line for line in text.splitlines() if line.startswith("feature_infos=")).split("=")[1].split(" ")
+    assert infos == [f"[{lo:.17g}:{hi:.17g}]" for lo, hi in zip(x.min(axis=0), x.max(axis=0))]

@@ -279,7 +279,6 @@ class PageFeatureEncoder:
             return pd.DataFrame({f.name: self.encoders_[f.name].transform(X) for f in self.page_features},
                                 index=X.index)
         columns: dict[str, np.ndarray] = {}
-        index = X.index
         for f in self.page_features:                                  # feature by feature: `drop` frees as it goes
             for span in row_spans(len(X), chunk_rows):
                 values = self.encoders_[f.name].transform(X.iloc[span])
@@ -290,7 +289,7 @@ class PageFeatureEncoder:
                 columns[f.name] = self.encoders_[f.name].transform(X)
             if drop:
                 del X[f.name]
-        return pd.DataFrame(columns, index=index, copy=False)
+        return pd.DataFrame(columns, index=X.index, copy=False)
 
     def categorical_names(self) -> list[str]:
         return [f.name for f in self.page_features if f.kind is FeatureKind.CATEGORICAL]

@@ -24,6 +24,7 @@ The trained booster is returned as a `wpultr.rankers.lightgbm.LightGBMRanker`.
 from __future__ import annotations
 
 import logging
+import math
 import operator
 import time
 from typing import TYPE_CHECKING, Any
@@ -228,8 +229,7 @@ class LightGBMLambdaRank:
 
     def _fit_dask(self, client: Any, x: np.ndarray, y: np.ndarray, groups: np.ndarray,
                   valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        """DaskLGBMRanker on one session-aligned part of (x, y, groups) per worker, with bins fixed from all the rows:
-        the same booster on every fit (see MAX_BIN)."""
+        """DaskLGBMRanker on session-aligned partitions of (x, y, groups) scattered to the workers."""
         import dask
         import dask.array as da
         from lightgbm.dask import DaskLGBMRanker
@@ -237,31 +237,31 @@ class LightGBMLambdaRank:
         params = self.params(config)
         rounds = _positive_int(config, "lightgbm_rounds")
         from ..pipeline.cluster import n_workers
-        bounds = session_partitions(groups, n_workers(client))       # one part per worker: see scatter_in_worker_order
+        n_parts = max(n_workers(client), math.ceil(len(x) / config.data.partition_rows))
+        bounds = session_partitions(groups, n_parts)
         starts = np.r_[0, np.cumsum(groups)]
         chunks = [(x[starts[a]:starts[b]], y[starts[a]:starts[b]], groups[a:b]) for a, b in bounds]
-        futures = scatter_in_worker_order(client, chunks)
+        futures = client.scatter(chunks)
 
         def column(i: int, shape: tuple[int, ...], dtype: Any, future: Any) -> Any:   # item i of a scattered chunk
             return da.from_delayed(dask.delayed(operator.getitem)(future, i), shape=shape, dtype=dtype)
 
         xs, ys, gs = (da.concatenate([column(i, c[i].shape, c[i].dtype, f) for c, f in zip(chunks, futures)])
                       for i in range(3))
-        with ForcedBinsOnWorkers(client, forced_bin_bounds(x, MAX_BIN, params["seed"])) as forced_bins:
-            model = DaskLGBMRanker(
-                client=client, n_estimators=rounds, learning_rate=params["learning_rate"],
-                num_leaves=params["num_leaves"], min_child_samples=params["min_data_in_leaf"],
-                random_state=params["seed"], objective="lambdarank", metric="None", verbosity=-1,
-                deterministic=True, force_row_wise=True, max_bin=MAX_BIN, forcedbins_filename=forced_bins.path)
-            start = time.perf_counter()
-            model.fit(xs, ys, group=gs)
+        model = DaskLGBMRanker(
+            client=client, n_estimators=rounds, learning_rate=params["learning_rate"],
+            num_leaves=params["num_leaves"], min_child_samples=params["min_data_in_leaf"],
+            random_state=params["seed"], objective="lambdarank", metric="None", verbosity=-1,
+            deterministic=True, force_row_wise=True)
+        start = time.perf_counter()
+        model.fit(xs, ys, group=gs)
         seconds = time.perf_counter() - start
         booster = booster_without_cluster_settings(model.to_local().booster_, x)
         history = self._checkpoints_after(booster, rounds, seconds, valid, config)
         params = {k: v for k, v in params.items() if k != "num_threads"}   # each Dask worker uses its own threads
         result = self._result(booster, history, x.shape[1], rounds, params, config)
         result.bias["distributed"] = {"engine": "lightgbm.dask", "workers": n_workers(client),
-                                      "partitions": len(bounds), "bins": f"forced from all rows, max_bin {MAX_BIN}"}
+                                      "partitions": len(bounds)}
         return result
 
     def _checkpoints_after(self, booster: Any, rounds: int, seconds: float, valid: pd.DataFrame | None,
@@ -284,100 +284,13 @@ class LightGBMLambdaRank:
         return history
 
 
-# lightgbm.dask's booster, made the same on every fit (a test holds two fits on one client to it). Three things
-# would change it from fit to fit: which rows each worker holds, the order of a worker's parts (it concatenates
-# them), and which worker computes which feature's bins (LightGBM's distributed bin finding, one feature subset per
-# rank from that rank's own rows). lightgbm.dask ranks the workers, and orders each one's parts, by iterating a set
-# of part keys it draws at random (`Client.who_has`), so the last two are beyond the caller. Hence: one part per
-# worker, placed by address order (`scatter_in_worker_order`), and every feature's bins fixed beforehand from all the
-# rows (`forced_bin_bounds`, LightGBM's `forcedbins_filename`), so no rank's rows decide them. The histograms of two
-# workers then add up the same in either order; with more, their cross-worker sums may differ in rounding.
-MAX_BIN = 255                      # LightGBM's default number of bins per feature
-
-
-def scatter_in_worker_order(client: Any, chunks: list[Any]) -> list[Any]:
-    """Futures of `chunks` (one object each), consecutive chunks on one worker, the workers taken in address order:
-    never by `scatter`'s round-robin counter, which moves with every earlier scatter of the process, nor onto the
-    keys of an earlier fit's identical data (`hash=False`)."""
-    workers = sorted(client.nthreads())
-    owner = [workers[i * len(workers) // len(chunks)] for i in range(len(chunks))]
-    futures: list[Any] = [None] * len(chunks)
-    for worker in dict.fromkeys(owner):
-        mine = [i for i, w in enumerate(owner) if w == worker]
-        for i, future in zip(mine, client.scatter([chunks[i] for i in mine], workers=[worker], hash=False)):
-            futures[i] = future
-    return futures
-
-
-def forced_bin_bounds(x: np.ndarray, max_bin: int, seed: int, sample_rows: int = 200_000) -> list[dict[str, Any]]:
-    """Each feature's bin upper bounds (LightGBM's forced-bins JSON), from up to `sample_rows` rows drawn by `seed`
-    out of all of them (LightGBM's own bin_construct_sample_cnt): the midpoints between its distinct finite values
-    when at most `max_bin` of them, else its max_bin − 1 interior quantiles. Fixed before the workers see their rows,
-    so the bins are the log's, not a worker's."""
-    if len(x) > sample_rows:                                         # the sample first: never a float64 copy of x
-        x = x[np.sort(np.random.default_rng([seed, 17]).choice(len(x), size=sample_rows, replace=False))]
-    x = np.asarray(x, dtype=np.float64)
-    out = []
-    for j in range(x.shape[1]):
-        values = x[:, j][np.isfinite(x[:, j])]
-        distinct = np.unique(values)
-        if len(distinct) <= max_bin:
-            bounds = (distinct[:-1] + distinct[1:]) / 2.0
-        else:
-            bounds = np.unique(np.quantile(values, np.linspace(0.0, 1.0, max_bin + 1)[1:-1]))
-        out.append({"feature": j, "bin_upper_bound": [float(b) for b in bounds]})
-    return out
-
-
-class ForcedBinsOnWorkers:
-    """The forced-bins JSON written to the same path on every worker (lightgbm.dask's `forcedbins_filename` is read
-    by each worker's LightGBM from its own disk: a remote cluster shares no filesystem with the driver), removed
-    when the `with` block ends."""
-
-    def __init__(self, client: Any, bounds: list[dict[str, Any]]) -> None:
-        import json
-        import uuid
-        self.client, text, name = client, json.dumps(bounds), f"wpultr-forcedbins-{uuid.uuid4().hex}.json"
-
-        def write() -> str:
-            import os
-            import tempfile
-            path = os.path.join(tempfile.gettempdir(), name)
-            with open(path, "w") as handle:
-                handle.write(text)
-            return path
-
-        paths = set(client.run(write).values())
-        if len(paths) != 1:
-            self._remove(paths)
-            raise RuntimeError(f"lightgbm.dask: the workers' temporary directories differ ({sorted(paths)}); the "
-                               "forced-bins file needs one path on all of them (set TMPDIR alike on every worker)")
-        self.path = paths.pop()
-
-    def _remove(self, paths: set[str]) -> None:
-        def remove() -> None:
-            import os
-            for path in paths:
-                if os.path.exists(path):
-                    os.remove(path)
-        self.client.run(remove)
-
-    def __enter__(self) -> "ForcedBinsOnWorkers":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._remove({self.path})
-
-
-_CLUSTER_PARAMETERS = ("[machines: ", "[local_listen_port: ", "[num_machines: ", "[time_out: ",
-                       "[forcedbins_filename: ")
+_CLUSTER_PARAMETERS = ("[machines: ", "[local_listen_port: ", "[num_machines: ", "[time_out: ")
 
 
 def booster_without_cluster_settings(booster: Any, x: np.ndarray) -> Any:
-    """The booster with the fit's cluster settings (the workers' ports, drawn at random per fit, and the path of the
-    forced-bins file, removed after it) left out of its model text, and its `feature_infos` (each feature's range,
-    informational: prediction reads the trees) the range over all the rows `x` rather than over the rows of whichever
-    worker lightgbm.dask took the booster from: a reproducible fit exports the same file."""
+    """The booster with the fit's cluster settings (the workers' ports, drawn at random per fit) left out of its model
+    text, and its `feature_infos` (each feature's range, informational: prediction reads the trees) the range over all
+    the rows `x` rather than over the rows of whichever worker lightgbm.dask took the booster from."""
     import lightgbm as lgb
     low, high = np.fmin.reduce(x, axis=0), np.fmax.reduce(x, axis=0)           # NaN-skipping, without a copy of x
     lines = []
