@@ -298,24 +298,100 @@ def test_within_document_share_is_the_same_in_chunks(categorical, n_pairs):
         assert within_document_share(pairs, values, categorical, chunk_rows=size) == pytest.approx(whole, rel=1e-9)
 
 
-def test_training_rows_built_by_consuming_the_frame_are_the_same():
-    """A streamed BAL fit hands its column frame to `TrainingRows.build(consume=True)`: the ids go once coded and
-    each page feature's column once encoded (the frame and the rows are never both whole), to the same rows."""
+def test_training_rows_built_from_partitions_a_few_columns_at_a_time_are_the_frames(tmp_path, monkeypatch):
+    """A streamed BAL fit builds its rows from the Parquet partitions (`PartitionColumns`: one step's columns read
+    at a time, ids as codes) and spills them to disk: the same rows as from the frame in memory, with the
+    encoders fitted over the same whole-session chunks (several of them here), and the pre-flight's changed
+    columns read from its output."""
+    from wpultr.bal import rows as R
+    from wpultr.bal.column_sources import PartitionColumns
     from wpultr.bal.rows import TrainingRows
+    from wpultr.io.parquet import partition_paths
+    from wpultr.io.tables import SessionPartitionWriter, to_arrow
+    monkeypatch.setattr(R, "CHUNK_ROWS", 300)                   # several whole-session chunks per encoder fit
     frame = _sessions_log(400, 9).assign(media_type=lambda f: f["media_type"].fillna(9.0))
+    (tmp_path / "parts").mkdir()
+    writer = SessionPartitionWriter(tmp_path / "parts", 0, 500)
+    writer.write(to_arrow(frame))
+    writer.close()
+    paths = [str(p) for p in partition_paths(tmp_path / "parts")]
+    assert len(paths) >= 3
     cfg = config_from_dict({"seed": 4, "train": {"method": "bal"},
                             "data": {"page_features": {"position": "ordinal", "media_type": "categorical",
                                                        "height": "continuous"}},
                             "discovery": {"n_sessions": 50}, "bal": {"click_model": {"document_effects": True}}})
-    kept = TrainingRows.build(frame.copy(), cfg)
-    consumed = frame.copy()
-    lean = TrainingRows.build(consumed, cfg, consume=True)
-    assert list(consumed.columns) == [CLICK]                    # every column BAL encoded or coded is gone
-    pd.testing.assert_frame_equal(lean.nodes, kept.nodes)
-    for name in ("clicks", "positions", "pairs"):
+    kept = TrainingRows.build(frame, cfg)
+    source = PartitionColumns(paths, list(frame.columns))
+    loads = []
+    load = source.load
+    monkeypatch.setattr(source, "load", lambda columns: loads.append(list(columns)) or load(columns))
+    lean = TrainingRows.build(source, cfg, spill=True)
+    assert max(len(c) for c in loads) == 3                       # never the whole table
+    assert lean.nodes.nbytes_in_memory() == 4 * len(frame)      # on disk but r̂
+    pd.testing.assert_frame_equal(lean.nodes.to_frame(), kept.nodes.to_frame())
+    assert list(kept.nodes.to_frame().columns) == ["position", "media_type", "height", "relevance_score", CLICK]
+    for name in ("clicks", "positions"):
         np.testing.assert_array_equal(getattr(lean, name), getattr(kept, name))
+    np.testing.assert_array_equal(lean.pairs_at(), kept.pairs_at())
+    np.testing.assert_array_equal(lean.pairs_at(np.array([7, 3, 3])), kept.pairs_at()[[7, 3, 3]])
     np.testing.assert_array_equal(lean.graph_rows.kci, kept.graph_rows.kci)
     assert lean.separable.to_dict() == kept.separable.to_dict() and lean.document_effects == kept.document_effects
-    assert np.shares_memory(lean.clicks, lean.nodes[CLICK].to_numpy())    # one copy of the clicks
+    assert lean.separable.checked and lean.document_effects["used"]
+    assert np.shares_memory(kept.clicks, kept.nodes.column(CLICK))    # in memory: one copy of the clicks
     nodes, r = lean.with_scores(np.arange(len(frame), dtype=np.float32))
-    assert np.shares_memory(r, nodes["relevance_score"].to_numpy()) and r[5] == 5.0
+    assert np.shares_memory(r, nodes.column("relevance_score")) and r[5] == 5.0
+    assert nodes.iloc[4:7]["relevance_score"].tolist() == [4.0, 5.0, 6.0]
+    directory = lean.nodes.directory
+    assert directory is not None and directory.exists()
+    del lean, nodes
+    import gc
+    gc.collect()
+    assert not directory.exists()                               # the scratch files go with the rows
+
+    merged = frame.assign(media_type=frame["media_type"].where(frame["media_type"] != 3.0, 2.0))
+    prepared = source.prepared(lambda t: t.assign(media_type=merged["media_type"].to_numpy()), ["media_type", CLICK])
+    assert set(prepared.overrides) == {"media_type"}             # only what the pre-flight changed is held
+    pd.testing.assert_frame_equal(TrainingRows.build(prepared, cfg).nodes.to_frame(),
+                                  TrainingRows.build(merged, cfg).nodes.to_frame())
+
+
+def test_node_columns_read_the_same_rows_in_memory_and_spilled(tmp_path):
+    """`NodeColumns.iloc` gives the rows a DataFrame's iloc gives, held in memory or spilled to disk, for slices,
+    gathers in any order with repeats (read chunk by chunk from the files) and r̂ set in memory."""
+    from wpultr.bal import node_columns
+    from wpultr.bal.node_columns import NodeColumns
+    rng = np.random.default_rng(3)
+    n = 1000
+    data = {"a": rng.standard_normal(n), "b": rng.integers(0, 5, n), "_hidden": rng.integers(0, 9, n).astype(np.int16)}
+    scores = rng.standard_normal(n).astype(np.float32)
+    frame = pd.DataFrame({"a": data["a"], "b": data["b"], "relevance_score": scores, CLICK: (scores > 0).astype(np.float32)})
+    held = [NodeColumns(n), NodeColumns.spilled(n, tmp_path)]
+    for store in held:
+        store.add("a", data["a"])
+        store.add("b", data["b"])
+        store.add("_hidden", data["_hidden"])
+        store.set_scores(scores)
+        store.add(CLICK, frame[CLICK].to_numpy())
+        assert store.columns == list(frame.columns) and len(store) == n
+    assert held[1].nbytes_in_memory() == scores.nbytes and any(tmp_path.iterdir())
+    index = np.array([999, 0, 5, 5, 512, 3, 998])
+    old = node_columns.READ_ROWS
+    node_columns.READ_ROWS = 64                                  # gathers cross many file chunks
+    try:
+        for store in held:
+            pd.testing.assert_frame_equal(store.iloc[10:300], frame.iloc[10:300])
+            pd.testing.assert_frame_equal(store.iloc[990:2000], frame.iloc[990:2000])
+            pd.testing.assert_frame_equal(store.iloc[index], frame.iloc[index])
+            pd.testing.assert_frame_equal(store.iloc[np.array([], dtype=np.int64)], frame.iloc[[]], check_index_type=False)
+            np.testing.assert_array_equal(store.take("_hidden", index), data["_hidden"][index])
+            np.testing.assert_array_equal(store.column("_hidden"), data["_hidden"])
+            with pytest.raises(KeyError, match="no column 'nope'"):
+                store.column("nope")
+            with pytest.raises(ValueError, match="already held"):
+                store.add("a", data["a"])
+            with pytest.raises(ValueError, match="rows"):
+                store.add("c", data["a"][:5])
+        with pytest.raises(IndexError):
+            held[1].take("a", np.array([n]))
+    finally:
+        node_columns.READ_ROWS = old

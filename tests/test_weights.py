@@ -418,3 +418,26 @@ def test_importance_weights_take_the_log_space_solve_for_a_wild_row():
     rest = np.delete(np.arange(n), 17)
     np.testing.assert_allclose(result.weights[rest] / result.weights[rest[0]],
                                np.exp(log_den[rest[0]] - log_den[rest]), rtol=1e-9)
+
+
+def test_chunked_quantiles_are_numpys_without_a_copy_of_the_column():
+    """Above `copy_rows` the log-weight summary finds its quantiles from exact order statistics by chunks
+    (`order_statistics`: rounds of binning, then a gather of one bin): numpy's numbers, to the bit, for ties,
+    heavy tails, a range of a few floats and the tiny bins and chunks that force many rounds."""
+    from wpultr.bal.weights import chunked_quantiles, order_statistics
+    rng = np.random.default_rng(0)
+    cases = [rng.standard_normal(1000), np.round(rng.standard_normal(5000), 1),
+             np.concatenate([np.zeros(3000), rng.standard_cauchy(300) * 1e3]), np.array([5.0]), np.array([1.0, 2.0]),
+             np.full(700, 3.3), np.concatenate([rng.standard_normal(20000), [1e150, -1e150]]),
+             1.0 + np.arange(50) * np.spacing(1.0)]
+    for x in cases:
+        ranks = sorted(set(range(0, len(x), max(1, len(x) // 7))) | {len(x) - 1})
+        ordered = np.sort(x)
+        for settings in ({}, {"bins": 4, "gather_rows": 3, "chunk_rows": 97}, {"bins": 2, "gather_rows": 1, "chunk_rows": 5}):
+            found = order_statistics(x, ranks, **settings)
+            assert [found[k] for k in ranks] == ordered[ranks].tolist()
+        for qs in ([0.01, 0.5, 0.99], [0.0, 1.0, 0.3333]):
+            assert chunked_quantiles(x, qs) == np.quantile(x, qs).tolist()
+        assert log_weight_summary(x, copy_rows=0) == log_weight_summary(x)
+    with pytest.raises(IndexError):
+        order_statistics(np.arange(3.0), [3])

@@ -59,6 +59,7 @@ from .weights import clip_and_normalise, importance_weights
 
 if TYPE_CHECKING:
     from ..config import RunConfig
+    from .node_columns import NodeColumns
 
 WEIGHTS, PAGE_LOGITS = "weights", "page_logits"
 
@@ -179,27 +180,29 @@ class BAL:
         return self.epochs(trainer, TrainingRows.build(train, config), config)
 
     def fit_streamed(self, directory: Any, valid: pd.DataFrame | None, config: "RunConfig",
-                     prepare: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> FitResult:
+                     prepare: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+                     prepare_columns: Sequence[str] = ()) -> FitResult:
         """BAL with the ranker's inputs streamed from the Parquet partitions of `directory` (`train.streaming`).
 
-        Only the per-row columns BAL reads itself (`streamed_columns`, text ids as int32 codes) are read, passed
-        through `prepare` (the train stage's identifiability pre-flight: before the warm-up, so a refusal costs
-        no training) and turned into `TrainingRows`; the frame is then let go. The ranker is warmed up, scored
-        and trained unit by unit, each batch gathering its rows' weights and page logits."""
+        `TrainingRows` are built from the partitions a few columns at a time (`column_sources.PartitionColumns`:
+        only the per-row columns BAL reads itself, `streamed_columns`, text ids as int32 codes) and spilled to local
+        disk. `prepare` (the train stage's identifiability pre-flight: before the warm-up, so a refusal costs no
+        training) runs first on `prepare_columns`; the columns it changes (merged bias factors) are read from its
+        output from then on. The ranker is warmed up, scored and trained unit by unit, each batch gathering its
+        rows' weights and page logits."""
         from ..io.parquet import column_names, partition_paths
-        from ..methods.streaming import column_table, streaming_trainer
-        table = column_table(partition_paths(directory), streamed_columns(config, column_names(directory)),
-                             codes=(QUERY_ID, DOC_ID))
+        from ..methods.streaming import streaming_trainer
+        from .column_sources import PartitionColumns
+        source = PartitionColumns([str(p) for p in partition_paths(directory)],
+                                  streamed_columns(config, column_names(directory)))
         if prepare is not None:
-            table = prepare(table)
-        rows = TrainingRows.build(table, config, consume=True)   # drops the frame's columns as it encodes them
-        del table                                # the rows hold all BAL reads of it
+            source = source.prepared(prepare, prepare_columns or source.columns)
+        rows = TrainingRows.build(source, config, spill=True)
         return self.epochs(streaming_trainer(directory, valid, config), rows, config)
 
     def epochs(self, trainer: Any, rows: TrainingRows, config: "RunConfig") -> FitResult:
         """BAL's epochs (steps 1–6 of the module doc) on a warmed-up trainer whose training rows are `rows`'."""
-        features, kinds, n_categories, clicks = rows.features, rows.kinds, rows.n_categories, rows.clicks
-        pairs, separable = rows.pairs, rows.separable
+        features, kinds, n_categories, separable = rows.features, rows.kinds, rows.n_categories, rows.separable
         boosted = config.ranker.backbone == "lightgbm"
         client = _current_client() if config.bal.graph == "discovered" else None
         graphs: list[DiscoveredGraph] = []
@@ -219,8 +222,8 @@ class BAL:
             weights, weight_info, estimators = self.weights(nodes, biases, kinds, n_categories, config, seed,  # step 4
                                                             estimators)
             clock.lap("weights")
-            click_model, cm_stats = self.click_model(r, nodes, clicks, weights, biases, kinds, n_categories,  # step 5
-                                                     config, seed, trainer.generator, pairs)
+            click_model, cm_stats = self.click_model(r, nodes, weights, biases, kinds, n_categories,  # step 5
+                                                     config, seed, trainer.generator, rows.pairs_at)
             page_logits = click_model.page_logits(nodes)                    # v(x): a constant of the ranker step
             cm_stats["examination_by_position"] = examination_by_position(page_logits, rows.positions)
             clock.lap("click_model")
@@ -228,8 +231,8 @@ class BAL:
             lambdarank, pair_weights = config.train.loss == "lambdarank", config.bal.pair_weights  # (a booster's)
             skip = None
             if lambdarank and pair_weights != "click":
-                skip = skipped_irrelevance(click_model.relevance_logits(r, page_logits, clicks, weights, pairs),
-                                           page_logits)
+                skip = skipped_irrelevance(click_model.relevance_logits(r, page_logits, rows.clicks, weights,
+                                                                        rows.pairs_at()), page_logits)
             if reweighted:
                 weights = click_side_weights(config.train.loss, pair_weights, weights, page_logits,
                                              config.bal.weights.max_weight)
@@ -304,7 +307,7 @@ class BAL:
                              lambda f: obj.bal_click_loss(f, v, c, w, alpha, beta, form))
 
     @staticmethod
-    def graph(nodes: pd.DataFrame, features: Sequence[PageFeature], config: "RunConfig", client: Any,
+    def graph(nodes: "NodeColumns | pd.DataFrame", features: Sequence[PageFeature], config: "RunConfig", client: Any,
               rows: GraphRows | None, reuse: ReusableTests | None = None) -> tuple[DiscoveredGraph, ReusableTests | None]:
         """This epoch's click-model graph: discovered on the sampled `rows` (`rows.GraphRows`), or the variant's fixed one.
 
@@ -316,7 +319,7 @@ class BAL:
         if rows is None:                                  # a fixed-graph variant (`bal.graph`): nothing sampled
             return fixed_graph(config.bal.graph, features), None
         d = replace(config.discovery, n_bootstrap=config.bal.graph_bootstrap)
-        result = discover(nodes.loc[rows.kci].reset_index(drop=True), features, d, client=client,
+        result = discover(nodes.iloc[rows.kci].reset_index(drop=True), features, d, client=client,
                           seed=discovery_seed(config), click_nodes=rows.click_frame(nodes), reuse=reuse)
         graph = result.graph
         graph.meta["sample"] = {**graph.meta.get("sample", {}), "n_sessions_requested": d.n_sessions,
@@ -325,22 +328,26 @@ class BAL:
         return graph, result.reusable_p_values()
 
     @staticmethod
-    def click_model(r: np.ndarray, nodes: pd.DataFrame, clicks: np.ndarray, weights: np.ndarray, biases: BiasReport,
+    def click_model(r: np.ndarray, nodes: "NodeColumns | pd.DataFrame", weights: np.ndarray, biases: BiasReport,
                     kinds: dict[str, str], n_categories: dict[str, int], config: "RunConfig", seed: int,
-                    generator: Any, pairs: np.ndarray | None = None) -> tuple[ClickModel, dict[str, float]]:
-        """φ_c fitted by the weighted likelihood of Eq. 10 over the page parents of c, on at most max_rows rows;
-        with `pairs` (`document_pairs`), u has a per-(query, document) offset during the fit."""
+                    generator: Any, pairs_at: Callable[[np.ndarray], np.ndarray | None] | None = None
+                    ) -> tuple[ClickModel, dict[str, float]]:
+        """φ_c fitted by the weighted likelihood of Eq. 10 over the page parents of c, on at most max_rows rows of
+        `nodes` (c read from its column); with `pairs_at` (the rows' `document_pairs` codes at given positions,
+        `TrainingRows.pairs_at`), u has a per-(query, document) offset during the fit."""
         click_parents = [p for p in biases.click_parents if p != RELEVANCE_SCORE]
         with torch.random.fork_rng(devices=[]):     # its initial weights from the epoch's seed, never from the
             torch.manual_seed(seed)                  # global stream (a booster run never seeds that one)
             model = ClickModel(page_inputs(click_parents, kinds, n_categories), config.bal.click_model)
         rows = click_model_rows(len(nodes), config.bal.click_model.max_rows, seed)
-        fit_pairs = None if pairs is None else np.unique(pairs[rows], return_inverse=True)[1]
-        stats = model.fit(r[rows], nodes.iloc[rows], clicks[rows], weights[rows], generator, fit_pairs)
+        chosen = nodes.iloc[rows]
+        pairs = None if pairs_at is None else pairs_at(rows)
+        fit_pairs = None if pairs is None else np.unique(pairs, return_inverse=True)[1]
+        stats = model.fit(r[rows], chosen, chosen[CLICK].to_numpy(copy=True), weights[rows], generator, fit_pairs)
         return model, stats
 
     @staticmethod
-    def weights(nodes: pd.DataFrame, biases: BiasReport, kinds: dict[str, str], n_categories: dict[str, int],
+    def weights(nodes: "NodeColumns | pd.DataFrame", biases: BiasReport, kinds: dict[str, str], n_categories: dict[str, int],
                 config: "RunConfig", seed: int, previous: dict[str, FeatureInfluence] | None = None,
                 ) -> tuple[np.ndarray, dict[str, Any], dict[str, FeatureInfluence]]:
         """Importance weights of every row (1 where nothing is confounded), their diagnostics and the estimators.

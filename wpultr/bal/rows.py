@@ -16,11 +16,13 @@ import numpy as np
 import pandas as pd
 
 from ..causal.discovery import click_row_mask, one_row_per_session, sample_session_ids
-from ..features.encoders import CategoricalEncoder, PageFeatureEncoder
+from ..features.encoders import CategoricalEncoder, PageFeatureEncoder, session_spans
 from ..methods.position_propensity import share_shown_at_several_positions
-from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, PageFeature, \
+from ..schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, FeatureKind, PageFeature, \
     page_features_from_config, query_document_pairs
-from .separability import Separability, separability
+from .column_sources import ColumnSource, as_column_source
+from .node_columns import NodeColumns
+from .separability import Separability, unchecked, within_document_share
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -85,11 +87,15 @@ class GraphRows:
         sessions = None if mask is None else train[SESSION_ID].to_numpy()[mask]
         return cls(one_row_per_session(chosen, seed)["_row"].to_numpy(), mask, sessions)
 
-    def click_frame(self, nodes: pd.DataFrame) -> pd.DataFrame | None:
+    def click_frame(self, nodes: "NodeColumns | pd.DataFrame") -> pd.DataFrame | None:
         """Hybrid's click rows of `nodes` with their session_id; None without a mask."""
         if self.click_mask is None:
             return None
-        return nodes.loc[self.click_mask].assign(**{SESSION_ID: self.click_sessions}).reset_index(drop=True)
+        rows = nodes.iloc[np.flatnonzero(self.click_mask)]
+        return rows.assign(**{SESSION_ID: self.click_sessions}).reset_index(drop=True)
+
+
+RAW_POSITION, PAIR = "_position", "_pair"     # per-row state held beside the nodes (`node_columns` doc)
 
 
 @dataclass
@@ -99,46 +105,84 @@ class TrainingRows:
     features: tuple[PageFeature, ...]
     kinds: dict[str, str]                      # feature → ordinal | continuous | categorical
     n_categories: dict[str, int]               # categorical feature → codes (vocabulary + unknown)
-    nodes: pd.DataFrame                        # encoded page features, r̂, c: the graph's variables per row
-    clicks: np.ndarray                         # float32: the nodes' click column itself (read-only)
-    positions: np.ndarray
+    nodes: NodeColumns                         # encoded page features, r̂, c (the graph's variables), positions, pairs
     graph_rows: GraphRows | None               # None for a fixed-graph variant (`bal.graph`)
-    pairs: np.ndarray | None                   # (query, document) codes of the click model's document effects
     document_effects: dict[str, Any]
     separable: Separability
 
     @classmethod
-    def build(cls, train: pd.DataFrame, config: "RunConfig", consume: bool = False) -> "TrainingRows":
-        """From the sessions' ids, position, click and page-feature columns (rows in training order).
+    def build(cls, train: "pd.DataFrame | ColumnSource", config: "RunConfig", spill: bool = False) -> "TrainingRows":
+        """From the sessions' ids, position, click and page-feature columns (rows in training order): a frame, or
+        a `column_sources.ColumnSource` (a log larger than memory: its partitions).
 
-        `consume` (a streamed fit, whose frame holds nothing else): the id columns are dropped from `train` once
-        their last user is done, before the encoded columns are allocated, and each page feature's column once it
-        is encoded, so the frame and the rows are never both whole in memory."""
+        Step by step, each reading only its own columns and letting them go (`column_sources`): the ids (the
+        encoder's whole-session chunks, discovery's rows), the query and document ids (the (query, document)
+        codes), then each page feature alone (its encoder's fit, its within-document share, its encoding). With
+        `spill`, the rows' fixed columns go to local disk as each is made (`NodeColumns.spilled`) and the epochs
+        read them a chunk at a time: held in memory are r̂ and one step's columns."""
+        source = as_column_source(train)
+        available = set(source.columns)
         features = bal_features(config)
-        encoder = PageFeatureEncoder(features, config.discovery.preprocess).fit(train)
-        graph_rows = GraphRows.draw(train, config) if config.bal.graph == "discovered" else None
+        n = source.n_rows
+        ids = source.load([SESSION_ID, QUERY_ID, POSITION])
+        spans = session_spans(ids, CHUNK_ROWS)                        # the encoders' chunks of whole sessions
+        graph_rows = GraphRows.draw(ids, config) if config.bal.graph == "discovered" else None
+        del ids
+        docs = source.load([QUERY_ID, DOC_ID, POSITION])
         codes = None
-        if {QUERY_ID, DOC_ID} <= set(train.columns):                 # sorted once, for both users
-            codes = query_document_pairs(train)
+        if {QUERY_ID, DOC_ID} <= available:                           # coded once, for both users
+            codes = query_document_pairs(docs)
             if len(codes) and codes.max() < np.iinfo(np.int32).max:
                 codes = codes.astype(np.int32)
-        pairs, document_effects = document_pairs(train, config, codes)
-        separable = separability(train, features, config.bal.min_within_document_share, codes)
-        if consume:
-            for column in (SESSION_ID, QUERY_ID, DOC_ID):
-                if column in train.columns:
-                    del train[column]
-        positions = train[POSITION].to_numpy()
-        nodes = encoder.transform(train, drop=consume)
-        nodes[RELEVANCE_SCORE] = np.zeros(len(nodes), np.float32)      # r̂: replaced every epoch
-        nodes[CLICK] = train[CLICK].to_numpy(np.float32)
+        pairs, document_effects = document_pairs(docs, config, codes)
+        del docs
+        nodes = NodeColumns.spilled(n) if spill else NodeColumns(n)
+        if pairs is not None:
+            nodes.add(PAIR, pairs)
+            del pairs
+        nodes.add(RAW_POSITION, source.load([POSITION])[POSITION].to_numpy())
+        threshold = config.bal.min_within_document_share
+        separable = unchecked(threshold, codes is not None)
+        shares: dict[str, float] = {}
+        encoders: dict[str, Any] = {}
+        for f in features:                                            # one feature's columns at a time
+            frame = source.load([SESSION_ID, POSITION, f.name] if f.kind is FeatureKind.ORDINAL else [f.name])
+            encoder = PageFeatureEncoder((f,), config.discovery.preprocess).fit(frame, spans=spans)
+            encoders[f.name] = encoder.encoders_[f.name]
+            if separable is None:
+                shares[f.name] = within_document_share(codes, frame[f.name].to_numpy(), f.kind is FeatureKind.CATEGORICAL)
+            nodes.add_all(encoder.transform_columns(frame, drop=True))
+            del frame
+        del codes
+        nodes.set_scores(np.zeros(n, np.float32))                     # r̂: replaced every epoch
+        nodes.add(CLICK, source.load([CLICK])[CLICK].to_numpy(np.float32))
         return cls(features, {f.name: f.kind.value for f in features},
-                   {name: len(enc.vocabulary_) + 1 for name, enc in encoder.encoders_.items()
+                   {name: len(enc.vocabulary_) + 1 for name, enc in encoders.items()
                     if isinstance(enc, CategoricalEncoder)},
-                   nodes, nodes[CLICK].to_numpy(), positions, graph_rows, pairs, document_effects, separable)
+                   nodes, graph_rows, document_effects, Separability(shares, threshold) if separable is None else separable)
 
-    def with_scores(self, r: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
-        """`nodes` with this epoch's r̂ (in place: the other columns never change), and r̂ as the nodes' own
-        column (read-only): the caller can let its `r` go, one copy of r̂ is held."""
-        self.nodes[RELEVANCE_SCORE] = r
-        return self.nodes, self.nodes[RELEVANCE_SCORE].to_numpy()
+    @property
+    def clicks(self) -> np.ndarray:
+        """c of every row, float32 (spilled: read from disk; hold it only while it is needed)."""
+        return self.nodes.column(CLICK)
+
+    @property
+    def positions(self) -> np.ndarray:
+        """The sessions' own positions of every row (spilled: read from disk)."""
+        return self.nodes.column(RAW_POSITION)
+
+    @property
+    def has_pairs(self) -> bool:
+        return PAIR in self.nodes.held
+
+    def pairs_at(self, index: np.ndarray | None = None) -> np.ndarray | None:
+        """The (query, document) codes of the click model's document effects (`document_pairs`) at `index`
+        (None: every row); None when the click model has none."""
+        if not self.has_pairs:
+            return None
+        return self.nodes.column(PAIR) if index is None else self.nodes.take(PAIR, index)
+
+    def with_scores(self, r: np.ndarray) -> tuple[NodeColumns, np.ndarray]:
+        """`nodes` with this epoch's r̂ (the other columns never change), and r̂ as the nodes' own array
+        (read-only): the caller can let its `r` go, one copy of r̂ is held."""
+        return self.nodes, self.nodes.set_scores(r)

@@ -100,15 +100,24 @@ class Separability:
         return out
 
 
+def unchecked(threshold: float, has_documents: bool) -> Separability | None:
+    """The record of a check that does not run — off (threshold 0) or no doc_id to group impressions by — or
+    None when it runs."""
+    if threshold <= 0.0:
+        return Separability({}, threshold, checked=False, reason="bal.min_within_document_share is 0")
+    if not has_documents:
+        return Separability({}, threshold, checked=False, reason="the sessions have no doc_id")
+    return None
+
+
 def separability(train: pd.DataFrame, features: Sequence[PageFeature], threshold: float,
                  pairs: np.ndarray | None = None) -> Separability:
     """Every page feature's within-document share on the training logs, and the ones set aside; nothing is set
     aside when the check is off (threshold 0) or the logs carry no doc_id to group impressions by (`pairs`:
     `schema.query_document_pairs` of `train` when the caller already has them)."""
-    if threshold <= 0.0:
-        return Separability({}, threshold, checked=False, reason="bal.min_within_document_share is 0")
-    if DOC_ID not in train.columns or QUERY_ID not in train.columns:
-        return Separability({}, threshold, checked=False, reason="the sessions have no doc_id")
+    off = unchecked(threshold, DOC_ID in train.columns and QUERY_ID in train.columns)
+    if off is not None:
+        return off
     pairs = query_document_pairs(train) if pairs is None else pairs
     shares = {f.name: within_document_share(pairs, train[f.name].to_numpy(), f.kind is FeatureKind.CATEGORICAL)
               for f in features}

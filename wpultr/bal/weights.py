@@ -34,6 +34,8 @@ from ..schema import CHUNK_ROWS, RELEVANCE_SCORE, row_spans
 from .influence import FeatureInfluence
 from .weighting_config import WeightConfig
 
+QUANTILE_COPY_ROWS = 1 << 20      # above this, summaries find quantiles by chunked order statistics, not a sorted copy
+
 # `importance_weights` evaluates the densities schema.CHUNK_ROWS rows at a time: a multiple of influence._PREDICT_CHUNK,
 # so the network sees the batches one pass over all rows would
 
@@ -297,16 +299,83 @@ def _clip_sorted_log(lw: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray
     return out, clipped
 
 
-def log_weight_summary(log_weights: np.ndarray) -> dict[str, float]:
-    """Mean, std, min, 1/50/99 % quantiles and max of a log-weight column."""
+def log_weight_summary(log_weights: np.ndarray, copy_rows: int = QUANTILE_COPY_ROWS) -> dict[str, float]:
+    """Mean, std, min, 1/50/99 % quantiles and max of a log-weight column (quantiles as `np.quantile`'s, exactly;
+    above `copy_rows` rows from `order_statistics`, never a sorted copy of the column)."""
     lw = np.asarray(log_weights, np.float64)
     if lw.size == 0:
         return {}
-    q01, q50, q99 = np.quantile(lw, [0.01, 0.5, 0.99])
+    qs = (0.01, 0.5, 0.99)
+    q01, q50, q99 = np.quantile(lw, qs) if lw.size <= copy_rows else chunked_quantiles(lw, qs)
     mean = lw.mean()
     squares = sum(float(np.sum(np.square(lw[span] - mean))) for span in row_spans(lw.size))   # std by chunks
     return {"mean": float(mean), "std": float(np.sqrt(squares / lw.size)), "min": float(lw.min()),
             "q01": float(q01), "median": float(q50), "q99": float(q99), "max": float(lw.max())}
+
+
+def chunked_quantiles(x: np.ndarray, qs: Sequence[float]) -> list[float]:
+    """`np.quantile(x, qs)` (linear interpolation, finite x) from the order statistics either side of each
+    quantile's position (`order_statistics`): the same numbers without a copy of x."""
+    n = x.size
+    positions = [q * (n - 1) for q in qs]                     # numpy's virtual index, computed as numpy does
+    lows = [int(np.floor(p)) for p in positions]
+    ranks = sorted({r for lo in lows for r in (lo, min(lo + 1, n - 1))})
+    values = order_statistics(x, ranks)
+    out = []
+    for p, lo in zip(positions, lows):
+        a, b = values[lo], values[min(lo + 1, n - 1)]
+        out.append(float(np.quantile(np.array([a, b]), p - lo)))   # numpy's own interpolation of the pair
+    return out
+
+
+def order_statistics(x: np.ndarray, ranks: Sequence[int], bins: int = 4096, gather_rows: int = 1 << 18,
+                     chunk_rows: int = CHUNK_ROWS) -> dict[int, float]:
+    """The k-th smallest values of a finite x (0-based `ranks`), exactly, by chunks: each round bins the values
+    still in play (those in the bin every earlier round kept, binned as that round binned them) into `bins`
+    equal bins over their range and keeps the bin holding rank k, until at most `gather_rows` values are left,
+    which are gathered and sorted. A round costs a pass over x (two or three on real weights); memory, a chunk's
+    temporaries and the gathered values."""
+    spans = row_spans(x.size, chunk_rows)
+    low, high = float(x.min()), float(x.max())
+    out: dict[int, float] = {}
+    first: np.ndarray | None = None
+    for k in sorted(set(int(r) for r in ranks)):
+        if not 0 <= k < x.size:
+            raise IndexError(f"rank {k} outside 0..{x.size - 1}")
+        chain: list[tuple[float, float, int]] = []      # each round's (lowest value, bins per unit, bin kept)
+        lo, hi, inside, below = low, high, x.size, 0    # the range binned next; values in play; values below them
+        for _ in range(16):
+            if inside <= gather_rows or not hi > lo:
+                break
+            scale = bins / (hi - lo)
+            counts = first if not chain and first is not None else np.zeros(bins, np.int64)
+            if counts is not first:
+                for s in spans:
+                    counts += np.bincount(_bin_of(_in_play(x[s], chain, bins), lo, scale, bins), minlength=bins)
+                if not chain:
+                    first = counts                           # the first round is every rank's: counted once
+            cumulative = np.cumsum(counts)
+            b = int(np.searchsorted(cumulative, k - below, side="right"))    # the bin holding rank k
+            if counts[b] == inside:                                          # no split (a few floats): gather
+                break
+            below += int(cumulative[b - 1]) if b > 0 else 0
+            chain.append((lo, scale, b))
+            inside = int(counts[b])
+            lo, hi = max(lo + b / scale, low), min(lo + (b + 1) / scale, high)
+        gathered = np.sort(np.concatenate([_in_play(x[s], chain, bins) for s in spans]))
+        out[k] = float(gathered[k - below])
+    return out
+
+
+def _bin_of(values: np.ndarray, lo: float, scale: float, bins: int) -> np.ndarray:
+    return np.clip(((values - lo) * scale).astype(np.int64), 0, bins - 1)
+
+
+def _in_play(values: np.ndarray, chain: Sequence[tuple[float, float, int]], bins: int) -> np.ndarray:
+    """The values in the bin every round of `chain` kept."""
+    for lo, scale, b in chain:
+        values = values[_bin_of(values, lo, scale, bins) == b]
+    return values
 
 
 # ---------------------------------------------------------------------------------------------

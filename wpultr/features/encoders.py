@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -252,11 +252,13 @@ class PageFeatureEncoder:
     def merge_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         return {name: a[name].merge(b[name]) for name in a}
 
-    def fit(self, X: pd.DataFrame, y: Any = None, chunk_rows: int = CHUNK_ROWS) -> "PageFeatureEncoder":
+    def fit(self, X: pd.DataFrame, y: Any = None, chunk_rows: int = CHUNK_ROWS,
+            spans: Sequence[slice] | None = None) -> "PageFeatureEncoder":
         """Fitted on `X`'s statistics, summarised about `chunk_rows` rows (whole sessions) at a time and merged:
-        the same statistics as one pass (sums of counts; moments to float rounding), a chunk's temporaries."""
+        the same statistics as one pass (sums of counts; moments to float rounding), a chunk's temporaries.
+        `spans`: those row ranges (`session_spans`) when `X` holds no session_id (one feature's column)."""
         summary = None
-        for span in session_spans(X, chunk_rows):
+        for span in session_spans(X, chunk_rows) if spans is None else spans:
             part = self.summarise(X.iloc[span])
             summary = part if summary is None else self.merge_summaries(summary, part)
         return self.fit_summary(summary)
@@ -278,18 +280,25 @@ class PageFeatureEncoder:
         if len(X) <= chunk_rows and not drop:
             return pd.DataFrame({f.name: self.encoders_[f.name].transform(X) for f in self.page_features},
                                 index=X.index)
-        columns: dict[str, np.ndarray] = {}
-        for f in self.page_features:                                  # feature by feature: `drop` frees as it goes
+        return pd.DataFrame(dict(self.transform_columns(X, chunk_rows, drop)), index=X.index, copy=False)
+
+    def transform_columns(self, X: pd.DataFrame, chunk_rows: int = CHUNK_ROWS, drop: bool = False
+                          ) -> Iterator[tuple[str, np.ndarray]]:
+        """`transform`'s columns one feature at a time, as (name, values): a caller that stores each elsewhere
+        (BAL's spilled rows) never holds two encoded columns; `drop` deletes each raw column once it is encoded."""
+        for f in self.page_features:
+            values = None
             for span in row_spans(len(X), chunk_rows):
-                values = self.encoders_[f.name].transform(X.iloc[span])
-                if f.name not in columns:
-                    columns[f.name] = np.empty(len(X), dtype=values.dtype)
-                columns[f.name][span] = values
-            if f.name not in columns:                                 # no rows
-                columns[f.name] = self.encoders_[f.name].transform(X)
+                part = self.encoders_[f.name].transform(X.iloc[span])
+                if values is None:
+                    values = np.empty(len(X), dtype=part.dtype)
+                values[span] = part
+            if values is None:                                        # no rows
+                values = self.encoders_[f.name].transform(X)
             if drop:
                 del X[f.name]
-        return pd.DataFrame(columns, index=X.index, copy=False)
+            yield f.name, values
+            del values
 
     def categorical_names(self) -> list[str]:
         return [f.name for f in self.page_features if f.kind is FeatureKind.CATEGORICAL]

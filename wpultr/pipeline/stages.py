@@ -18,7 +18,8 @@ import pandas as pd
 
 from ..config import RunConfig
 from ..io.parquet import column_names, partition_paths, read_table, row_count, table_to_pandas
-from ..schema import FEATURES, QUERY_ID, QUERY_KEY, page_features_from_config, query_key
+from ..schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_KEY, SESSION_ID, page_features_from_config, \
+    query_key
 from .layout import (ANNOTATIONS, BIAS, FEATURED_ANNOTATIONS, FEATURED_SESSIONS_DIR, HISTORY,  # noqa: F401
                      INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
                      SESSION_SCORES, SESSIONS_DIR, SPLIT, TEST_SCORES, TRUTH_DIR)
@@ -228,7 +229,7 @@ def _fit_bal_streamed(sessions_path: Path, valid: pd.DataFrame, cfg: RunConfig, 
     ids as codes, `BAL.fit_streamed`), which then let go of them; the ranker's features streamed."""
     from ..bal.method import BAL
     from ..errors import ConfigError
-    from ..identifiability.preflight import preflight
+    from ..identifiability.preflight import bias_factors, preflight
     report: dict[str, Any] = {}
 
     def checked(frame: pd.DataFrame) -> pd.DataFrame:
@@ -240,7 +241,11 @@ def _fit_bal_streamed(sessions_path: Path, valid: pd.DataFrame, cfg: RunConfig, 
         report.update(found)
         return out
 
-    result = BAL().fit_streamed(sessions_path, valid if len(valid) else None, cfg, prepare=checked)
+    needed = [QUERY_ID, DOC_ID, POSITION, CLICK, *(bias_factors(cfg) or [])]     # what the check reads (its
+    if cfg.identifiability.on_disconnected == "intervene":                   # intervention numbers new sessions)
+        needed.append(SESSION_ID)
+    result = BAL().fit_streamed(sessions_path, valid if len(valid) else None, cfg, prepare=checked,
+                                prepare_columns=needed)
     return result, report, row_count(partition_paths(sessions_path))
 
 
