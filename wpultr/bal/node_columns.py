@@ -115,10 +115,10 @@ class NodeColumns:
         if name == RELEVANCE_SCORE and self._scores is not None:
             return self._scores[index]
         self._check(name)
-        if self.directory is None:
-            return self._arrays[name][index]
         if len(index) and (index.min() < 0 or index.max() >= self.n_rows):
             raise IndexError(f"column {name!r}: row index out of [0, {self.n_rows})")
+        if self.directory is None:
+            return self._arrays[name][index]
         out = np.empty(len(index), dtype=self._dtypes[name])
         order = np.argsort(index, kind="stable")
         ordered = index[order]

@@ -225,8 +225,9 @@ def train(ctx: StageContext) -> dict[str, Any]:
 
 
 def _fit_bal_streamed(sessions_path: Path, valid: pd.DataFrame, cfg: RunConfig, run: RunDir):
-    """BAL with `train.streaming`: the identifiability pre-flight on the per-row columns BAL reads itself (text
-    ids as codes, `BAL.fit_streamed`), which then let go of them; the ranker's features streamed."""
+    """BAL with `train.streaming` (`BAL.fit_streamed`, out of core): the identifiability pre-flight on the columns
+    it checks, read from the partitions (text ids as codes) and then let go; BAL's rows built from the partitions
+    a few columns at a time and spilled to local disk; the ranker's features streamed."""
     from ..bal.method import BAL
     from ..errors import ConfigError
     from ..identifiability.preflight import bias_factors, preflight
