@@ -76,7 +76,8 @@ class PartitionColumns:
 
     def load(self, columns: Sequence[str]) -> pd.DataFrame:
         from ..methods.streaming import column_table
-        wanted = [c for c in dict.fromkeys(columns) if c in set(self._columns)]
+        held = set(self._columns)
+        wanted = [c for c in dict.fromkeys(columns) if c in held]
         read = [c for c in wanted if c not in self.overrides]
         frame = column_table(self.paths, read, codes=(QUERY_ID, DOC_ID)) if read else pd.DataFrame(index=pd.RangeIndex(self._n_rows))
         for name in wanted:

@@ -135,12 +135,12 @@ class TrainingRows:
             if len(codes) and codes.max() < np.iinfo(np.int32).max:
                 codes = codes.astype(np.int32)
         pairs, document_effects = document_pairs(docs, config, codes)
-        del docs
         nodes = NodeColumns.spilled(n) if spill else NodeColumns(n)
         if pairs is not None:
             nodes.add(PAIR, pairs)
             del pairs
-        nodes.add(RAW_POSITION, source.load([POSITION])[POSITION].to_numpy())
+        nodes.add(RAW_POSITION, docs[POSITION].to_numpy())
+        del docs
         threshold = config.bal.min_within_document_share
         separable = unchecked(threshold, codes is not None)
         shares: dict[str, float] = {}

@@ -273,14 +273,13 @@ class PageFeatureEncoder:
         self.encoders_ = encoders
         return self
 
-    def transform(self, X: pd.DataFrame, chunk_rows: int = CHUNK_ROWS, drop: bool = False) -> pd.DataFrame:
+    def transform(self, X: pd.DataFrame, chunk_rows: int = CHUNK_ROWS) -> pd.DataFrame:
         """One numeric column per page feature: float64 scores/standardised values, int64 category codes;
-        `chunk_rows` rows at a time into the columns (each value is its row's alone: the same numbers). With `drop`,
-        each feature's raw column is deleted from `X` once encoded (a caller that needs only the encoding)."""
-        if len(X) <= chunk_rows and not drop:
+        `chunk_rows` rows at a time into the columns (each value is its row's alone: the same numbers)."""
+        if len(X) <= chunk_rows:
             return pd.DataFrame({f.name: self.encoders_[f.name].transform(X) for f in self.page_features},
                                 index=X.index)
-        return pd.DataFrame(dict(self.transform_columns(X, chunk_rows, drop)), index=X.index, copy=False)
+        return pd.DataFrame(dict(self.transform_columns(X, chunk_rows)), index=X.index, copy=False)
 
     def transform_columns(self, X: pd.DataFrame, chunk_rows: int = CHUNK_ROWS, drop: bool = False
                           ) -> Iterator[tuple[str, np.ndarray]]:
