@@ -2,6 +2,8 @@
 trainer inputs, query keys and trained ranker as the per-row numpy objects it held before."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -353,6 +355,33 @@ def test_training_rows_built_from_partitions_a_few_columns_at_a_time_are_the_fra
     assert set(prepared.overrides) == {"media_type"}             # only what the pre-flight changed is held
     pd.testing.assert_frame_equal(TrainingRows.build(prepared, cfg).nodes.to_frame(),
                                   TrainingRows.build(merged, cfg).nodes.to_frame())
+
+
+def test_spilled_rows_sweep_the_scratch_a_killed_fit_left_and_keep_live_and_other_hosts(tmp_path):
+    """A SIGKILLed fit skips its clean-up at exit: the next spilled fit on the host removes that scratch directory
+    (its process is gone), never one of a live process or of another host sharing the directory."""
+    import subprocess
+    import sys
+    from wpultr.bal.node_columns import NodeColumns, scratch_prefix
+    child = subprocess.Popen([sys.executable, "-c", "import os, signal, tempfile, sys; "
+                              "from wpultr.bal.node_columns import NodeColumns; "
+                              f"rows = NodeColumns.spilled(4, {str(tmp_path)!r}); rows.add('a', [1, 2, 3, 4]); "
+                              "print(rows.directory, flush=True); os.kill(os.getpid(), signal.SIGKILL)"],
+                             stdout=subprocess.PIPE, text=True)
+    killed = Path(child.communicate(timeout=120)[0].strip())
+    assert child.returncode == -9 and (killed / "a.bin").exists()       # left behind by the kill
+    live = tmp_path / f"{scratch_prefix()}kept"                  # this process's: alive
+    live.mkdir()
+    other_host = tmp_path / f"wpultr-rows-another_host-{child.pid}-x"
+    other_host.mkdir()
+    unrelated = tmp_path / "wpultr-rows-notes"
+    unrelated.mkdir()
+    rows = NodeColumns.spilled(4, tmp_path)
+    assert not killed.exists()
+    assert live.exists() and other_host.exists() and unrelated.exists() and rows.directory.exists()
+    directory = rows.directory
+    del rows
+    assert not directory.exists()                                # a finished fit removes its own
 
 
 def test_node_columns_read_the_same_rows_in_memory_and_spilled(tmp_path):

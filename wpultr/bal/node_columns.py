@@ -12,7 +12,10 @@ node of the graph (the raw positions, the click model's document pairs): read by
 """
 from __future__ import annotations
 
+import logging
+import os
 import shutil
+import socket
 import tempfile
 import weakref
 from pathlib import Path
@@ -23,7 +26,38 @@ import pandas as pd
 
 from ..schema import RELEVANCE_SCORE
 
+log = logging.getLogger(__name__)
+
 READ_ROWS = 1 << 20          # a gather from a spilled column reads its file this many rows at a time
+SCRATCH_PREFIX = "wpultr-rows-"
+
+
+def scratch_prefix() -> str:
+    """This process's scratch-directory prefix: host and pid, so a later fit can tell a dead fit's leftovers."""
+    return f"{SCRATCH_PREFIX}{socket.gethostname().replace('-', '_')}-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:                      # another user's live process
+        return True
+    return True
+
+
+def remove_orphaned_scratch(directory: str | Path) -> list[Path]:
+    """Remove the scratch directories under `directory` left by fits on this host whose process is gone (killed:
+    SIGKILL or a lost machine skip the clean-up at exit); those of live processes and other hosts stay."""
+    host = socket.gethostname().replace("-", "_")
+    removed = []
+    for path in Path(directory).glob(f"{SCRATCH_PREFIX}{host}-*-*"):
+        pid = path.name[len(SCRATCH_PREFIX) + len(host) + 1:].split("-", 1)[0]
+        if path.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 class NodeColumns:
@@ -35,14 +69,18 @@ class NodeColumns:
         self._dtypes: dict[str, np.dtype] = {}
         self._order: list[str] = []
         self._scores: np.ndarray | None = None
-        self.directory = None if directory is None else Path(tempfile.mkdtemp(prefix="wpultr-rows-", dir=directory))
+        self.directory = None if directory is None else Path(tempfile.mkdtemp(prefix=scratch_prefix(), dir=directory))
         if self.directory is not None:   # the scratch files go with the object (and at exit, whatever happens)
             self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.directory), True)
 
     @classmethod
     def spilled(cls, n_rows: int, directory: str | Path | None = None) -> "NodeColumns":
-        """Columns on local disk under `directory` (None: the system's temporary directory, $TMPDIR)."""
-        return cls(n_rows, tempfile.gettempdir() if directory is None else directory)
+        """Columns on local disk under `directory` (None: the system's temporary directory, $TMPDIR); first removes
+        what killed fits of this host left there (`remove_orphaned_scratch`)."""
+        directory = tempfile.gettempdir() if directory is None else directory
+        for path in remove_orphaned_scratch(directory):
+            log.info("removed %s: scratch rows of a fit whose process is gone", path)
+        return cls(n_rows, directory)
 
     # -- writing -------------------------------------------------------------------------------
     def add(self, name: str, values: np.ndarray) -> None:
