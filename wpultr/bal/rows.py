@@ -70,11 +70,11 @@ def document_pairs(train: pd.DataFrame, config: "RunConfig", codes: np.ndarray |
 @dataclass(frozen=True)
 class GraphRows:
     """The rows every epoch's discovery reads (drawn once, by the run's seed): one shown result per sampled
-    session for KCI, and the whole sessions of hybrid's click tests (a mask, None for other tests) with their
-    session ids (the click test's clusters)."""
+    session for KCI, and the whole sessions of hybrid's click tests (row indices, None for other tests: a few
+    bytes per chosen row, not a mask over the log) with their session ids (the click test's clusters)."""
 
     kci: np.ndarray
-    click_mask: np.ndarray | None
+    click_rows: np.ndarray | None
     click_sessions: np.ndarray | None
 
     @classmethod
@@ -84,14 +84,15 @@ class GraphRows:
                                  n_strata=d.n_strata, seed=seed)
         chosen = train.loc[train[SESSION_ID].isin(ids), [SESSION_ID, POSITION]].assign(_row=lambda f: f.index)
         mask = click_row_mask(train, d, seed)
-        sessions = None if mask is None else train[SESSION_ID].to_numpy()[mask]
-        return cls(one_row_per_session(chosen, seed)["_row"].to_numpy(), mask, sessions)
+        rows = None if mask is None else np.flatnonzero(mask)
+        sessions = None if rows is None else train[SESSION_ID].to_numpy()[rows]
+        return cls(one_row_per_session(chosen, seed)["_row"].to_numpy(), rows, sessions)
 
     def click_frame(self, nodes: "NodeColumns | pd.DataFrame") -> pd.DataFrame | None:
-        """Hybrid's click rows of `nodes` with their session_id; None without a mask."""
-        if self.click_mask is None:
+        """Hybrid's click rows of `nodes` with their session_id; None for a test without them."""
+        if self.click_rows is None:
             return None
-        rows = nodes.iloc[np.flatnonzero(self.click_mask)]
+        rows = nodes.iloc[self.click_rows]
         return rows.assign(**{SESSION_ID: self.click_sessions}).reset_index(drop=True)
 
 
