@@ -19,8 +19,11 @@ result examined, clicked with its relevance's chance): what a perfect debiaser o
 **Oracle-IPW** / **Oracle-IPW-GBDT** (when BAL-list / BAL-GBDT-lambda-click or -both ran) = that BAL variant's reweighted
 ranker step with each click weighted by 1 / its true examination: the bound of any examination estimate
 with that step. **Oracle-skip-GBDT** (when BAL-GBDT-lambda ran) = its posterior-weighted λ step with the true
-click model (each skipped result's true chance of not being clicked had it been seen): the bound of BAL's
-click-model estimates with that step. The ceiling also sees every result examined (more clicks than any reweighting can recover),
+click model (each skipped result's true chance of not being clicked had it been seen). That chance holds each
+document's true relevance, which no click model can learn from the logs, so this reference leaks labels and is not
+a bound of what debiasing can reach. **Oracle-exam-GBDT** (when BAL-GBDT-lambda ran) is that bound: the same step
+given the true examination of every shown result, with each document's relevance learned from its clicks as a
+perfect click model would (Σ clicks / Σ examination over its impressions). The ceiling also sees every result examined (more clicks than any reweighting can recover),
 so the gap it sets is part bias, part information.
 
 The worlds (`default`, `production`, `position_only`, and the transfer checks `cascade` and `trust`) are
@@ -54,7 +57,7 @@ from wpultr.methods.training import Trainer, build_ranker
 from wpultr.metrics import per_query
 from wpultr.pipeline.cluster import open_client
 from wpultr.rankers.base import score_frame
-from wpultr.schema import CLICK, LABEL, POSITION, QUERY_ID, SESSION_ID
+from wpultr.schema import CLICK, DOC_ID, LABEL, POSITION, QUERY_ID, SESSION_ID
 from wpultr.simulate import simulate
 from wpultr.simulate.user_models import click_relevance
 from worlds import WORLDS          # bench/worlds.py: the worlds, shared with bench/discovery.py
@@ -99,7 +102,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 GBDT_METHODS = ("Naive-GBDT", "LambdaMART", "BAL-GBDT", "BAL-GBDT-list", "BAL-GBDT-lambda", "Naive-GBDT-lambda",
                 "LambdaMART-pos", "Ceiling-GBDT", "BAL-GBDT-nodoc", "BAL-GBDT-lambda-nodoc", "Oracle-IPW-GBDT",
-                "BAL-GBDT-lambda-click", "BAL-GBDT-lambda-both", "Oracle-skip-GBDT",
+                "BAL-GBDT-lambda-click", "BAL-GBDT-lambda-both", "Oracle-skip-GBDT", "Oracle-exam-GBDT",
                 "BAL-GBDT-lambda-skip")
 
 
@@ -185,6 +188,24 @@ def oracle_skip(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, c
     return trainer.fit(grad_hess, loss)
 
 
+def oracle_examination(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -> Any:
+    """BAL-GBDT-lambda's step given the true examination e of every shown result and nothing else: a (query,
+    document)'s relevance is what a click model with that e learns from its clicks, r̃ = (Σ c + m) / (Σ e + 1)
+    over its impressions (one pseudo-impression at the log's mean rate m = Σ c / Σ e), and each clicked-over-skipped
+    pair weighs its skipped result's chance of having been skipped for irrelevance, (1 − r̃) / (1 − e·r̃). What a
+    perfect estimate of the page's bias reaches with that step, with no label the logs do not hold."""
+    exam = true_examination(train, truth)
+    clicks = train[CLICK].to_numpy(np.float64)
+    pair, _ = pd.factorize(pd.MultiIndex.from_arrays([train[QUERY_ID], train[DOC_ID]]))
+    rate = clicks.sum() / exam.sum()
+    relevance = np.clip((np.bincount(pair, clicks) + rate) / (np.bincount(pair, exam) + 1.0), 0.0, 1.0)[pair]
+    skip = (1.0 - relevance) / np.maximum(1.0 - exam * relevance, 1e-12)
+    trainer = BoostingTrainer(train, valid, cfg)
+    trainer.warm_up()
+    grad_hess, loss = trainer.lambda_objective(np.ones(len(train)), trainer.in_dataset_order(skip))
+    return trainer.fit(grad_hess, loss)
+
+
 def oracle(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -> Any:
     """The same ranker trained on the true labels of the shown results (listwise softmax on gains)."""
     labels = truth_of(train, truth, "true_label")
@@ -257,10 +278,11 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             out["per_query"][name] = measured(oracle_ipw(train, truth, valid, config_from_dict(
                 with_overrides(values, METHODS[ran[0]])), boosted))
     if "BAL-GBDT-lambda" in out["per_query"]:          # its posterior-weighted λ step with the true click model
-        out["per_query"]["Oracle-skip-GBDT"] = measured(oracle_skip(train, truth, valid, config_from_dict(
-            with_overrides(values, METHODS["BAL-GBDT-lambda"]))))
+        step = config_from_dict(with_overrides(values, METHODS["BAL-GBDT-lambda"]))
+        out["per_query"]["Oracle-skip-GBDT"] = measured(oracle_skip(train, truth, valid, step))
+        out["per_query"]["Oracle-exam-GBDT"] = measured(oracle_examination(train, truth, valid, step))
     for label in ("Oracle", *(f["ceiling"] for f in FAMILIES.values()), "Oracle-IPW", "Oracle-IPW-GBDT",
-                  "Oracle-skip-GBDT"):
+                  "Oracle-skip-GBDT", "Oracle-exam-GBDT"):
         if label in out["per_query"]:
             print(f"  {world} seed {seed} {label:14s} DCG@10 {out['per_query'][label]['DCG@10'].mean():.3f}",
                   flush=True)
