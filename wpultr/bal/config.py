@@ -82,7 +82,7 @@ class BalConfig:
     #                                            (`separability`; 0 corrects every discovered bias)
     # LightGBM backbone with train.loss lambdarank: what weights a clicked-over-skipped pair (`bal.pair_weights`):
     # posterior = the chance, under the click model, that the skipped result was skipped for being irrelevant
-    # rather than unseen, the click side weighing 1 (the step bench/bal.py's Oracle-skip-GBDT bounds); skip = that
+    # rather than unseen, the click side weighing 1 (the step bench/bal.py's Oracle-skip-GBDT runs); skip = that
     # chance times the click's w; click = the click's ω = w/σ(v) (IPW of the click); both = ω times that chance
     pair_weights: Literal["click", "skip", "posterior", "both"] = "posterior"
     click_model: ClickModelConfig = field(default_factory=ClickModelConfig)
