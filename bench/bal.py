@@ -328,12 +328,14 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
             continue
         print(f"  {label:14s} {np.nanmean(shares):7.1%}  ({', '.join(f'{g:.1%}' for g in shares)})  "
               f"[{fam}: baseline {'/'.join(FAMILIES[fam]['baselines'])}, gap {np.mean([s['per_query'][FAMILIES[fam]['ceiling']]['DCG@10'].mean() - s['per_query'][s['best'][fam]]['DCG@10'].mean() for s in seeds if fam in s['best']]):.3f}]")
-    naive_s = np.mean([s["seconds"].get("Naive", np.nan) for s in seeds])
-    print(f"\nseconds per trained epoch (Naive {naive_s:.2f} s):")
+    naive = [s["seconds"]["Naive"] for s in seeds if "Naive" in s["seconds"]]
+    naive_s = float(np.mean(naive)) if naive else None               # no ratio when Naive did not run
+    print(f"\nseconds per trained epoch{f' (Naive {naive_s:.2f} s)' if naive_s else ''}:")
     for label in labels:
         sec = [s["seconds"][label] for s in seeds if label in s["seconds"]]
         if sec and label != "Naive":
-            print(f"  {label:14s} {np.mean(sec):7.2f} s  {np.mean(sec) / naive_s:5.2f}x Naive")
+            ratio = f"  {np.mean(sec) / naive_s:5.2f}x Naive" if naive_s else ""
+            print(f"  {label:14s} {np.mean(sec):7.2f} s{ratio}")
     for label in labels:
         steps = [s["steps"][label] for s in seeds if label in s["steps"]]
         if steps:
