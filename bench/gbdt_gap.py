@@ -8,8 +8,8 @@ nothing about its relevance, whatever the learner knows about the page. A debias
 This bench splits the gap on the logs themselves. Each shown result gets a latent (examined o, relevant R) drawn
 from its posterior given its logged click under the simulator's true click model (a click: o = R = 1; a skip:
 (o, R) ∈ {(1, 0), (0, 1), (0, 0)} in proportion to e(1 − r), (1 − e)r and (1 − e)(1 − r), e and r the true
-examination and click-if-examined chances). All are LambdaMART (the same method and settings `bench/bal.py` runs),
-scored on the same held-out test queries:
+examination and click-if-examined chances). All are λ-gradient boosters with the settings `bench/bal.py` gives
+LambdaMART, scored on the same held-out test queries:
 
 * **LambdaMART**: on the logged clicks, all shown results (the baseline).
 * **Seen-only**: on the logged clicks of the results that were examined (o = 1) only: perfect knowledge of who
