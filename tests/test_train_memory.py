@@ -197,12 +197,17 @@ def _retain_freed_blocks() -> int:
 
 
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's malloc_trim")
-def test_workers_hand_their_freed_heap_back_between_stages(dask_client):
-    from wpultr.pipeline.cluster import release_worker_memory
-    retained = sum(dask_client.run(_retain_freed_blocks).values())
-    assert retained >= 100 << 20                       # of 2 x 190 MiB freed; a reused arena may hold less
-    released = release_worker_memory(dask_client)
-    assert released >= 0.6 * retained
+def test_workers_hand_their_freed_heap_back_between_stages():
+    """Freed, retained heap on the workers is handed back by `release_worker_memory`. On fresh workers: the session's
+    shared cluster carries earlier tests' arenas and leftovers (once, late in a full CI run, a worker grew 125 MB and
+    released 2 MB), which would make the figures about those tests rather than the release."""
+    from wpultr.config import ClusterConfig
+    from wpultr.pipeline.cluster import open_client, release_worker_memory
+    with open_client(ClusterConfig(n_workers=2, threads_per_worker=1, memory_limit="2GiB")) as client:
+        retained = sum(client.run(_retain_freed_blocks).values())
+        assert retained >= 100 << 20                   # of 2 x 190 MiB freed; a reused arena may hold less
+        released = release_worker_memory(client)
+        assert released >= 0.6 * retained, (retained, released)
 
 
 @pytest.mark.parametrize("query_ids", ["text", "integers"])
