@@ -24,6 +24,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from ..processes import process_started
 from ..schema import RELEVANCE_SCORE
 
 log = logging.getLogger(__name__)
@@ -32,31 +33,27 @@ READ_ROWS = 1 << 20          # a gather from a spilled column reads its file thi
 SCRATCH_PREFIX = "wpultr-rows-"
 
 
+def _host_prefix() -> str:
+    """`wpultr-rows-<host>-`: the host with its dashes made underscores, so the pid after it parses."""
+    return f"{SCRATCH_PREFIX}{socket.gethostname().replace('-', '_')}-"
+
+
 def scratch_prefix() -> str:
     """This process's scratch-directory prefix: host and pid, so a later fit can tell a dead fit's leftovers."""
-    return f"{SCRATCH_PREFIX}{socket.gethostname().replace('-', '_')}-{os.getpid()}-"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:                      # another user's live process
-        return True
-    return True
+    return f"{_host_prefix()}{os.getpid()}-"
 
 
 def remove_orphaned_scratch(directory: str | Path) -> list[Path]:
     """Remove the scratch directories under `directory` left by fits on this host whose process is gone (killed:
     SIGKILL or a lost machine skip the clean-up at exit); those of live processes and other hosts stay."""
-    host = socket.gethostname().replace("-", "_")
+    host = _host_prefix()
     removed = []
-    for path in Path(directory).glob(f"{SCRATCH_PREFIX}{host}-*-*"):
-        pid = path.name[len(SCRATCH_PREFIX) + len(host) + 1:].split("-", 1)[0]
-        if path.is_dir() and pid.isdigit() and not _alive(int(pid)):
+    for path in Path(directory).glob(f"{host}*-*"):
+        pid = path.name[len(host):].split("-", 1)[0]
+        if path.is_dir() and pid.isdigit() and process_started(int(pid)) is None:
             shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+            if not path.exists():                # another user's directory stays theirs
+                removed.append(path)
     return removed
 
 

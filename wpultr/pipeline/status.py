@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunDirError
+from ..processes import process_started
 from ..storage import is_url, readable_run_dir
 from .layout import CONFIG_FILE, MARKER, STAGES_DIR
 from .rundir import write_json
@@ -39,20 +40,11 @@ def _now() -> str:
     return time.strftime(_TIME_FORMAT)
 
 
-def _process_started(pid: int) -> float | None:
-    """The start time of process `pid` (to tell a live run from a reused pid), None if it is gone."""
-    import psutil
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
-
-
 def mark_running(root: Path, stage: str) -> None:
     """Record that `stage` started in this process; an older failure record of it is superseded."""
     pid = os.getpid()
     write_json(_record(root, stage, RUNNING_SUFFIX),
-               {"stage": stage, "pid": pid, "host": socket.gethostname(), "process_started": _process_started(pid),
+               {"stage": stage, "pid": pid, "host": socket.gethostname(), "process_started": process_started(pid),
                 "started_at": _now(), "started": time.time()})
     _record(root, stage, FAILED_SUFFIX).unlink(missing_ok=True)
 
@@ -113,7 +105,7 @@ def _alive(record: dict[str, Any]) -> bool | None:
     pid = record.get("pid")
     if not isinstance(pid, int):
         return False
-    started = _process_started(pid)
+    started = process_started(pid)
     expected = record.get("process_started")
     return started is not None and (expected is None or abs(started - expected) < 1.0)
 
