@@ -215,6 +215,11 @@ def oracle(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -
                        epochs=cfg.train.epochs + cfg.train.warmup_epochs)
 
 
+def test_metrics(ranker: Any, test: pd.DataFrame) -> pd.DataFrame:
+    """Per-query metrics of `ranker` on the held-out annotated `test` queries (what every method is judged by)."""
+    return per_query(test.assign(score=score_frame(ranker, test)), "score", label_col=LABEL)
+
+
 def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """Every method on one world's logs of one seed: per-query test metrics and seconds per epoch."""
     values = base_config(seed, args.sessions, args.epochs, WORLDS[world])
@@ -223,7 +228,7 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     valid, test = split_annotations(annotations, seed)
 
     def measured(ranker: Any) -> pd.DataFrame:
-        return per_query(test.assign(score=score_frame(ranker, test)), "score", label_col=LABEL)
+        return test_metrics(ranker, test)
 
     out: dict[str, Any] = {"per_query": {}, "seconds": {}, "steps": {}, "graphs": {}, "examination": {}}
     exam = pd.Series(true_examination(train, truth)).groupby(train[POSITION].to_numpy()).mean()

@@ -38,14 +38,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bal import (METHODS, WORLDS, base_config, oracle_examination, oracle_ipw, paired_test, split_annotations, true_examination,
-                 truth_of, with_overrides)
+from bal import (METHODS, WORLDS, base_config, oracle_examination, oracle_ipw, paired_test, split_annotations,
+                 test_metrics, true_examination, truth_of, with_overrides)
 from wpultr.config import config_from_dict
 from wpultr.methods.registry import get_method
-from wpultr.metrics import per_query
 from wpultr.pipeline.cluster import open_client
-from wpultr.rankers.base import score_frame
-from wpultr.schema import CLICK, LABEL
+from wpultr.schema import CLICK
 from wpultr.simulate import simulate
 
 LABELS = ("LambdaMART", "Seen-only", "Oracle-IPW", "Oracle-exam", "Ceiling")
@@ -77,7 +75,7 @@ def one_seed(world: str, seed: int, sessions: int, epochs: int) -> dict[str, pd.
     lambdamart = get_method(cfg.train.method)
 
     def measured(ranker: Any) -> pd.DataFrame:
-        return per_query(test.assign(score=score_frame(ranker, test)), "score", label_col=LABEL)
+        return test_metrics(ranker, test)
 
     out = {"LambdaMART": measured(lambdamart.fit(train, valid, cfg).ranker),
            "Seen-only": measured(lambdamart.fit(train[seen].reset_index(drop=True), valid, cfg).ranker),
