@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wpultr.config import (BaselinesConfig, ConfigError, RunConfig, config_from_dict, dump_config, load_config,
-                           parse_overrides, to_dict)
+from wpultr.config import (BaselinesConfig, ConfigError, RunConfig, check_machine, config_from_dict, dump_config,
+                           load_config, parse_overrides, to_dict)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,8 @@ def test_bad_values_name_the_key(values, fragment):
 # The probes of issue 15 item 9, given as the CLI gives them (--set KEY=VALUE over a YAML file): each
 # passed validation before and failed later; now each fails at load with the key and what is allowed.
 @pytest.mark.parametrize("override, message", [
-    ("ranker.head=[-5]", "ranker.head: must be a list of layer widths >= 1 (empty: a linear head), got [-5]"),
+    ("ranker.head=[-5]", "ranker.head: must be a list of at most 32 layer widths in [1, 65536] (empty: a linear "
+                         "head), got [-5]"),
     ("ranker.dropout=1.5", "ranker.dropout: must be in [0, 1), got 1.5"),
     ("seed=-1", "seed: must be an integer in [0, 2**32 - 1], got -1"),
     ("run_dir=runs/{0}", "run_dir: must be a non-empty path; placeholders allowed: {name}, {seed}, got 'runs/{0}'"),
@@ -108,7 +109,8 @@ BAD: dict[str, typing.Any] = {
     "data.simulate.media_heights": [0.0, 1.0, 1.0, 1.0], "data.simulate.height_spread": -1.0,
     "data.simulate.logging_media_boost": [0.0], "data.simulate.screen_height": 0.0,
     "data.simulate.scroll_screens": -1.0, "data.simulate.corpus": "msn", "data.simulate.letor_path": [""],
-    "data.simulate.position_blocks": 0,
+    "data.simulate.position_blocks": 0, "data.simulate.media_label_tilt": [0.0, 0.0, 99.0, 0.0],
+    "data.simulate.media_click_scale": [1.0, 1.0, 2.0, 1.0],
     "cluster.scheduler": "tcp://host", "cluster.n_workers": 0, "cluster.threads_per_worker": 0,
     "cluster.memory_limit": "0", "cluster.connect_timeout": 0.0, "cluster.no_worker_timeout": -1.0,
     "ranker.backbone": "gpt", "ranker.head": [0], "ranker.dropout": 1.0, "ranker.bert.path": "",
@@ -122,7 +124,7 @@ BAD: dict[str, typing.Any] = {
     "train.processes": 0,
     "evaluation.ks": [3, 3],
     "discovery.n_sessions": 0, "discovery.n_strata": 0, "discovery.ci_test": "gsq", "discovery.alpha": 1.0,
-    "discovery.click_rows": 5, "discovery.click_knots": 2, "discovery.near_deterministic": 0.0,
+    "discovery.click_rows": 5, "discovery.click_test": "document", "discovery.click_knots": 2, "discovery.near_deterministic": 0.0,
     "discovery.max_depth": -1, "discovery.n_bootstrap": -1, "discovery.seed_offset": -1,
     "discovery.kci.kernel": "Cosine", "discovery.kci.est_width": "mean", "discovery.kci.polyd": 0,
     "discovery.kci.engine": "fast", "discovery.kci.cache_mib": 0, "discovery.rcit.approx": "exact",
@@ -155,6 +157,10 @@ BAD: dict[str, typing.Any] = {
     "lbd.observation_hidden": [0], "lbd.observation_learning_rate": 0.0,
     "pairwise.joint_model": "cascade", "pairwise.grid_columns": 0, "pairwise.skip_row": 1.0,
     "pairwise.continue_prob": 0.0, "pairwise.sigma": 0.0, "pairwise.lambda_weight": "dcg",
+    "xgboost.rounds": 0, "xgboost.learning_rate": 0.0, "xgboost.max_depth": 0, "xgboost.objective": "rank:map",
+    "xgboost.lambdarank_pair_method": "all", "xgboost.lambdarank_num_pair_per_sample": 0,
+    "xgboost.lambdarank_bias_norm": -1.0, "xgboost.early_stopping": "valid", "xgboost.early_stopping_rounds": 0,
+    "xgboost.eval_every": 0, "xgboost.valid_sessions_fraction": 1.0, "xgboost.num_threads": -1,
 }
 
 
@@ -278,3 +284,83 @@ def test_loading_a_config_imports_neither_torch_nor_causal_learn():
             "print(sorted(m for m in ('torch', 'causallearn', 'transformers', 'distributed') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# --------------------------------------------------------------------------------------------- bounded inputs
+# Issue 29 item 11: a config is refused at load, in one line, when its YAML would expand beyond reason or its
+# sizes beyond what export accepts and what this machine has.
+def _alias_bomb(levels: int) -> str:
+    """A flow mapping whose last value expands to 9 ** levels strings through aliases."""
+    entries = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    entries += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return "{" + ", ".join(entries) + "}"
+
+
+@pytest.mark.parametrize("value, message", [
+    (_alias_bomb(6), "more than 100000 values once its aliases (*name) are expanded"),   # 531441 strings
+    ("[" * 50_000 + "]" * 50_000, "nested more than 64 levels deep"),
+    ("&a [1, *a]", "an alias (*name) inside the value it names"),
+])
+def test_alias_bombs_deep_nesting_and_loops_are_refused_in_one_line(tmp_path, value, message):
+    path = tmp_path / "run.yaml"
+    path.write_text(f"name: probe\nranker:\n  head: {value}\n")
+    for load, where in ((lambda: load_config(path), str(path)),
+                        (lambda: parse_overrides([f"ranker.head={value}"]), "--set ranker.head")):
+        with pytest.raises(ConfigError) as err:
+            load()
+        assert str(err.value).startswith(f"{where}: ") and message in str(err.value), str(err.value)[:300]
+        assert "\n" not in str(err.value)
+
+
+def test_anchors_and_merge_keys_within_the_bounds_still_load(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("name: probe\nranker: {head: &widths [64, 32]}\nbal: {click_model: {hidden: *widths}}\n")
+    cfg = load_config(path)
+    assert cfg.ranker.head == [64, 32] and cfg.bal.click_model.hidden == [64, 32]
+
+
+def test_messages_show_at_most_200_characters_of_a_value():
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"ranker": {"head": "x" * 100_000}})
+    assert str(err.value).startswith("ranker.head: expected a list, got 'xxx") and len(str(err.value)) < 260
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"train": {"learning_rate": [1] * 100_000}})
+    assert str(err.value).startswith("train.learning_rate: ") and len(str(err.value)) < 260
+
+
+@pytest.mark.parametrize("override, message", [
+    ("ranker.head=[70000]", "ranker.head: must be a list of at most 32 layer widths in [1, 65536]"),
+    ("ranker.head=[100000000]", "ranker.head: must be a list of at most 32 layer widths in [1, 65536]"),
+    ("ranker.head=[" + ", ".join(["8"] * 33) + "]", "ranker.head: must be a list of at most 32 layer widths"),
+    ("ranker.head=[" + ", ".join(["65536"] * 32) + "]",            # 31 layers of 65536²: 2 TB of training state
+     "ranker.head: must be layer widths whose training state fits this machine's"),
+    ("ranker.bert.hidden_size=100000", "ranker.bert.hidden_size: must be an integer in [1, 8192]"),
+    ("ranker.bert.intermediate_size=70000", "ranker.bert.intermediate_size: must be an integer in [1, 65536]"),
+    ("ranker.bert.num_hidden_layers=1000", "ranker.bert.num_hidden_layers: must be an integer in [1, 96]"),
+    ("train.processes=1000", f"train.processes: must be an integer in [1, {max(os.cpu_count() or 1, 1)}]"),
+    ("cluster.n_workers=1000", f"cluster.n_workers: must be an integer in [1, {max(os.cpu_count() or 1, 2)}]"),
+    ("cluster.threads_per_worker=1000", "cluster.threads_per_worker: must be an integer in [1, "),
+])
+def test_sizes_beyond_export_and_this_machine_are_refused_at_load(tmp_path, override, message):
+    path = tmp_path / "run.yaml"
+    path.write_text("name: probe\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, parse_overrides([override]))
+    assert str(err.value).startswith(message) and len(str(err.value)) < 400, str(err.value)
+
+
+def test_the_config_bounds_are_the_ones_a_saved_ranker_is_checked_against():
+    from wpultr import config as C
+    from wpultr.rankers import bert, mlp
+    assert mlp.MLPRanker.ARGS["hidden"].high == C.MAX_WIDTH and mlp.MLPRanker.ARGS["hidden"].max_items == C.MAX_LAYERS
+    assert bert.BERT_CONFIG_ARGS["hidden_size"].high == C.MAX_BERT_HIDDEN
+    assert bert.BERT_CONFIG_ARGS["num_hidden_layers"].high == C.MAX_BERT_LAYERS
+    assert bert.BERT_CONFIG_ARGS["intermediate_size"].high == C.MAX_WIDTH
+    assert bert.BertRanker.ARGS["max_length"].high == C.MAX_TOKENS
+    widest = config_from_dict({"ranker": {"head": [C.MAX_WIDTH]}})     # the bound itself loads
+    assert widest.ranker.head == [C.MAX_WIDTH]
+    # what this machine has bounds a config that is to run here, not a saved one read (evaluate, export)
+    saved = config_from_dict({"cluster": {"n_workers": 1000}, "train": {"processes": 1000}})
+    assert saved.cluster.n_workers == 1000 and saved.train.processes == 1000
+    external = config_from_dict({"cluster": {"n_workers": 1000, "scheduler": "tcp://10.0.0.1:8786"}})
+    assert check_machine(external) is external                          # an external cluster's size is its own

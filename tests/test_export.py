@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from wpultr.cli import app
 from wpultr.config import config_from_dict
 from wpultr.errors import ExportError
-from wpultr.export import LEXICAL_DIR, export_run, load_export, read_input_table, score_table
+from wpultr.export import (CHECKSUMS, EXPORT_FILE, LEXICAL_DIR, export_checksums, export_run, load_export,
+                           read_input_table, score_table)
 from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import CONFIG_FILE, WEIGHTS_FILE
@@ -151,6 +152,14 @@ def _remove(name: str):
     return tamper
 
 
+def _edit_export(edit):
+    def tamper(model: Path) -> None:
+        manifest = json.loads((model / EXPORT_FILE).read_text())
+        edit(manifest)
+        (model / EXPORT_FILE).write_text(json.dumps(manifest))
+    return tamper
+
+
 def _huge_header(model: Path) -> None:
     data = (model / WEIGHTS_FILE).read_bytes()
     (model / WEIGHTS_FILE).write_bytes((2 ** 62).to_bytes(8, "little") + data[8:])
@@ -224,6 +233,10 @@ TAMPERS = {
     "extra tensor": ("lexical", _edit_weights(lambda s: s.__setitem__("net.9.weight", torch.zeros(2)))),
     "missing tensor": ("lexical", _edit_weights(lambda s: s.pop(_first_weight(s)))),
     "config n_features differs from weights": ("lexical", _set_arg("n_features", 5)),
+    "weights all 1e38: scores overflow": ("lexical", _edit_weights(
+        lambda s: [s.__setitem__(k, torch.full_like(v, 1e38)) for k, v in list(s.items()) if k.startswith("net.")])),
+    "a NaN weight": ("lexical", _edit_weights(
+        lambda s: s[_first_weight(s)].view(-1).__setitem__(0, float("nan")))),
     # the lexical feature state
     "lexical state missing a file": ("lexical", _remove(f"{LEXICAL_DIR}/lexical_featurizer.npz")),
     "lexical JSON garbage": ("lexical", _write(f"{LEXICAL_DIR}/lexical_featurizer.json", "{]")),
@@ -250,14 +263,45 @@ TAMPERS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(TAMPERS))
+def _reseal(model: Path) -> None:
+    """Recompute export.json's checksums after a tamper, as a deliberate editor would: so each case reaches the
+    check it is about, not the checksum (a tamper of export.json itself is left as it is)."""
+    try:
+        manifest = json.loads((model / EXPORT_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(manifest, dict) and CHECKSUMS in manifest:
+        manifest[CHECKSUMS] = export_checksums(model)
+        (model / EXPORT_FILE).write_text(json.dumps(manifest))
+
+
+def _flip_bit(name: str):
+    def tamper(model: Path) -> None:
+        data = bytearray((model / name).read_bytes())
+        data[-3] ^= 0x10
+        (model / name).write_bytes(bytes(data))
+    return tamper
+
+
+UNSEALED = {   # caught by export.json's checksums alone: not resealed
+    "one bit flipped in the weights": ("lexical", _flip_bit(WEIGHTS_FILE)),
+    "one bit flipped in the lexical state": ("lexical", _flip_bit(f"{LEXICAL_DIR}/lexical_featurizer.npz")),
+    "a file export.json does not list": ("lexical", _write("notes.txt", "mine")),
+    "checksums not a mapping": ("lexical", _edit_export(lambda m: m.__setitem__(CHECKSUMS, ["x"]))),
+    "checksum of a file outside": ("lexical", _edit_export(lambda m: m[CHECKSUMS].__setitem__("../x", "0" * 64))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERS) + sorted(UNSEALED))
 def test_tampered_export_is_one_export_error(case, exports, runs, tmp_path):
-    source, tamper = TAMPERS[case]
+    source, tamper = TAMPERS[case] if case in TAMPERS else UNSEALED[case]
     model = tmp_path / "model"
     shutil.copytree(exports[source], model)
     table = pd.read_parquet(runs[source] / S.ANNOTATIONS).head(20)
     load_export(model)  # the untouched copy loads
     tamper(model)
+    if case in TAMPERS:
+        _reseal(model)
     with pytest.raises(ExportError) as err:
         score_table(model, table)
     message = str(err.value)
@@ -269,6 +313,7 @@ def test_cli_shows_a_tampered_export_as_one_line(exports, baidu_logs, tmp_path):
     model = tmp_path / "model"
     shutil.copytree(exports["lexical"], model)
     _set_arg("hidden", [-5])(model)
+    _reseal(model)
     result = CliRunner().invoke(app, ["score", str(model), str(baidu_logs / "annotations.tsv.gz"),
                                       "--out", str(tmp_path / "s.parquet")])
     assert result.exit_code == 2

@@ -81,5 +81,6 @@ def test_load_rejects_an_unusable_standardisation(tmp_path, runs, name, value):
     state = load_file(str(weights))
     state[name][2] = value
     save_file(state, str(weights))
-    with pytest.raises(ExportError, match=rf"{name}' value 2 is"):
+    # a non-finite value is caught by load_ranker's check of every tensor, a zero/negative scale by the MLP's own
+    with pytest.raises(ExportError, match=rf"'{name}' (value 2 is|holds 1 non-finite)"):
         load_ranker(directory)

@@ -125,3 +125,45 @@ def test_cli_bad_config_names_the_key(tmp_path):
     result = CliRunner().invoke(app, ["run", str(config)])
     assert result.exit_code == 2
     assert "train.loss" in result.output and "pointwise" in result.output
+
+
+# Issue 29 item 12: where a run executes (cluster.*) may change between a run and its resume; what it computes may
+# not. config.yaml keeps the first run's config; each stage's completion record names the cluster it ran on.
+def _standin(stage: Stage) -> Stage:
+    """`stage` replaced by one that only creates its declared outputs (files holding an empty JSON object)."""
+    def run(ctx):
+        for output in stage.outputs(ctx.config):
+            ctx.run.path(output).parent.mkdir(parents=True, exist_ok=True)
+            ctx.run.path(output).write_text("{}")
+    return Stage(stage.name, run, stage.outputs)
+
+
+def test_resume_may_change_the_cluster_and_nothing_else(tmp_path, dask_client):
+    from wpultr.config import to_dict
+    from wpultr.experiment.harness import is_finished
+    from wpultr.experiment.spec import experiment_from_dict
+    exp = experiment_from_dict({"name": "x", "out_dir": str(tmp_path / "x"), "base": {"train": {"epochs": 1}},
+                                "methods": [{"label": "Naive", "overrides": {"train.method": "naive"}}],
+                                "seeds": [0]})
+    spec = exp.runs[0]
+    first = config_from_dict(spec.config)
+    stages = tuple(_standin(s) for s in STAGES)
+    run_pipeline(first, client=dask_client, stages=stages[:2])
+    saved = (first.resolved_run_dir / "config.yaml").read_text()
+    values = to_dict(first)
+    values["cluster"] = {"scheduler": "tcp://10.0.0.1:8786", "n_workers": 1, "threads_per_worker": 1,
+                         "memory_limit": "1GiB", "connect_timeout": 3.0, "no_worker_timeout": 5.0,
+                         "worker_profiling": True}
+    moved = config_from_dict(values)
+    result = run_pipeline(moved, client=dask_client, stages=stages)
+    assert result.skipped == [s.name for s in STAGES[:2]] and result.ran == [s.name for s in STAGES[2:]]
+    assert (first.resolved_run_dir / "config.yaml").read_text() == saved          # the first run's config
+    summary = json.loads((first.resolved_run_dir / "summary.json").read_text())["stages"]
+    assert summary["ingest"]["cluster"]["scheduler"] is None and summary["ingest"]["cluster"]["n_workers"] == 2
+    assert summary["train"]["cluster"]["scheduler"] == "tcp://10.0.0.1:8786"
+    assert summary["train"]["cluster"]["workers"] == len(dask_client.nthreads())   # the client it really ran on
+    spec.config["cluster"] = values["cluster"]
+    assert is_finished(spec)                                     # an experiment counts it done, cluster aside
+    values["train"]["epochs"] = 2
+    with pytest.raises(ConfigError, match=r"holds a run with a different config \(changed: train.epochs\)"):
+        run_pipeline(config_from_dict(values), client=dask_client, stages=stages)

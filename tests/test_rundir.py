@@ -22,7 +22,7 @@ def test_atomic_write_leaves_old_file_when_writer_fails(tmp_path):
 
 
 def test_atomic_directory_replace(tmp_path):
-    target = tmp_path / "ranker"
+    target = RunDir.create(tmp_path).path("ranker")   # a directory is replaced inside a run directory
     for version in ("1", "2"):
         with atomic_path(target) as tmp:
             tmp.mkdir()
@@ -144,3 +144,31 @@ def test_a_run_written_before_markers_is_adopted_but_no_other_directory(tmp_path
     with pytest.raises(RunDirError, match="not empty and holds no wpultr run"):
         RunDir.create(other)
     assert not (other / MARKER).exists()
+
+
+# Issue 29 item 2: a run_dir spelled through a directory that does not exist yet ('victim/{name}/..') is checked
+# as the directory it names (victim, not empty, not a run): nothing is written there, and --fresh empties nothing.
+def test_create_and_fresh_check_the_final_path_not_its_spelling(tmp_path):
+    from wpultr.config import config_from_dict
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    spelled = victim / "zz" / ".."
+    with pytest.raises(RunDirError, match="holds no wpultr run"):
+        RunDir.create(spelled)
+    with pytest.raises(RunDirError, match="holds no wpultr run"):
+        RunDir.remove_fresh(spelled)
+    assert _files(victim) == {"keep.txt"}
+    assert config_from_dict({"name": "zz", "run_dir": str(victim) + "/{name}/.."}).resolved_run_dir == victim
+
+
+@pytest.mark.parametrize("fresh", [[], ["--fresh"]])
+def test_a_run_dir_through_a_new_directory_into_a_foreign_one_is_refused(project, fresh):
+    victim = project / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    before = _files(project.parent)
+    result = _run(*fresh, "--set", f"run_dir={victim}/{{name}}/..", "--set", "name=zz")
+    assert result.exit_code == 2 and "holds no wpultr run" in result.output, result.output
+    assert "\n" not in result.output.strip()
+    assert _files(project.parent) == before

@@ -144,7 +144,8 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
 @app.command()
 @user_errors
 def export(run_dir: str = typer.Argument(..., help="a finished run directory: a path or an fsspec URL"),
-           out: str = typer.Option(..., help="directory to write the exported ranker to: a path or an fsspec URL")):
+           out: str = typer.Option(..., help="directory to write the exported ranker to: a path or an fsspec URL "
+                                             "(an existing one is replaced only if it is an earlier export)")):
     """Write the run's ranker as safetensors weights plus config (and feature state) to ship it."""
     from .export import export_run
     typer.echo(f"exported ranker: {export_run(run_dir, out)}")
@@ -152,16 +153,21 @@ def export(run_dir: str = typer.Argument(..., help="a finished run directory: a 
 
 @app.command()
 @user_errors
-def score(model: Path = typer.Argument(..., help="an exported ranker (wpultr export) or a run's ranker/ directory"),
+def score(model: str = typer.Argument(..., help="an exported ranker (wpultr export) or a run's ranker/ directory: "
+                                                 "a path or an fsspec URL (file://, s3://, …)"),
           input_: Path = typer.Argument(..., metavar="INPUT", help="annotation file (Baidu layout) or Parquet "
                                                                    "table (sessions or annotations)"),
-          out: Path = typer.Option(..., help="Parquet file to write: key columns plus `score`"),
+          out: Path = typer.Option(..., help="Parquet file to write: key columns plus `score` (an existing file is "
+                                             "replaced only if an earlier `wpultr score` wrote it)"),
           batch_size: int = typer.Option(1024, help="rows scored at once")):
     """Score a table with a saved ranker (loading never unpickles)."""
-    from .export import read_input_table, score_table
-    from .pipeline.rundir import write_parquet
+    from .export import SCORES, read_input_table, score_table
+    from .pipeline.rundir import check_output, write_parquet
+    from .storage import is_url
+    inputs = (None if is_url(model) else model, input_)
+    check_output(out, SCORES, inputs, "--out")      # before the scoring, so a refused --out costs nothing
     scored = score_table(model, read_input_table(input_), batch_size)
-    write_parquet(out, scored)
+    write_parquet(out, scored, SCORES, inputs, "--out")
     typer.echo(f"scored {len(scored)} rows -> {out}")
 
 

@@ -7,7 +7,9 @@ traceback.
 """
 from __future__ import annotations
 
+import errno
 import functools
+import os
 from typing import Any, Callable
 
 import typer
@@ -16,6 +18,7 @@ from .config import parse_overrides, set_dotted
 from .errors import WpultrError
 
 USER_ERRORS = (WpultrError, FileNotFoundError, NotADirectoryError)
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}   # OSErrors a user fixes (user_errors)
 
 
 def fail(error: BaseException) -> typer.Exit:
@@ -32,6 +35,12 @@ def user_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except USER_ERRORS as e:
             raise fail(e) from None
+        except OSError as e:   # a write the machine refused (disk full, file too large, read-only): one line
+            if e.errno not in _WRITE_ERRNOS:
+                raise
+            where = f"{e.filename}: " if e.filename else ""
+            raise fail(f"{where}{e.strerror or os.strerror(e.errno)} (errno {errno.errorcode[e.errno]}); "
+                       f"free space or choose another output") from None
     return wrapper
 
 

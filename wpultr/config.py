@@ -4,8 +4,9 @@ Every section is a dataclass that checks its own keys when it is built (`__post_
 ConfigError with the dotted key from its `KEY` and the allowed values); the sections of other
 packages (`data.simulate`, `discovery`, `bal`) do the same in their own modules. This module only
 composes them, checks what spans sections (RunConfig), and reads YAML: `load_config(path)` parses it
-with the safe loader and rejects unknown keys and wrong types; `to_dict` gives back the resolved
-config written beside a run.
+with the safe loader, bounded in nesting and alias expansion (`safe_yaml`), rejects unknown keys and wrong types,
+and checks what the run asks of this machine (`check_machine`); `to_dict` gives back the resolved config written
+beside a run, `changed_keys` what differs between two in what they compute (`cluster.*` aside).
 
 Paths (`data.train`, `data.annotations`, `data.simulate.letor_path`, `ranker.bert.path`, `run_dir`):
 a relative path written in a YAML config file is relative to that file's directory, so
@@ -32,22 +33,36 @@ from dask.utils import parse_bytes
 
 from .bal.config import BalConfig
 from .causal.discovery_config import DiscoveryConfig
-from .errors import ConfigError, SchemaError, require
+from .errors import ConfigError, SchemaError, brief, cut, require
 from .identifiability.config import IdentifiabilityConfig
-from .methods.registry import METHODS
+from .methods.registry import METHODS, check_installed
 from .methods.lbd_config import LBDConfig
 from .methods.pairwise_config import PairwiseConfig
+from .methods.xgboost_config import XGBoostConfig
 from .schema import BAIDU_PAGE_FEATURES, page_features_from_config
 from .simulate.spec import SimulateConfig
 from .storage import check_url, is_url, working_copy_dir
 
 __all__ = ["BERT_SPECIAL_TOKENS", "BaselinesConfig", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
-           "EvalConfig", "LightGBMBackboneConfig", "RankerConfig", "RunConfig", "TrainConfig", "config_from_dict",
-           "dump_config", "from_mapping", "load_config", "parse_overrides", "read_yaml_mapping", "set_dotted",
-           "to_dict"]
+           "EvalConfig", "LightGBMBackboneConfig", "RankerConfig", "RunConfig", "TrainConfig", "changed_keys", "check_machine",
+           "config_from_dict", "dump_config", "from_mapping", "load_config", "parse_overrides", "read_yaml_mapping",
+           "results_config", "safe_yaml", "set_dotted", "to_dict"]
 
 BERT_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask", "unk")   # ids a BERT checkpoint's vocabulary must give
 MAX_NAME_LENGTH = 128
+# What a saved ranker may declare (rankers.mlp / rankers.bert check a loaded config.json against the same numbers),
+# so a run never trains what export, evaluate and score would refuse.
+MAX_WIDTH = 65_536                     # width of one hidden layer (an MLP head's, BERT's intermediate size)
+MAX_LAYERS = 32                        # hidden layers of an MLP head
+MAX_TOKENS = 8192                      # tokens per (query, document) input of BERT
+MAX_BERT_HIDDEN = 8192                 # a BERT encoder's hidden size
+MAX_BERT_LAYERS = 96                   # a BERT encoder's layers
+MAX_BERT_HEADS = 256                   # a BERT encoder's attention heads
+TRAINING_BYTES_PER_PARAMETER = 16      # float32 weight, its gradient and Adam's two moments
+# A config is a few hundred values: YAML beyond these bounds (an alias bomb, runaway nesting) is refused at once.
+MAX_YAML_NODES = 100_000               # values once every alias is expanded
+MAX_YAML_DEPTH = 64                    # nested sequences and mappings
+EXECUTION_SECTIONS = ("cluster",)      # where a run executes, not what it computes: a resume may change them
 RUN_DIR_FIELDS = ("name", "seed")                          # the placeholders run_dir may hold
 TRAIN_LOSSES = ("pointwise", "listwise", "lambdarank")    # train.loss; lambdarank: the LightGBM backbone only
 _HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)"
@@ -68,6 +83,12 @@ def _finite(value: Any, low: float, high: float = math.inf, *, low_open: bool = 
 
 def _int_at_least(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _int_in(value: Any, low: int, high: int) -> bool:
+    return _int_at_least(value, low) and value <= high
+
+
 
 
 @dataclass
@@ -178,16 +199,18 @@ class BertConfig:
         require(self.path is None or (isinstance(self.path, str) and self.path.strip() != ""), f"{k}.path",
                 "null (a tiny encoder built in process) or a local directory", self.path)
         # [CLS] q [SEP] t [SEP] a [SEP]: four special tokens and at least one query token
-        require(_int_at_least(self.max_length, 5) and self.max_length <= 8192, f"{k}.max_length",
-                "an integer in [5, 8192]", self.max_length)
+        require(_int_in(self.max_length, 5, MAX_TOKENS), f"{k}.max_length", f"an integer in [5, {MAX_TOKENS}]",
+                self.max_length)
         tokens = self.special_tokens
         require(tokens is None or (set(tokens) == set(BERT_SPECIAL_TOKENS)
                                    and all(_int_at_least(v, 0) for v in tokens.values())
                                    and len(set(tokens.values())) == len(tokens)),
                 f"{k}.special_tokens", f"null or distinct ids >= 0 for exactly {', '.join(BERT_SPECIAL_TOKENS)}",
                 tokens)
-        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
-            require(_int_at_least(getattr(self, name), 1), f"{k}.{name}", "an integer >= 1", getattr(self, name))
+        for name, high in (("hidden_size", MAX_BERT_HIDDEN), ("num_hidden_layers", MAX_BERT_LAYERS),
+                           ("num_attention_heads", MAX_BERT_HEADS), ("intermediate_size", MAX_WIDTH)):
+            require(_int_in(getattr(self, name), 1, high), f"{k}.{name}", f"an integer in [1, {high}]",
+                    getattr(self, name))
         require(self.hidden_size % self.num_attention_heads == 0, f"{k}.hidden_size",
                 f"a multiple of num_attention_heads ({self.num_attention_heads})", self.hidden_size)
 
@@ -231,9 +254,38 @@ class RankerConfig:
         k = self.KEY
         require(self.backbone in ("mlp", "bert", "lightgbm"), f"{k}.backbone", "one of 'mlp', 'bert', 'lightgbm'",
                 self.backbone)
-        require(all(_int_at_least(h, 1) for h in self.head), f"{k}.head",
-                "a list of layer widths >= 1 (empty: a linear head)", self.head)
+        require(len(self.head) <= MAX_LAYERS and all(_int_in(h, 1, MAX_WIDTH) for h in self.head), f"{k}.head",
+                f"a list of at most {MAX_LAYERS} layer widths in [1, {MAX_WIDTH}] (empty: a linear head)", self.head)
         require(_finite(self.dropout, 0.0, 1.0), f"{k}.dropout", "in [0, 1)", self.dropout)
+
+
+def check_machine(cfg: "RunConfig", own_cluster: bool = True) -> "RunConfig":
+    """`cfg`, or ConfigError when it asks this machine for more than it has: processes or threads beyond its cores
+    (a setting's default always allowed), an MLP head whose training state exceeds its memory.
+
+    Checked where a config is to run here (load_config, run_pipeline), never where a saved one is read (a run
+    trained on a larger machine can still be evaluated and exported on a smaller one). The LocalCluster's size only
+    with `own_cluster` (the run starts one) and no `cluster.scheduler`: an external cluster's workers are its own.
+    """
+    import psutil
+    cores = os.cpu_count() or 1
+    local = own_cluster and cfg.cluster.scheduler is None
+    for key, value, default in (("cluster.n_workers", cfg.cluster.n_workers if local else 1, ClusterConfig.n_workers),
+                                ("cluster.threads_per_worker", cfg.cluster.threads_per_worker if local else 1, 1),
+                                ("train.processes", cfg.train.processes, 1)):
+        high = max(cores, default)
+        require(value <= high, key, f"an integer in [1, {high}] (this machine's cores)", value)
+    need, have = head_training_bytes(cfg.ranker.head), int(psutil.virtual_memory().total)
+    require(cfg.ranker.backbone == "lightgbm" or need <= have, "ranker.head", f"layer widths whose training state "
+            f"fits this machine's {have / 2 ** 30:.1f} GiB of memory (this head needs {need / 2 ** 30:.1f} GiB)",
+            cfg.ranker.head)
+    return cfg
+
+
+def head_training_bytes(head: list[int]) -> int:
+    """Bytes an MLP head's weights take in training (weights, gradients, Adam's moments), its input layer aside."""
+    widths = [*head, 1]
+    return TRAINING_BYTES_PER_PARAMETER * sum(a * b + b for a, b in zip(widths, widths[1:]))
 
 
 @dataclass
@@ -264,6 +316,7 @@ class TrainConfig:
                 "'naive' with train.processes > 1", self.method)
         require(self.method in METHODS, f"{k}.method", f"one of {', '.join(map(repr, sorted(METHODS)))}",
                 self.method)
+        check_installed(self.method)      # a method of an optional extra: the pip command when it is missing
         require(self.loss in TRAIN_LOSSES, f"{k}.loss", ", ".join(map(repr, TRAIN_LOSSES)), self.loss)
         require(_int_at_least(self.epochs, 1), f"{k}.epochs", "> 0", self.epochs)
         require(_int_at_least(self.warmup_epochs, 0), f"{k}.warmup_epochs", ">= 0", self.warmup_epochs)
@@ -383,6 +436,7 @@ class RunConfig:
     identifiability: IdentifiabilityConfig = field(default_factory=IdentifiabilityConfig)
     lbd: LBDConfig = field(default_factory=LBDConfig)
     pairwise: PairwiseConfig = field(default_factory=PairwiseConfig)
+    xgboost: XGBoostConfig = field(default_factory=XGBoostConfig)
     source: ClassVar[Path | None] = None  # the YAML file it was loaded from (set per instance by load_config)
 
     def __post_init__(self) -> None:
@@ -396,7 +450,7 @@ class RunConfig:
             check_url(self.run_dir, "run_dir")
         allowed_metrics = [f"{m}@{k}" for m in ("DCG", "ERR", "nDCG") for k in self.evaluation.ks] + ["MAP"]
         if self.train.select_metric not in allowed_metrics:
-            raise ConfigError(f"train.select_metric: {self.train.select_metric!r} is not allowed; allowed values: "
+            raise ConfigError(f"train.select_metric: {brief(self.train.select_metric)} is not allowed; allowed values: "
                               f"{', '.join(allowed_metrics)}")
         names = self.data.declared_page_features()
         unknown = [f for f in self.bal.features or [] if f not in names]
@@ -428,7 +482,10 @@ class RunConfig:
     def resolved_run_dir(self) -> Path:
         """The local run directory: run_dir itself, or for a URL its working copy (storage.WorkingCopy)."""
         url = self.run_dir_url
-        return working_copy_dir(url) if url else Path(self.run_dir.format(name=self.name, seed=self.seed))
+        if url:
+            return working_copy_dir(url)
+        # the final path, not its spelling: 'victim/{name}/..' is victim itself, whether or not {name} exists
+        return Path(os.path.abspath(self.run_dir.format(name=self.name, seed=self.seed)))
 
     @property
     def run_dir_url(self) -> str | None:
@@ -468,11 +525,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if value is None:
             return tp()
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping, got {brief(value)}")
         return from_mapping(tp, value, key)
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{key}: {value!r} is not allowed; allowed values: {', '.join(map(repr, args))}")
+            raise ConfigError(f"{key}: {brief(value)} is not allowed; allowed values: {', '.join(map(repr, args))}")
         return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -485,32 +542,32 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, arg, key)
             except ConfigError as e:
                 errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"{key}: unexpected value {value!r}")
+        raise ConfigError(errors[0] if errors else f"{key}: unexpected value {brief(value)}")
     if origin is list:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
+            raise ConfigError(f"{key}: expected a list, got {brief(value)}")
         return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping, got {brief(value)}")
         return {str(k): (_coerce(v, args[1], f"{key}.{k}") if args[1] is not Any else v) for k, v in value.items()}
     if tp is Any:
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+            raise ConfigError(f"{key}: expected true or false, got {brief(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+            raise ConfigError(f"{key}: expected an integer, got {brief(value)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
+            raise ConfigError(f"{key}: expected a number, got {brief(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{key}: expected a string, got {value!r}")
+            raise ConfigError(f"{key}: expected a string, got {brief(value)}")
         return value
     raise ConfigError(f"{key}: unsupported config type {_type_name(tp)}")
 
@@ -523,7 +580,7 @@ def from_mapping(cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
     unknown = sorted(set(values) - set(names))
     if unknown:
         where = f"{prefix}." if prefix else ""
-        raise ConfigError(f"unknown config key(s) {', '.join(where + str(u) for u in unknown)}; "
+        raise ConfigError(f"unknown config key(s) {cut(', '.join(where + str(u) for u in unknown))}; "
                           f"allowed keys{' under ' + prefix if prefix else ''}: {', '.join(sorted(names))}")
     kwargs = {name: _coerce(v, hints[name], f"{prefix}.{name}" if prefix else name) for name, v in values.items()}
     return cls(**kwargs)
@@ -570,15 +627,57 @@ def config_from_dict(values: Mapping[str, Any] | None) -> RunConfig:
     return absolute_paths(from_mapping(RunConfig, values or {}))
 
 
+class _BoundedLoader(yaml.SafeLoader):
+    """The safe loader, refusing a document nested deeper than MAX_YAML_DEPTH or holding more than MAX_YAML_NODES
+    values once its aliases are expanded (an alias bomb is a few lines that expand to billions)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._sizes: dict[int, int] = {}      # id(node) -> values under it, aliases expanded (node composed)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            anchored = self.anchors.get(self.peek_event().anchor)
+            if anchored is not None and id(anchored) not in self._sizes:
+                raise ConfigError("an alias (*name) inside the value it names; a config holds no loops")
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise ConfigError(f"nested more than {MAX_YAML_DEPTH} levels deep; a config is a few levels of "
+                                  f"sections and values")
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if id(node) not in self._sizes:   # children were composed (and sized) first; an alias's node was sized once
+            children = node.value if isinstance(node, yaml.SequenceNode) else \
+                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+            self._sizes[id(node)] = 1 + sum(self._sizes[id(c)] for c in children)
+        if self._sizes[id(node)] > MAX_YAML_NODES:
+            raise ConfigError(f"more than {MAX_YAML_NODES} values once its aliases (*name) are expanded")
+        return node
+
+
+def safe_yaml(text: str, where: str) -> Any:
+    """`text` parsed by the safe loader within MAX_YAML_DEPTH and MAX_YAML_NODES; one-line ConfigError naming
+    `where` (a file, or `--set KEY`) otherwise."""
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where}: not valid YAML: {cut(' '.join(str(e).split()))}") from None
+    finally:
+        loader.dispose()
+
+
 def read_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
-    """A YAML file's top-level mapping, read with the safe loader; errors name the file."""
+    """A YAML file's top-level mapping, read with the bounded safe loader; errors name the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such {what} file")
-    try:
-        values = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    values = safe_yaml(path.read_text(), str(path)) or {}
     if not isinstance(values, Mapping):
         raise ConfigError(f"{path}: top level must be a mapping of {what} keys")
     return dict(values)
@@ -589,9 +688,9 @@ def parse_overrides(items: list[str] | None, example: str = "train.epochs=2") ->
     overrides: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. {example}")
+            raise ConfigError(f"--set {brief(item)}: expected KEY=VALUE, e.g. {example}")
         key, value = item.split("=", 1)
-        overrides[key.strip()] = yaml.safe_load(value)
+        overrides[key.strip()] = safe_yaml(value, f"--set {cut(key.strip())}")
     return overrides
 
 
@@ -625,12 +724,13 @@ def file_relative_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
 def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
     """Read a YAML run config with the safe loader; `overrides` are dotted keys (``train.epochs``).
 
-    Relative paths in the file are relative to the file's directory; in `overrides`, to the working one.
+    Relative paths in the file are relative to the file's directory; in `overrides`, to the working one. The
+    config is to run here: check_machine bounds what it asks of this machine.
     """
     values = file_relative_paths(read_yaml_mapping(path), Path(path).resolve().parent)
     for dotted, v in (overrides or {}).items():
         set_dotted(values, dotted, v)
-    cfg = config_from_dict(values)
+    cfg = check_machine(config_from_dict(values))
     cfg.source = Path(path).resolve()
     return cfg
 
@@ -641,12 +741,31 @@ def set_dotted(values: dict, dotted: str, value: Any) -> None:
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise ConfigError(f"{dotted}: {part!r} is not a section")
+            raise ConfigError(f"{dotted}: {brief(part)} is not a section")
     node[parts[-1]] = value
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
+
+
+def results_config(cfg: RunConfig) -> dict[str, Any]:
+    """The keys of `cfg` that decide what a run computes (all but EXECUTION_SECTIONS), as YAML would give them."""
+    values = {k: v for k, v in to_dict(cfg).items() if k not in EXECUTION_SECTIONS}
+    return yaml.safe_load(yaml.safe_dump(values, sort_keys=False))
+
+
+def changed_keys(before: RunConfig, after: RunConfig) -> list[str]:
+    """The dotted keys whose values differ between two configs in what they compute (EXECUTION_SECTIONS aside):
+    a run directory written under `before` may be resumed under `after` only when there are none."""
+    return sorted(_diff_keys(results_config(before), results_config(after)))
+
+
+def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = set(a) | set(b)
+        return [k for key in keys for k in _diff_keys(a.get(key), b.get(key), f"{prefix}{key}.")]
+    return [prefix.rstrip(".")] if a != b else []
 
 
 def dump_config(cfg: RunConfig) -> str:

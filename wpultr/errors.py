@@ -30,7 +30,20 @@ class RunDirError(WpultrError, ValueError):
     """A run directory or run name that wpultr refuses to write to or delete."""
 
 
+MAX_SHOWN = 200      # characters of a value a message shows: one readable line whatever was written
+
+
+def cut(text: str) -> str:
+    """`text` cut to MAX_SHOWN characters."""
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
+
+
+def brief(value: object) -> str:
+    """`value`'s repr, cut to MAX_SHOWN characters."""
+    return cut(repr(value))
+
+
 def require(ok: bool, key: str, allowed: str, value: object) -> None:
     """Raise ConfigError `<key>: must be <allowed>, got <value>` unless `ok`: the one form of a config check."""
     if not ok:
-        raise ConfigError(f"{key}: must be {allowed}, got {value!r}")
+        raise ConfigError(f"{key}: must be {allowed}, got {brief(value)}")

@@ -2,25 +2,31 @@
 
 An exported model directory holds the ranker (config.json + model.safetensors), the lexical
 feature state when the ranker reads features computed from token ids (lexical/: JSON + NPZ), and
-export.json (where it came from: run, method, seed, metrics, versions). Loading reads JSON,
-safetensors and pickle-free NPZ only, and checks everything first (`load_export`): a directory that
-is incomplete, tampered with or of another format version is one ExportError, never a traceback.
-`export_run` reads a run directory and writes the export at a local path or an fsspec URL alike.
+export.json (where it came from: run, method, seed, metrics, versions, and the sha256 of every other
+file of the export under `checksums`). Loading reads JSON, safetensors and pickle-free NPZ only, and
+checks everything first (`load_export`): a directory that is incomplete, tampered with (a file whose
+checksum differs, a file export.json does not list) or of another format version is one ExportError,
+never a traceback. An export written before checksums loads with a warning that its files are not verified.
+`export_run` reads a run directory and writes the export at a local path or an fsspec URL alike; a local
+`--out` that exists is replaced only when it is an earlier export (`EXPORT`), never a run or a user's files.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
 
 from .errors import ConfigError, ExportError, SchemaError
-from .pipeline.rundir import atomic_path, read_json
+from .pipeline.rundir import (Replaces, atomic_path, file_sha256, holds_only, is_run_dir, parquet_columns,
+                              read_json)
 from .schema import DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS
 
 EXPORT_FILE = "export.json"
@@ -29,6 +35,10 @@ EXPORT_FORMAT = "wpultr.export/1"
 MAX_EXPORT_JSON_BYTES = 64 << 20      # export.json: the run's config, metrics and bias summary
 MAX_LEXICAL_BYTES = 2 << 30           # lexical/: per-token collection statistics
 KEY_COLUMNS = (SESSION_ID, QUERY_ID, POSITION, DOC_ID, "label", "bucket")
+SCORE = "score"
+CHECKSUMS = "checksums"               # export.json: {relative path: sha256 hex} of every other file
+_SHA256_HEX = frozenset("0123456789abcdef")
+log = logging.getLogger(__name__)
 
 
 def export_run(run_dir: str | Path, out: str | Path) -> str | Path:
@@ -62,7 +72,7 @@ def _export_local(run_dir: str | Path, out: Path) -> Path:
         ranker = run / L.RANKER_DIR
         if not (ranker / CONFIG_FILE).is_file():
             raise ExportError(f"{run}: no trained ranker in {L.RANKER_DIR}/ (has the run finished?)")
-        with atomic_path(out) as tmp:
+        with atomic_path(out, EXPORT, inputs=(run_dir,), key="--out") as tmp:
             shutil.copytree(ranker, tmp)
             lexical = run / L.LEXICAL_STATE
             if lexical.is_dir():
@@ -76,9 +86,53 @@ def _export_local(run_dir: str | Path, out: Path) -> Path:
                 import yaml
                 resolved = yaml.safe_load(config.read_text())
                 manifest.update(method=resolved["train"]["method"], seed=resolved["seed"], config=resolved)
+            manifest[CHECKSUMS] = export_checksums(tmp)
             (tmp / EXPORT_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
             load_export(tmp)
     return out
+
+
+def export_checksums(directory: Path) -> dict[str, str]:
+    """The sha256 of every file under an export `directory` but export.json, by relative POSIX path."""
+    return {rel: file_sha256(directory / rel) for rel in _files_of(directory)}
+
+
+def _files_of(directory: Path) -> list[str]:
+    """The relative POSIX paths of the files under an export `directory`, export.json itself left out."""
+    return sorted(rel for rel in (p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                                  if p.is_file()) if rel != EXPORT_FILE)
+
+
+def _export_files(directory: Path) -> set[str] | None:
+    """The files an export `directory` consists of (export.json's checksums, or the fixed names of an export
+    written before them), or None when it holds no export.json of this format."""
+    from .features.lexical import STATE_JSON, STATE_NPZ
+    from .rankers.base import CONFIG_FILE, WEIGHTS_FILE
+    from .rankers.lightgbm import MODEL_TEXT_FILE
+    try:
+        if (directory / EXPORT_FILE).stat().st_size > MAX_EXPORT_JSON_BYTES:
+            return None
+        manifest = json.loads((directory / EXPORT_FILE).read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
+        return None
+    listed = manifest.get(CHECKSUMS)
+    names = set(listed) if isinstance(listed, dict) else {CONFIG_FILE, WEIGHTS_FILE, MODEL_TEXT_FILE,
+                                                          f"{LEXICAL_DIR}/{STATE_JSON}", f"{LEXICAL_DIR}/{STATE_NPZ}"}
+    return names | {EXPORT_FILE}
+
+
+def is_export_dir(path: Path) -> bool:
+    """`path` is an earlier export and holds nothing else: what `export --out` may replace."""
+    files = _export_files(path) if path.is_dir() else None
+    return files is not None and holds_only(path, files.__contains__)
+
+
+EXPORT = Replaces(f"an earlier wpultr export (a directory holding {EXPORT_FILE} and only the files it lists)",
+                  is_export_dir)
+SCORES = Replaces(f"a table written by wpultr score (a Parquet file with a {SCORE!r} column)",
+                  lambda p: SCORE in (parquet_columns(p) or ()))
 
 
 @dataclass
@@ -91,14 +145,35 @@ class ExportedModel:
 
 
 def load_export(model_dir: str | Path) -> ExportedModel:
-    """An exported ranker (or a run's ranker/ directory), every file checked: format versions, config
-    fields, weights against the config, the lexical state against the ranker's input width."""
+    """An exported ranker (or a run's ranker/ directory), every file checked: format versions, checksums,
+    config fields, weights against the config, the lexical state against the ranker's input width.
+
+    `model_dir` may be a file:// URL (read in place) or another fsspec URL (pulled into a local reader copy).
+    A run's ranker/ reads its lexical state from the run (data/featured/), as the run did.
+    """
+    with _local_model(model_dir) as local:
+        return _load_local(local)
+
+
+@contextlib.contextmanager
+def _local_model(model_dir: str | Path) -> Iterator[Path]:
+    """The model directory as a local path: a URL's files read through `storage.readable_dir`."""
+    from .rankers.base import CONFIG_FILE
+    from .storage import is_url, readable_dir
+    if not is_url(model_dir):
+        yield Path(model_dir)
+        return
+    with readable_dir(str(model_dir), "MODEL", marker=CONFIG_FILE,
+                      what="an exported ranker (wpultr export) or a run's ranker/ directory") as local:
+        yield local
+
+
+def _load_local(model_dir: Path) -> ExportedModel:
     from .rankers.base import read_json_bounded
     from .rankers.registry import load_ranker
-    model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ExportError(f"{model_dir}: no such directory; expected an exported ranker (wpultr export) or a "
-                          f"run's ranker/ directory")
+                          f"run's ranker/ directory, as a local path or a URL (file://, s3://, …)")
     manifest: dict[str, Any] = {}
     if (model_dir / EXPORT_FILE).exists():
         manifest = read_json_bounded(model_dir / EXPORT_FILE, MAX_EXPORT_JSON_BYTES, "expected export.json")
@@ -106,14 +181,54 @@ def load_export(model_dir: str | Path) -> ExportedModel:
             found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
             raise ExportError(f"{model_dir / EXPORT_FILE}: format {found!r:.80}, expected {EXPORT_FORMAT!r} "
                               f"(exported by another wpultr version, or not a wpultr export)")
+        _verify_checksums(model_dir, manifest.get(CHECKSUMS))
     ranker = load_ranker(model_dir)
-    lexical = _load_lexical(model_dir / LEXICAL_DIR) if (model_dir / LEXICAL_DIR).exists() else None
+    lexical_dir = _lexical_dir(model_dir)
+    lexical = _load_lexical(lexical_dir) if lexical_dir is not None else None
     if lexical is not None:
         width = len(lexical.feature_names_)
         if getattr(ranker, "n_features", None) != width:
-            raise ExportError(f"{model_dir / LEXICAL_DIR}: computes {width} lexical features, but the "
+            raise ExportError(f"{lexical_dir}: computes {width} lexical features, but the "
                               f"{ranker.kind} ranker reads {getattr(ranker, 'n_features', 'no feature vector')}")
     return ExportedModel(ranker, lexical, manifest)
+
+
+def _lexical_dir(model_dir: Path) -> Path | None:
+    """Where the ranker's lexical feature state is: the export's lexical/, or, for a run's own ranker/, the
+    run's data/featured state (export copies it from there); None when the ranker reads no lexical features."""
+    from .pipeline.layout import LEXICAL_STATE, RANKER_DIR
+    if (model_dir / LEXICAL_DIR).exists():
+        return model_dir / LEXICAL_DIR
+    run = model_dir.resolve().parent
+    if model_dir.resolve().name == RANKER_DIR and is_run_dir(run) and (run / LEXICAL_STATE).exists():
+        return run / LEXICAL_STATE
+    return None
+
+
+def _verify_checksums(model_dir: Path, checksums: Any) -> None:
+    """Every file of the export is listed in export.json with its sha256 and matches it (ExportError naming
+    the file otherwise); an export written before checksums is loaded with a warning that nothing is verified."""
+    if checksums is None:
+        log.warning("%s: export.json lists no checksums (exported by an earlier wpultr); its files are not "
+                    "verified. Export the run again to add them", model_dir / EXPORT_FILE)
+        return
+    if not isinstance(checksums, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and len(v) == 64 and set(v) <= _SHA256_HEX
+            for k, v in checksums.items()):
+        raise ExportError(f"{model_dir / EXPORT_FILE}: {CHECKSUMS!r} is not a mapping of file names to sha256 "
+                          f"hex digests")
+    files = set(_files_of(model_dir))
+    unlisted = sorted(files - set(checksums))
+    if unlisted:
+        raise ExportError(f"{model_dir / unlisted[0]}: not part of the export ({EXPORT_FILE} lists no checksum for "
+                          f"it); remove it, or export again")
+    for rel, want in sorted(checksums.items()):
+        path = model_dir / rel
+        if rel not in files:
+            raise ExportError(f"{path}: missing, or not a file ({EXPORT_FILE} lists it)")
+        if file_sha256(path) != want:
+            raise ExportError(f"{path}: its sha256 differs from the one in {EXPORT_FILE}: the file was changed or "
+                              f"damaged after export")
 
 
 def _load_lexical(directory: Path):
@@ -195,5 +310,18 @@ def score_table(model_dir: str | Path, table: pd.DataFrame, batch_size: int = 10
             raise SchemaError(f"this ranker reads lexical features computed from token ids; the table lacks "
                               f"{missing} (present: {list(table.columns)})")
         table = table.assign(**{FEATURES: list(model.lexical.transform(table))})
+    scores = score_frame(model.ranker, table, batch_size)
+    _check_finite(scores, model_dir)
     keys = [c for c in KEY_COLUMNS if c in table.columns]
-    return table[keys].assign(score=score_frame(model.ranker, table, batch_size)).reset_index(drop=True)
+    return table[keys].assign(**{SCORE: scores}).reset_index(drop=True)
+
+
+def _check_finite(scores: np.ndarray, model_dir: str | Path) -> None:
+    """ExportError naming the weights when the ranker gives a score that is nan or ±inf (weights so large
+    that the forward pass overflows): such scores rank nothing."""
+    from .rankers.base import WEIGHTS_FILE
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if len(bad):
+        raise ExportError(f"{str(model_dir).rstrip('/')}/{WEIGHTS_FILE}: the ranker gives non-finite scores for "
+                          f"{len(bad)} of {len(scores)} rows (row {bad[0]}: {scores[bad[0]]}); its weights are out "
+                          f"of range or damaged")

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .schema import BUCKET, HIGH_BUCKETS, LABEL, MAX_LABEL, QUERY_ID, QUERY_KEY, TAIL_BUCKETS, SchemaError, query_key
+from .schema import BUCKET, DOC_ID, HIGH_BUCKETS, LABEL, MAX_LABEL, QUERY_ID, QUERY_KEY, TAIL_BUCKETS, SchemaError, query_key
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
 MAP_COLUMN = "MAP"
@@ -184,6 +184,19 @@ def _query_buckets(df: pd.DataFrame, codes: np.ndarray, n_queries: int, bucket_c
     return first.astype(np.int64)
 
 
+def _check_judged_once(df: pd.DataFrame, codes: np.ndarray) -> None:
+    """SchemaError when a query holds one document (doc_id) twice: DCG would count its gain twice."""
+    if DOC_ID not in df.columns:
+        return
+    twice = (pd.DataFrame({"q": codes, "d": df[DOC_ID].to_numpy()}).duplicated().to_numpy()
+             & df[DOC_ID].notna().to_numpy())
+    if twice.any():
+        row = int(np.flatnonzero(twice)[0])
+        raise SchemaError(f"metrics: column {DOC_ID!r} row {row} is document {_shown(df[DOC_ID].iloc[row])} a second "
+                          f"time for query {_shown(df[QUERY_ID].iloc[row]) if QUERY_ID in df.columns else row}; "
+                          f"a document is judged once per query")
+
+
 def per_query(df: pd.DataFrame, score_col: str, label_col: str = LABEL, query_col: str = QUERY_ID,
               ks: Sequence[int] = DEFAULT_KS, bucket_col: str = BUCKET,
               relevance_threshold: float = 1) -> pd.DataFrame:
@@ -204,6 +217,7 @@ def per_query(df: pd.DataFrame, score_col: str, label_col: str = LABEL, query_co
         raise SchemaError(f"metrics: column {query_col!r} row {int(np.flatnonzero(empty)[0])} is empty")
     keyed = query_col == QUERY_ID
     codes, keys = pd.factorize(query_key(df) if keyed else df[query_col], sort=True)
+    _check_judged_once(df, codes)
     n_queries = len(keys)
     first_row = np.unique(codes, return_index=True)[1]      # codes are 0..n_queries-1, all present
 

@@ -447,6 +447,10 @@ def _checked_sessions(df: pd.DataFrame, page_features: Sequence[PageFeature], ta
         if not _FEATURE_DTYPE_CHECK[feature.kind](s):
             raise SchemaError(f"{table}: page feature {feature.name!r} is declared {feature.kind.value} "
                               f"but has dtype {s.dtype}")
+        if pd.api.types.is_float_dtype(s) and not np.isfinite(s.to_numpy()).all():
+            row = _first_bad_row(~np.isfinite(s.to_numpy()))
+            raise SchemaError(f"{table}: page feature {feature.name!r} row {row} is {_shown(s.iloc[row])}, "
+                              f"expected a finite number")
     _check_unique_positions(columns[SESSION_ID], columns[POSITION], table)
     _check_text_or_features(df, table)
     return columns
@@ -459,7 +463,24 @@ def _checked_annotations(df: pd.DataFrame, table: str) -> dict[str, np.ndarray]:
                LABEL: _check_integer_column(df, LABEL, table, low=0, high=MAX_LABEL).astype(np.int8),
                BUCKET: _check_integer_column(df, BUCKET, table, low=0, high=N_BUCKETS - 1).astype(np.int8)}
     _check_text_or_features(df, table)
+    _check_judged_once(df, columns[QUERY_ID], table)
     return columns
+
+
+def _check_judged_once(df: pd.DataFrame, query_ids: np.ndarray, table: str) -> None:
+    """SchemaError naming both rows when a query (query_key) labels one document (doc_id) twice: evaluation
+    would count its gain twice, and two labels cannot both be right."""
+    if DOC_ID not in df.columns:
+        return
+    keyed = df[[c for c in (QUERY_TOKENS,) if c in df.columns]].assign(**{QUERY_ID: query_ids})
+    pairs = pd.DataFrame({"q": query_key(keyed).to_numpy(), "d": df[DOC_ID].to_numpy()})
+    again = pairs.duplicated().to_numpy() & df[DOC_ID].notna().to_numpy()
+    if again.any():
+        group = pairs.groupby(["q", "d"], sort=False).ngroup().to_numpy()
+        second = int(np.flatnonzero(again)[0])
+        first = int(np.flatnonzero(group == group[second])[0])
+        raise SchemaError(f"{table}: column {DOC_ID!r} rows {first} and {second} label document "
+                          f"{_shown(df[DOC_ID].iloc[first])} of one query twice; each (query, doc_id) once")
 
 
 def validate_sessions(df: pd.DataFrame, page_features: Sequence[PageFeature], table: str = "sessions") -> None:

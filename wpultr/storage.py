@@ -40,6 +40,7 @@ from typing import IO, Any, Iterable, Iterator
 
 from .errors import ConfigError, RunDirError, WpultrError
 from .pipeline.layout import MARKER
+from .pipeline.rundir import Replaces, atomic_path
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 SYNC_MANIFEST = ".wpultr-sync.json"       # in a working copy: what it last sent or received, never uploaded
@@ -129,18 +130,16 @@ def expand(pattern: str) -> list[str]:
     return sorted(fs.unstrip_protocol(p) for p in found if fs.isfile(p))
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """Write a whole file atomically: temporary name + rename locally, one PUT on an object store."""
+def write_bytes(path: str, data: bytes, replaces: Replaces | None = None, key: str | None = None) -> None:
+    """Write a whole file atomically: temporary name + rename locally (an existing path replaced only as
+    `rundir.atomic_path` allows: what `replaces` accepts, named by `key` when refused), one PUT on an object store."""
     if not is_url(path):
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
+        with atomic_path(path, replaces, key=key) as tmp:
+            tmp.write_bytes(data)
         return
     fs, inner = filesystem(path)
     if _is_local_fs(fs):
-        write_bytes(inner, data)
+        write_bytes(inner, data, replaces, key)
     else:
         fs.pipe_file(inner, data)
 
@@ -339,25 +338,32 @@ class WorkingCopy:
 _NAMED_ERRORS = (WpultrError, FileNotFoundError, NotADirectoryError)   # what the CLIs show as one line
 
 
-@contextlib.contextmanager
 def readable_run_dir(path: str | os.PathLike, key: str = "RUN_DIR",
-                     include: Iterable[str] | None = None) -> Iterator[Path]:
+                     include: Iterable[str] | None = None) -> contextlib.AbstractContextManager[Path]:
     """The run directory `path` as a local directory to read: a local path as it is; a URL pulled (only the
     files in `include`, see `WorkingCopy.pull`) into its reader copy, so every read sees the URL's files as they
     are now (a file:// URL is read in place). A user error raised inside names the URL, not the local path.
 
     ConfigError naming `key` for an unknown protocol; RunDirError naming the URL when it holds no wpultr run.
     """
+    return readable_dir(path, key, include, f"{MARKER} marker", "a wpultr run directory")
+
+
+@contextlib.contextmanager
+def readable_dir(path: str | os.PathLike, key: str, include: Iterable[str] | None = None,
+                 marker: str = f"{MARKER} marker", what: str = "a wpultr run directory") -> Iterator[Path]:
+    """A directory this program wrote (a run, an export), `path` as a local directory to read: see
+    `readable_run_dir`. `marker` (its first word a file name) is the file that tells `what` at a URL."""
     if not is_url(path):
         yield Path(path)
         return
     url = str(path).rstrip("/")
     check_url(url, key)
     copy = WorkingCopy(url, reader_copy_dir(url))
-    if not copy.holds_run(MARKER):
-        what = "holds files but" if copy.fs.exists(copy.root) else "nothing is stored there:"
-        raise RunDirError(f"{url}: not a wpultr run directory ({what} no {MARKER} marker)")
-    if _is_local_fs(copy.fs):      # file://: the run directory itself is on this machine, read in place
+    if not copy.holds_run(marker.split()[0]):
+        where = "holds files but" if copy.fs.exists(copy.root) else "nothing is stored there:"
+        raise RunDirError(f"{url}: not {what} ({where} no {marker})")
+    if _is_local_fs(copy.fs):      # file://: the directory itself is on this machine, read in place
         local = Path(copy.root)
     else:
         copy.pull(include=include)

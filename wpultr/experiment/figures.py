@@ -47,9 +47,9 @@ def _figure(width: float, height: float):
 
 
 def save(fig, path: Path) -> Path:
-    from ..pipeline.rundir import atomic_path
+    from ..pipeline.rundir import PNG, atomic_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
+    with atomic_path(path, PNG) as tmp:
         fig.savefig(tmp, format="png")
     return path
 

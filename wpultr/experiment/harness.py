@@ -17,12 +17,12 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
-from ..config import ConfigError, config_from_dict, dump_config, to_dict
+from ..config import ConfigError, changed_keys, config_from_dict, to_dict
 from .spec import EXPERIMENT_FILE, FAILURE_FILE, RUNS_CSV, RUNS_JSON, Experiment, RunRecord, RunSpec, slug
 
 
 def is_finished(spec: RunSpec) -> bool:
-    """Every stage of the run is done and its config is the one this experiment would run."""
+    """Every stage of the run is done and its config computes what this experiment's would (`cluster.*` aside)."""
     from ..pipeline.rundir import RunDir
     from ..pipeline.layout import CONFIG_FILE
     from ..pipeline.stages import STAGES
@@ -33,16 +33,17 @@ def is_finished(spec: RunSpec) -> bool:
     if not config_file.exists():
         return False
     try:
-        if config_file.read_text() != dump_config(config_from_dict(spec.config)):
-            return False
         cfg = config_from_dict(spec.config)
-    except ConfigError:
+        if changed_keys(config_from_dict(yaml.safe_load(config_file.read_text())), cfg):
+            return False
+    except (ConfigError, yaml.YAMLError):
         return False
     return all(run.is_done(stage.name, stage.outputs(cfg)) for stage in STAGES)
 
 
 def run_task(config: dict[str, Any]) -> dict[str, Any]:
     """One run, inside a Dask worker: the pipeline on the worker's own client; never raises."""
+    from ..pipeline.run_lock import RunLocked
     from ..pipeline.runner import run_pipeline
     start = time.perf_counter()
     run_dir = Path(config["run_dir"])
@@ -60,6 +61,8 @@ def run_task(config: dict[str, Any]) -> dict[str, Any]:
         if failure.exists():
             failure.unlink()
         return {"status": "ok", "seconds": time.perf_counter() - start, "ran": result.ran}
+    except RunLocked as e:   # another process runs it: its directory is not this task's to write in
+        return {"status": "failed", "seconds": time.perf_counter() - start, "error": f"{type(e).__name__}: {e}"}
     except Exception as e:  # noqa: BLE001 - a failed run is a result, not the end of the experiment
         message = f"{type(e).__name__}: {e}"
         try:

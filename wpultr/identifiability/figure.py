@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..pipeline.rundir import atomic_path
+from ..pipeline.rundir import PNG, atomic_path
 from .graph import IdentifiabilityGraph
 
 MAX_LABELLED_NODES = 60
@@ -31,7 +31,8 @@ def _layout(ig: IdentifiabilityGraph) -> tuple[np.ndarray, np.ndarray, str, str]
 
 
 def plot_graph(ig: IdentifiabilityGraph, path: Path, title: str | None = None) -> Path:
-    """Draw `ig` to `path` (PNG, written atomically); returns the path."""
+    """Draw `ig` to `path` (PNG, written atomically; an existing path is replaced only if it is a PNG image);
+    returns the path."""
     from matplotlib.figure import Figure
     x, y, xlabel, ylabel = _layout(ig)
     levels = int(y.max()) + 1 if len(y) and ylabel else 1
@@ -63,6 +64,6 @@ def plot_graph(ig: IdentifiabilityGraph, path: Path, title: str | None = None) -
         ax.set_yticks([])
     ax.set_title(title or f"Identifiability graph over {', '.join(ig.factors)}: {ig.n_components} component(s) "
                           "(colour and number = component)", fontsize=9)
-    with atomic_path(Path(path)) as tmp:
+    with atomic_path(Path(path), PNG) as tmp:
         fig.savefig(tmp, format="png")
     return Path(path)

@@ -29,7 +29,8 @@ REPORT_FILE = "train/identifiability.json"     # in the run directory
 FIGURE_FILE = "train/identifiability.png"
 POSITION_METHODS = frozenset({"ipw", "regression_em", "dla", "pairwise_debias", "lightgbm_position", "lbd",
                               "propensity_pairs", "propensity_lambdamart", "pairwise_framework",
-                              "robust_lambdamart", "unbiased_lambdamart"})   # each learns or uses position propensities
+                              "robust_lambdamart", "unbiased_lambdamart",
+                              "xgboost_unbiased"})   # each learns or uses position propensities
 MAX_NODES_SHOWN = 8
 
 

@@ -13,10 +13,12 @@ Rules the reader keeps:
 - Session id = (index of the file in the sorted input list << 40) | (0-based ordinal of the line that
   opened the session among the file's session-opening lines, broken ones counted): unique, stable.
 - Line kinds by tab-separated field count: 3 = query line, 32 = result line. Any other non-blank line
-  of at most QUERY_LIKE_MAX_FIELDS (16, half a result line) fields is taken for a broken query line:
-  it is quarantined (wrong_field_count) and opens a broken session, so the result lines after it are
-  never attached to the previous query. The remaining lines (blank, 17-31 or 33+ fields, too long)
-  are quarantined and leave the session structure alone (e.g. a result line that lost a field).
+  of at most QUERY_LIKE_MAX_FIELDS (16, half a result line) fields, or of 17-31 fields whose second
+  field is a token list (digits and \\x01: a query's, never a result's url_md5), is taken for a broken
+  query line: it is quarantined (wrong_field_count) and opens a broken session, so the result lines
+  after it are never attached to the previous query. The remaining lines (blank, 17-31 fields with a
+  url_md5-like second field, 33+ fields, too long) are quarantined and leave the session structure alone
+  (e.g. a result line that lost a field).
 - A quarantined result line does not affect its session's other results; the results of a session
   whose query line is quarantined are quarantined as broken_query_line; a result whose position an
   earlier kept result of its session holds is quarantined as duplicate_position (a session never
@@ -26,12 +28,19 @@ Rules the reader keeps:
 - query_id is kept as the exact text of the id (1 to 64 ASCII digits; real ids have 20, above int64),
   the reformulation field as written. Empty \\x01 tokens are skipped and a '-' media type becomes
   schema.BAIDU_MEDIA_TYPE_DASH; both are counted in the summary's `mapped`.
-- Behaviour columns: float64, '-' or empty is NaN; anything pyarrow cannot parse as a float is
-  bad_number. Other integers (position, media type, click, tokens) must be plain ASCII digits.
+- Behaviour columns: float64, '-' or empty is NaN; anything pyarrow cannot parse as a float, and any
+  non-finite value written out (nan, inf, -inf, 1e400), is bad_number. Other integers (position, media
+  type, click, tokens) must be plain ASCII digits.
 - A whole file is reported once, at line 0, when it is empty (empty_file), or when nothing of it is
-  read (not_gzip: a .gz/.gzip name without the gzip magic bytes, or binary content). A damaged gzip
-  stream (truncated_gzip, corrupt_gzip) keeps every whole line decoded before the damage; its record
-  names the first line not read whole and holds that line's partial text (never parsed).
+  read (not_gzip: a .gz/.gzip name without the gzip magic bytes, or binary content). A truncated gzip
+  stream (truncated_gzip) keeps every whole line decoded before the cut (a cut alters no earlier byte);
+  its record names the first line not read whole and holds that line's partial text (never parsed).
+  A corrupt stream (corrupt_gzip) is checked per member: flipped bytes decode without error until the
+  member's CRC, so when bytes were decoded from the member that failed, nothing of the file is kept —
+  one record at line 1 names the lines dropped, the summary counts them (unverified_lines/_rows); when
+  only garbage follows verified members, their lines are kept as for a truncated stream.
+- A file that holds lines but none with 3 or 32 fields is no session log: SchemaError in `ingest_baidu`
+  (which also refuses names without a LOG_SUFFIXES suffix).
 - Output rows keep file order; partitions hold whole sessions (see tables.SessionPartitionWriter),
   in row groups of about ROW_GROUP_ROWS rows, the token-id lists delta-packed (_sessions_parquet_options).
   Quarantine records are written in line order, except that an empty_session record is written
@@ -53,16 +62,16 @@ import pyarrow.compute as pc
 
 from ..schema import (ABSTRACT_TOKENS, BAIDU_ANNOTATION_FIELDS, BAIDU_BEHAVIOUR_COLUMNS, BAIDU_MAX_POSITION,
                       BAIDU_MEDIA_TYPE_DASH, BAIDU_N_RESULT_FIELDS, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS,
-                      CLICK, DOC_ID, MAX_LABEL, MEDIA_TYPE, N_BUCKETS, POSITION,
-                      QUERY_ID_MAX_DIGITS, TITLE_TOKENS, TOKEN_TYPE, baidu_annotations_arrow_schema,
+                      CLICK, DOC_ID, LABEL, MAX_LABEL, MEDIA_TYPE, N_BUCKETS, POSITION, QUERY_ID, QUERY_TOKENS,
+                      QUERY_ID_MAX_DIGITS, TITLE_TOKENS, TOKEN_TYPE, SchemaError, baidu_annotations_arrow_schema,
                       baidu_sessions_arrow_schema)
 from ..storage import is_file, open_input, size   # inputs may be fsspec URLs
 from .allocator import large_blocks_kept
 from .baidu_kernels import count_newlines, field_starts, gather, parse_plain_decimals, parse_tokens
 from .quarantine import (REASONS, IngestSummary, QuarantineRecord, QuarantineWriter, quarantine_frame,
                          quarantine_table, raw_text)
-from .tables import (QUARANTINE_SUBDIR, SESSIONS_SUBDIR, SessionPartitionWriter, checked_paths,
-                     prepare_output_dir, write_table_atomic)
+from .tables import (QUARANTINE_SUBDIR, SessionPartitionWriter, checked_paths, ingest_output, partition_name,
+                     write_table_atomic)
 
 CHUNK_BYTES = 8 << 20          # decompressed bytes parsed at a time
 ROW_GROUP_ROWS = 1 << 16       # parsed rows gathered per Parquet write (row group): fewer dictionaries and pages
@@ -72,6 +81,8 @@ QUERY_LIKE_MAX_FIELDS = 16     # a non-blank line of 1..16 fields (not 3) is a b
 SNIFF_BYTES = 64 << 10         # decoded bytes inspected to tell binary content from text
 GZIP_MAGIC = b"\x1f\x8b"
 GZIP_SUFFIXES = (".gz", ".gzip")
+TEXT_SUFFIXES = (".txt", ".tsv", ".log")
+LOG_SUFFIXES = GZIP_SUFFIXES + TEXT_SUFFIXES   # a session log's name ends in one of these, or has no suffix
 DOC_ID_SOURCE = "url_md5"      # the result column that becomes doc_id
 
 _MAX_FILES = 1 << (63 - FILE_INDEX_SHIFT)
@@ -133,6 +144,7 @@ class _BlockReader:
         self.bytes_uncompressed = 0
         self.damage: str | None = None
         self.cut = b""
+        self.unverified = 0   # bytes decoded from the gzip member being read, not yet checked by its CRC
 
     def _pieces(self, raw: BinaryIO) -> Iterator[bytes]:
         """Decompressed pieces (from zlib, as they come; of plain text, block_bytes read at a time).
@@ -169,12 +181,16 @@ class _BlockReader:
             try:
                 piece = inflater.decompress(data, self.block_bytes)
             except zlib.error:
-                yield from self._salvage(before, data)
+                for piece in self._salvage(before, data):
+                    self.unverified += len(piece)
+                    yield piece
                 self.damage = "corrupt_gzip"
                 return
             if piece:
+                self.unverified += len(piece)
                 yield piece
-            if inflater.eof:  # next member, if any
+            if inflater.eof:  # the member's CRC and length checked; next member, if any
+                self.unverified = 0
                 inflater, data, fed = zlib.decompressobj(_GZIP_WBITS), inflater.unused_data, False
             else:
                 data = inflater.unconsumed_tail
@@ -259,6 +275,12 @@ class _BlockReader:
         if self.damage is None and self.bytes_uncompressed == 0:
             self.damage = "empty_file"
 
+    @property
+    def unverifiable(self) -> bool:
+        """The stream is corrupt and bytes were decoded from the member whose check failed: they may be garbage
+        (flipped bytes decode without error until the CRC at the member's end)."""
+        return self.damage == "corrupt_gzip" and self.unverified > 0
+
     def damage_record(self) -> QuarantineRecord | None:
         if self.damage is None:
             return None
@@ -328,6 +350,11 @@ class _SplitLines:
     def line(self, i: int) -> bytes:
         return self.data[self.offsets[i]:self.offsets[i + 1]]
 
+    def texts(self, rows: np.ndarray) -> pa.StringArray:
+        """The (UTF-8) lines `rows` as text, without their newline."""
+        offsets, text = gather(self.bytes, self.offsets[rows], self.offsets[rows + 1] - 1)
+        return pa.StringArray.from_buffers(len(rows), pa.py_buffer(offsets), pa.py_buffer(text))
+
     def _bounds(self, rows: np.ndarray, field: int) -> tuple[np.ndarray, np.ndarray]:
         index = self.first_field[rows] + field
         return self.starts[index], self.starts[index + 1] - 1
@@ -354,6 +381,18 @@ class _SplitLines:
         ok = np.zeros(len(rows), dtype=bool)
         return [(pa.array(values[c]), ok) if plain[c] else _parse_float(self.column(rows, field))
                 for c, field in enumerate(fields)]
+
+
+def _wide_query(lines: _SplitLines) -> np.ndarray:
+    """Mask of the lines of QUERY_LIKE_MAX_FIELDS + 1 to 31 fields whose second field is a token list (digits and
+    \\x01 only, or empty): a query line with extra tabs, never a result line (whose second field is its url_md5)."""
+    wide = np.zeros(lines.n, dtype=bool)
+    rows = np.flatnonzero((lines.n_fields > QUERY_LIKE_MAX_FIELDS) & (lines.n_fields < BAIDU_N_RESULT_FIELDS)
+                          & lines.utf8)
+    if len(rows):
+        tokens = pc.match_substring_regex(lines.column(rows, 1), "^[0-9\x01]*$")
+        wide[rows] = pc.fill_null(tokens, False).to_numpy(zero_copy_only=False)
+    return wide
 
 
 def _all_digits(column: pa.Array) -> bool:
@@ -401,6 +440,7 @@ def _parse_float(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
     except pa.ArrowInvalid:
         bad = _bad_elements(present, _to_float)
         values = _to_float(pc.if_else(pa.array(bad), pa.scalar(None, pa.string()), present))
+    bad |= ~pc.fill_null(pc.is_finite(values), True).to_numpy(zero_copy_only=False)   # nan, inf, 1e400
     return pc.fill_null(values, np.nan), bad
 
 
@@ -463,6 +503,7 @@ class _SessionLogParser:
         self.next_ordinal = 0
         self.sessions = 0
         self.results = 0
+        self.layout_lines = 0    # lines with a query's or a result's field count: is this a Baidu log at all?
         self.mapped: Counter[str] = Counter()
 
     def chunks(self) -> Iterator[tuple[pa.Table, list[QuarantineRecord]]]:
@@ -487,9 +528,11 @@ class _SessionLogParser:
 
     def _parse(self, block: _Block) -> tuple[pa.Table, list[QuarantineRecord]]:
         lines = _SplitLines(block.data)
-        query_like = (lines.n_fields >= 1) & (lines.n_fields <= QUERY_LIKE_MAX_FIELDS) & ~lines.blank
+        query_like = (((lines.n_fields >= 1) & (lines.n_fields <= QUERY_LIKE_MAX_FIELDS) & ~lines.blank)
+                      | _wide_query(lines))
         kind = np.select([lines.n_fields == _QUERY_FIELD_COUNT, lines.n_fields == BAIDU_N_RESULT_FIELDS, query_like],
                          [_QUERY, _RESULT, _BROKEN_QUERY], _OTHER)
+        self.layout_lines += int(np.count_nonzero((kind == _QUERY) | (kind == _RESULT)))
         reasons = _line_reasons(lines, (kind == _QUERY) | (kind == _RESULT))
 
         # Session-opening lines (query lines, broken or not): the sessions opened in this block,
@@ -623,6 +666,13 @@ class _SessionLogParser:
         return records
 
 
+def _unverified_record(path: str, reader: _BlockReader, rows: int) -> QuarantineRecord:
+    """The one record left of a file whose gzip check failed after bytes were decoded: every line is dropped."""
+    return QuarantineRecord(path, 1, "corrupt_gzip",
+                            f"lines 1-{reader.lines} dropped ({rows} rows): a gzip member failed its check after "
+                            f"{reader.unverified} decoded bytes, so nothing of the file is known intact")
+
+
 def read_baidu_sessions(path: str | Path, file_index: int = 0,
                         chunk_bytes: int = CHUNK_BYTES) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Read one session log serially into (sessions, quarantine) frames; for small files and checks."""
@@ -631,6 +681,8 @@ def read_baidu_sessions(path: str | Path, file_index: int = 0,
     for table, bad in parser.chunks():
         tables.append(table)
         records += bad
+    if parser.reader.unverifiable:
+        tables, records = [], [_unverified_record(parser.path, parser.reader, parser.results)]
     sessions = pa.concat_tables([_SESSIONS_SCHEMA.empty_table(), *tables])
     return sessions.to_pandas(), quarantine_frame(sorted(records, key=lambda r: r.line))
 
@@ -661,16 +713,20 @@ def _ingest_file(path: str, file_index: int, sessions_dir: str, quarantine_dir: 
     """One worker task: parse one log, write its partitions and quarantine file, return a small summary."""
     parser = _SessionLogParser(path, file_index, chunk_bytes)
     partitions = SessionPartitionWriter(sessions_dir, file_index, partition_rows, _SESSIONS_PARQUET)
-    quarantine = QuarantineWriter(Path(quarantine_dir) / f"part-{file_index:05d}.parquet")
+    quarantine_path = Path(quarantine_dir) / f"part-{file_index:05d}.parquet"
+    quarantine = QuarantineWriter(quarantine_path)
     try:
         with large_blocks_kept():   # glibc reuses the freed multi-MB blocks (see allocator.py)
             for tables in _row_groups(parser.chunks(), quarantine):
                 partitions.write(pa.concat_tables(tables))
         partitions.close()
+        _check_layout(parser)
     except BaseException:
         partitions.abort()
         quarantine.abort()
         raise
+    if parser.reader.unverifiable:
+        return _drop_unverified(parser, partitions, quarantine, size(path))
     quarantine.close()
     summary = IngestSummary(files=1, lines=parser.reader.lines, sessions=parser.sessions,
                             results=parser.results, bytes_read=size(path),
@@ -682,21 +738,60 @@ def _ingest_file(path: str, file_index: int, sessions_dir: str, quarantine_dir: 
     return summary
 
 
+def _check_layout(parser: _SessionLogParser) -> None:
+    """SchemaError when a readable file holds lines but none with a query's or a result's field count."""
+    reader = parser.reader
+    if reader.damage is None and reader.lines and not parser.layout_lines:
+        raise SchemaError(f"{parser.path}: not a Baidu-ULTR session log: none of its {reader.lines} lines has "
+                          f"{_QUERY_FIELD_COUNT} (query) or {BAIDU_N_RESULT_FIELDS} (result) tab-separated fields")
+
+
+def _drop_unverified(parser: _SessionLogParser, partitions: SessionPartitionWriter, quarantine: QuarantineWriter,
+                     bytes_read: int) -> IngestSummary:
+    """A file whose gzip check failed: its partitions (this ingest's own, still in its temporary directory) and
+    line records are dropped; one corrupt_gzip record names the lines, the summary counts them and their rows."""
+    for k in range(partitions.partitions):
+        (partitions.directory / partition_name(parser.file_index, k)).unlink()
+    quarantine.abort()
+    replacement = QuarantineWriter(quarantine.path)
+    replacement.add([_unverified_record(parser.path, parser.reader, parser.results)])
+    replacement.close()
+    summary = IngestSummary(files=1, lines=parser.reader.lines, bytes_read=bytes_read,
+                            bytes_uncompressed=parser.reader.bytes_uncompressed, damaged_files=[parser.path],
+                            unverified_lines=parser.reader.lines, unverified_rows=parser.results)
+    summary.add_records(replacement.counts)
+    return summary
+
+
+def check_log_names(files: Sequence[str]) -> None:
+    """SchemaError naming the first file whose name is not a session log's: LOG_SUFFIXES, or no suffix."""
+    for f in files:
+        name = f.rstrip("/").rsplit("/", 1)[-1].lower()
+        if "." in name.lstrip(".") and not name.endswith(LOG_SUFFIXES):
+            raise SchemaError(f"{f}: not a Baidu-ULTR session log by its name; expected gzip "
+                              f"({', '.join(GZIP_SUFFIXES)}) or text ({', '.join(TEXT_SUFFIXES)}, or no suffix); tables (.parquet, .csv) go with "
+                              f"--format table")
+
+
 def ingest_baidu(paths: Sequence[str | Path], out_dir: str | Path, client, partition_rows: int = 200_000,
-                 chunk_bytes: int = CHUNK_BYTES) -> IngestSummary:
+                 chunk_bytes: int = CHUNK_BYTES, key: str = "--out") -> IngestSummary:
     """Ingest Baidu-ULTR session logs on the Dask `client`, one task per file.
 
     Workers write out_dir/sessions/part-<file#>-<k>.parquet and out_dir/quarantine/part-<file#>.parquet
-    themselves (so out_dir must be on a file system every worker sees); only summaries travel back.
+    themselves (so out_dir must be on a file system every worker sees); only summaries travel back. Both
+    directories are written under temporary names and swapped into place when every file is done
+    (tables.ingest_output); `key` names out_dir in a refusal.
     """
-    files = checked_paths(paths)
-    sessions_dir = prepare_output_dir(out_dir, SESSIONS_SUBDIR)
-    quarantine_dir = prepare_output_dir(out_dir, QUARANTINE_SUBDIR)
-    futures = client.map(_ingest_file, files, range(len(files)), sessions_dir=str(sessions_dir),
-                         quarantine_dir=str(quarantine_dir), partition_rows=partition_rows,
-                         chunk_bytes=chunk_bytes, pure=False)
     from ..progress import gather, ingest_rates
-    return IngestSummary.combine(gather(client, futures, desc="ingest", unit="file", postfix=ingest_rates))
+    files, duplicates = checked_paths(paths)
+    check_log_names(files)
+    with ingest_output(out_dir, files, key, client) as output:
+        futures = client.map(_ingest_file, files, range(len(files)), sessions_dir=str(output.sessions),
+                             quarantine_dir=str(output.quarantine), partition_rows=partition_rows,
+                             chunk_bytes=chunk_bytes, pure=False)
+        summary = IngestSummary.combine(gather(client, futures, desc="ingest", unit="file", postfix=ingest_rates))
+    summary.duplicate_inputs = duplicates
+    return summary
 
 
 # ---------------------------------------------------------------------------------------------
@@ -708,8 +803,10 @@ def _doc_ids(title: pa.Array, abstract: pa.Array) -> pa.Array:
                      for t, a in zip(title.to_pylist(), abstract.to_pylist())], type=pa.string())
 
 
-def _parse_annotation_block(path: str, block: _Block) -> tuple[pa.Table, list[QuarantineRecord], int]:
-    """(rows, records, empty tokens skipped in the kept rows) of one block of the annotation file."""
+def _parse_annotation_block(path: str, block: _Block
+                            ) -> tuple[pa.Table, list[QuarantineRecord], int, np.ndarray, pa.StringArray]:
+    """(rows, records, empty tokens skipped in the kept rows, the kept rows' line numbers and texts) of one block
+    of the annotation file."""
     lines = _SplitLines(block.data)
     fits = lines.n_fields == _ANNOTATION_FIELD_COUNT
     reasons = _line_reasons(lines, fits)
@@ -735,7 +832,31 @@ def _parse_annotation_block(path: str, block: _Block) -> tuple[pa.Table, list[Qu
         _doc_ids(title_text.filter(keep), abstract_text.filter(keep)),
     ], schema=_ANNOTATIONS_SCHEMA)
     skipped = int((query_skipped + title_skipped + abstract_skipped)[good].sum())
-    return table, _records(path, lines, block.first_line, reasons), skipped
+    return (table, _records(path, lines, block.first_line, reasons), skipped, block.first_line + rows[good],
+            lines.texts(rows[good]))
+
+
+def _judged_once(path: str, table: pa.Table, line: np.ndarray, text: pa.Array
+                 ) -> tuple[pa.Table, list[QuarantineRecord]]:
+    """The annotations with one line per (query, document) — query id and tokens, doc_id — and the records of the
+    others: a repeat of the same label is a duplicate_annotation (the first line kept); when the lines of a pair
+    give different labels, all of them are conflicting_label (which one is right cannot be told)."""
+    if table.num_rows == 0:
+        return table, []
+    tokens = pc.binary_join(pc.cast(table[QUERY_TOKENS], pa.list_(pa.string())), " ")
+    pair = pd.DataFrame({"q": table[QUERY_ID].to_numpy(zero_copy_only=False),
+                         "t": tokens.to_numpy(zero_copy_only=False),
+                         "d": table[DOC_ID].to_numpy(zero_copy_only=False)})
+    pair = pair.groupby(["q", "t", "d"], sort=False).ngroup()
+    label = table[LABEL].to_numpy()
+    conflicting = (pd.Series(label).groupby(pair.to_numpy()).transform("nunique") > 1).to_numpy()
+    repeated = pair.duplicated().to_numpy() & ~conflicting
+    drop = conflicting | repeated
+    if not drop.any():
+        return table, []
+    records = [QuarantineRecord(path, int(line[i]), "conflicting_label" if conflicting[i] else "duplicate_annotation",
+                                raw_text(text[i].as_py().encode())) for i in np.flatnonzero(drop)]
+    return table.filter(pa.array(~drop)), records
 
 
 def _read_annotations(path: str, chunk_bytes: int
@@ -744,18 +865,25 @@ def _read_annotations(path: str, chunk_bytes: int
         raise FileNotFoundError(f"{path}: no such annotation file")
     reader = _BlockReader(path, chunk_bytes)
     tables, records, mapped = [_ANNOTATIONS_SCHEMA.empty_table()], [], Counter()
+    lines, texts = [np.zeros(0, dtype=np.int64)], [pa.array([], pa.string())]
     for item in reader:
         if isinstance(item, QuarantineRecord):
             records.append(item)
             continue
-        table, bad, skipped = _parse_annotation_block(path, item)
+        table, bad, skipped, line, text = _parse_annotation_block(path, item)
         tables.append(table)
         records += bad
+        lines.append(line)
+        texts.append(text)
         mapped[_MAPPED_TOKEN] += skipped
+    table, repeats = _judged_once(path, pa.concat_tables(tables), np.concatenate(lines), pa.concat_arrays(texts))
+    records = sorted(records + repeats, key=lambda r: r.line)
+    if reader.unverifiable:   # as for session logs: nothing decoded from a member that failed its check is kept
+        return _ANNOTATIONS_SCHEMA.empty_table(), [_unverified_record(path, reader, table.num_rows)], reader, Counter()
     damage = reader.damage_record()
     if damage is not None:
         records.append(damage)
-    return pa.concat_tables(tables), records, reader, mapped
+    return table, records, reader, mapped
 
 
 def read_baidu_annotations(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -775,7 +903,8 @@ def ingest_baidu_annotations(path: str | Path, out_dir: str | Path, chunk_bytes:
     write_table_atomic(quarantine_table(records), out_dir / QUARANTINE_SUBDIR / "annotations.parquet")
     summary = IngestSummary(files=1, lines=reader.lines, results=table.num_rows,
                             bytes_read=size(path), bytes_uncompressed=reader.bytes_uncompressed,
-                            damaged_files=[str(path)] if reader.damage else [])
+                            damaged_files=[str(path)] if reader.damage else [],
+                            unverified_lines=reader.lines if reader.unverifiable else 0)
     summary.add_records(Counter(r.reason for r in records))
     summary.add_mapped(mapped)
     return summary

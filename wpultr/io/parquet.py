@@ -1,6 +1,7 @@
 """Reading the partitioned Parquet tables that stages hand to each other."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Sequence
 
@@ -10,7 +11,24 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from ..errors import RunDirError
+from ..pipeline.layout import INGEST_MARKER
 from ..schema import SESSION_ID
+
+
+def check_ingest_complete(directory: str | Path) -> None:
+    """RunDirError (one line) when `directory` is a table an ingest began and never completed: its
+    INGEST_MARKER says so (or cannot be read). A directory without the marker is a user's own table."""
+    marker = Path(directory) / INGEST_MARKER
+    if not marker.is_file():
+        return
+    try:
+        complete = json.loads(marker.read_text()).get("complete") is True
+    except (OSError, ValueError, AttributeError):
+        complete = False
+    if not complete:
+        raise RunDirError(f"{directory}: an ingest that did not complete (killed, failed or still running) wrote "
+                          f"this table; run `wpultr ingest` again")
 
 
 def partition_paths(directory: str | Path) -> list[Path]:
@@ -18,6 +36,7 @@ def partition_paths(directory: str | Path) -> list[Path]:
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no such table directory")
+    check_ingest_complete(directory)
     return sorted(p for p in directory.glob("*.parquet") if not p.name.startswith("."))
 
 
@@ -51,6 +70,7 @@ def read_table(path: str | Path, columns: Sequence[str] | None = None,
         table = ds.dataset([str(p) for p in parts], format="parquet").to_table(
             columns=list(columns) if columns else None)
         return table_to_pandas(table, arrow_lists)
+    check_ingest_complete(path.parent)
     if not arrow_lists:
         return pd.read_parquet(path, columns=list(columns) if columns else None)
     return table_to_pandas(pq.read_table(path, columns=list(columns) if columns else None), arrow_lists)

@@ -33,18 +33,25 @@ REASONS: dict[str, str] = {
     "bad_position": "position is not an integer in 1..30",
     "bad_media_type": "multimedia type is neither a non-negative decimal integer nor '-'",
     "bad_click": "click is not 0 or 1",
-    "bad_number": "a behaviour column is neither a number nor '-' / empty",
+    "bad_number": "a behaviour column is neither a finite number nor '-' / empty (nan, inf, 1e400 are bad)",
     "orphan_result": "a result line before any query line of its file",
     "broken_query_line": "a result line of a session whose query line is quarantined (a 3-field line with "
-                         "a bad field, or a line of 1 to baidu.QUERY_LIKE_MAX_FIELDS fields)",
+                         "a bad field, a line of 1 to baidu.QUERY_LIKE_MAX_FIELDS fields, or one of up to 31 "
+                         "fields whose second field is a token list)",
     "duplicate_position": "a result line whose position an earlier kept result of its session already holds",
     "empty_session": "a well-formed query line none of whose result lines is usable; the session is dropped",
     "bad_label": "annotation label is not an integer in 0..4",
     "bad_bucket": "annotation frequency bucket is not an integer in 0..9",
+    "duplicate_annotation": "an annotation line repeating an earlier one's (query, document) and label: the "
+                            "first is kept",
+    "conflicting_label": "an annotation line whose (query, document) other lines give another label: every line "
+                         "of that pair is set aside, so no document is judged twice",
     "truncated_gzip": "the gzip stream ends before its end marker; every line before the cut is kept "
                       "(line = the first line not read whole)",
-    "corrupt_gzip": "the gzip stream is damaged (bad data, CRC or trailing garbage); every line "
-                    "before the damage is kept (line = the first line not read whole)",
+    "corrupt_gzip": "the gzip stream is damaged (bad data, CRC or trailing garbage). When bytes were decoded "
+                    "from the member that failed its check, nothing of the file is known intact: every line is "
+                    "dropped (line 1; the text gives the range, the summary unverified_lines/_rows); when only "
+                    "garbage follows verified members, their lines are kept (line = the first line not read whole)",
     "empty_file": "the file holds no byte (or its gzip stream decodes to nothing); line 0",
     "not_gzip": "nothing is read: a .gz/.gzip name whose first bytes are not the gzip magic, or binary "
                 "content (NUL or invalid UTF-8 in over a quarter of its first 64 KiB); line 0",
@@ -131,7 +138,8 @@ class IngestSummary:
     """What an ingest read, kept and quarantined; merged over files, JSON-able through `to_dict`.
 
     Every input line is accounted for exactly once:
-    ``lines == sessions + results + quarantined`` (a query line becomes a session or a record).
+    ``lines == sessions + results + quarantined + unverified_lines`` (a query line becomes a session or a
+    record; the lines of a gzip member whose CRC failed are dropped together, counted in unverified_lines).
     """
 
     files: int = 0
@@ -146,6 +154,10 @@ class IngestSummary:
     damaged_files: list[str] = field(default_factory=list)  # files with a file-level record
     file_reasons: dict[str, int] = field(default_factory=dict)  # files per file-level reason (FILE_REASONS)
     mapped: dict[str, int] = field(default_factory=dict)        # kept values mapped, per MAPPED_VALUES key
+    unverified_lines: int = 0      # lines read but dropped: decoded from a gzip member whose CRC failed
+    unverified_rows: int = 0       # the rows (shown results) those lines held, dropped with them
+    duplicate_inputs: list[list[str]] = field(default_factory=list)  # [spelling skipped, the file read] per input
+    #                                                                  naming a file already given
 
     def add_records(self, counts: Counter[str] | dict[str, int]) -> None:
         for reason, n in counts.items():
@@ -167,7 +179,10 @@ class IngestSummary:
             bytes_read=self.bytes_read + other.bytes_read,
             bytes_uncompressed=self.bytes_uncompressed + other.bytes_uncompressed,
             partitions=self.partitions + other.partitions,
-            damaged_files=self.damaged_files + other.damaged_files)
+            damaged_files=self.damaged_files + other.damaged_files,
+            unverified_lines=self.unverified_lines + other.unverified_lines,
+            unverified_rows=self.unverified_rows + other.unverified_rows,
+            duplicate_inputs=self.duplicate_inputs + other.duplicate_inputs)
         merged.add_records(self.reasons)
         merged.add_records(other.reasons)
         merged.add_mapped(self.mapped)

@@ -8,22 +8,25 @@ with `partition_rows`), written under a temporary name and renamed into place wh
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..pipeline.rundir import atomic_path
+from ..pipeline.layout import INGEST_MARKER
+from ..pipeline.rundir import Replaces, atomic_path, holds_only, write_json
 from ..schema import (ABSTRACT_TOKENS, ANNOTATION_CORE_FIELDS, ANNOTATION_OPTIONAL_FIELDS, FEATURES, QUERY_ID,
                       QUERY_TOKENS, SESSION_CORE_FIELDS, SESSION_ID, SESSION_OPTIONAL_FIELDS,
                       TITLE_TOKENS, PageFeature, SchemaError, coerce_annotations, coerce_sessions)
 from ..storage import is_file, is_url, open_input, size
+from .parquet import check_ingest_complete
 from .quarantine import IngestSummary
 
 SESSIONS_SUBDIR = "sessions"
@@ -41,13 +44,72 @@ def partition_name(file_index: int, partition: int) -> str:
     return f"part-{file_index:05d}-{partition:05d}.parquet"
 
 
-def prepare_output_dir(out_dir: str | Path, subdir: str) -> Path:
-    """Create out_dir/subdir and remove partitions a previous ingest left there (an ingest replaces the table)."""
-    directory = Path(out_dir) / subdir
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob("part-*.parquet"):
-        stale.unlink()
-    return directory
+# What an ingest may replace under out_dir: only directories holding nothing but the files an ingest writes there
+# (its partitions, their temporary names, its marker); anything else, or a symlink, is refused.
+_OWN_SESSIONS = re.compile(r"\.?part-\d{5}-\d{5}\.parquet(\.tmp-\d+)?")
+_OWN_QUARANTINE = re.compile(r"\.?(part-\d{5}|annotations)\.parquet(\.tmp-\d+)?")
+SESSIONS_TABLE = Replaces("an ingest's sessions table (only part-NNNNN-NNNNN.parquet files)",
+                          lambda p: holds_only(p, lambda rel: rel == INGEST_MARKER
+                                               or bool(_OWN_SESSIONS.fullmatch(rel))))
+QUARANTINE_TABLE = Replaces("an ingest's quarantine (only part-NNNNN.parquet and annotations.parquet files)",
+                            lambda p: holds_only(p, lambda rel: bool(_OWN_QUARANTINE.fullmatch(rel))))
+
+
+@dataclass
+class IngestOutput:
+    """Where one ingest writes: temporary sessions/ and quarantine/ directories, swapped into place when done."""
+
+    sessions: Path
+    quarantine: Path
+
+
+@contextlib.contextmanager
+def ingest_output(out_dir: str | Path, inputs: Sequence[str], key: str = "--out",
+                  client: Any = None) -> Iterator[IngestOutput]:
+    """Temporary out_dir/sessions and out_dir/quarantine, renamed over the old ones only when the body completes.
+
+    Refused (RunDirError naming `key`) before anything is written: an output that is a symlink, that holds or lies
+    in one of `inputs`, or that holds files an ingest does not write. The sessions directory carries
+    INGEST_MARKER, "complete": false until the body returns, so a reader never takes a half table for a whole one.
+    Workers of `client` whose copy of out_dir is their own (a URL run directory's working copy on another host)
+    make the same swap there afterwards, or drop their temporary directories when the body failed.
+    """
+    out = Path(os.path.abspath(out_dir))
+    moves: list[tuple[str, str]] = []
+    try:
+        with atomic_path(out / SESSIONS_SUBDIR, SESSIONS_TABLE, inputs, key) as sessions, \
+                atomic_path(out / QUARANTINE_SUBDIR, QUARANTINE_TABLE, inputs, key) as quarantine:
+            moves = [(str(sessions), str(out / SESSIONS_SUBDIR)), (str(quarantine), str(out / QUARANTINE_SUBDIR))]
+            sessions.mkdir()
+            quarantine.mkdir()
+            write_json(sessions / INGEST_MARKER, {"complete": False, "inputs": list(inputs)})
+            yield IngestOutput(sessions, quarantine)
+            write_json(sessions / INGEST_MARKER, {"complete": True, "inputs": list(inputs)})
+    except BaseException:
+        if client is not None and moves:
+            client.run(_swap_here, moves, False)
+        raise
+    if client is not None:
+        client.run(_swap_here, moves, True)
+
+
+def _swap_here(moves: Sequence[tuple[str, str]], keep: bool) -> None:
+    """On a worker (client.run): each temporary directory this host still holds (its own copy of the output: on a
+    shared file system the caller has moved it already) renamed over its final one (`keep`), else removed. A worker
+    first claims it by renaming it to a name of its own, so of the workers of one host exactly one acts."""
+    import shutil
+    for tmp, final in map(lambda m: (Path(m[0]), Path(m[1])), moves):
+        claimed = tmp.with_name(f"{tmp.name}.{os.getpid()}")
+        try:
+            os.rename(tmp, claimed)
+        except (FileNotFoundError, NotADirectoryError):
+            continue        # none here, or another worker of this host has it
+        if not keep:
+            shutil.rmtree(claimed)
+            continue
+        if final.is_dir() and not final.is_symlink() and (SESSIONS_TABLE.test(final) or QUARANTINE_TABLE.test(final)):
+            shutil.rmtree(final)   # this host's copy of the table the caller replaced
+        os.replace(claimed, final)
 
 
 def write_table_atomic(table: pa.Table, path: str | Path) -> None:
@@ -271,8 +333,9 @@ def to_arrow(df: pd.DataFrame) -> pa.Table:
 
 
 def _ingest_table_file(path: str, file_index: int, sessions_dir: str, page_features: Sequence[PageFeature],
-                       partition_rows: int) -> IngestSummary:
-    """One worker task: read, validate and coerce one table, write its partitions; return a small summary."""
+                       partition_rows: int) -> tuple[IngestSummary, np.ndarray]:
+    """One worker task: read, validate and coerce one table, write its partitions; return a small summary and
+    the table's session ids (sorted, unique: checked across the files by the caller)."""
     df = read_sessions_table(path, page_features)
     df = df.sort_values(SESSION_ID, kind="stable").reset_index(drop=True)  # whole sessions per partition
     writer = SessionPartitionWriter(sessions_dir, file_index, partition_rows)
@@ -282,34 +345,79 @@ def _ingest_table_file(path: str, file_index: int, sessions_dir: str, page_featu
     except BaseException:
         writer.abort()
         raise
-    return IngestSummary(files=1, lines=len(df), sessions=int(df[SESSION_ID].nunique()), results=len(df),
-                         bytes_read=size(path), partitions=writer.partitions)
+    ids = np.unique(df[SESSION_ID].to_numpy())
+    return IngestSummary(files=1, lines=len(df), sessions=len(ids), results=len(df),
+                         bytes_read=size(path), partitions=writer.partitions), ids
+
+
+def _check_unique_sessions(files: Sequence[str], ids: Sequence[np.ndarray]) -> None:
+    """SchemaError naming both files and an example id when two tables share a session id."""
+    if len(files) < 2:
+        return
+    owner = np.repeat(np.arange(len(files)), [len(i) for i in ids])
+    values = np.concatenate(ids)
+    order = np.argsort(values, kind="stable")
+    shared = np.flatnonzero(values[order][1:] == values[order][:-1])
+    if len(shared):
+        first, second = order[shared[0]], order[shared[0] + 1]
+        raise SchemaError(f"{files[owner[second]]}: column {SESSION_ID!r} reuses session id {values[first]} of "
+                          f"{files[owner[first]]} (and {len(shared) - 1} more); session ids must be unique across "
+                          f"the tables of one ingest")
 
 
 def ingest_tables(paths: Sequence[str | Path], out_dir: str | Path, page_features: Sequence[PageFeature],
-                  client, partition_rows: int = 200_000) -> IngestSummary:
+                  client, partition_rows: int = 200_000, key: str = "--out") -> IngestSummary:
     """Validate users' own session tables, one Dask task per file, into out_dir/sessions partitions.
 
-    A table either passes whole or the ingest fails with the SchemaError of its first bad cell.
-    Session ids are taken as given, so they must be unique across the files.
+    A table either passes whole or the ingest fails with the SchemaError of its first bad cell. Session ids are
+    taken as given and must be unique across the files (else SchemaError naming both); nothing under out_dir
+    changes unless the whole ingest succeeds (`ingest_output`).
     """
-    files = checked_paths(paths)
-    sessions_dir = prepare_output_dir(out_dir, SESSIONS_SUBDIR)
-    futures = client.map(_ingest_table_file, files, range(len(files)), sessions_dir=str(sessions_dir),
-                         page_features=tuple(page_features), partition_rows=partition_rows, pure=False)
     from ..progress import gather, ingest_rates
-    return IngestSummary.combine(gather(client, futures, desc="ingest", unit="file", postfix=ingest_rates))
+    files, duplicates = checked_paths(paths)
+    with ingest_output(out_dir, files, key, client) as output:
+        futures = client.map(_ingest_table_file, files, range(len(files)), sessions_dir=str(output.sessions),
+                             page_features=tuple(page_features), partition_rows=partition_rows, pure=False)
+        done = gather(client, futures, desc="ingest", unit="file",
+                      postfix=lambda finished, seconds: ingest_rates([s for s, _ in finished], seconds))
+        _check_unique_sessions(files, [ids for _, ids in done])
+        summary = IngestSummary.combine(s for s, _ in done)
+    summary.duplicate_inputs = duplicates
+    return summary
 
 
-def checked_paths(paths: Sequence[str | Path]) -> list[str]:
-    """The input files in sorted order (their index there numbers partitions and session ids)."""
-    files = sorted(str(p) for p in paths)
-    if not files:
+def checked_paths(paths: Sequence[str | Path]) -> tuple[list[str], list[list[str]]]:
+    """(the input files, absolute and sorted — their index there numbers partitions and session ids —, the
+    spellings dropped as naming a file already given: [as given, the file read]).
+
+    Local paths are made absolute (workers may run in another directory); one file named twice (`a/p.gz`,
+    `a/../a/p.gz`, a symlink to it, a hard link) is read once. A file inside a table an unfinished ingest wrote
+    is refused (io.parquet.check_ingest_complete).
+    """
+    given = [str(p) for p in paths]
+    if not given:
         raise ValueError("ingest: no input files given")
-    duplicates = sorted(f for f, n in Counter(files).items() if n > 1)
-    if duplicates:
-        raise ValueError(f"ingest: files given more than once: {duplicates}")
-    for f in files:
-        if not is_file(f):   # a local path or an fsspec URL
-            raise FileNotFoundError(f"{f}: no such log file")
-    return files
+    files: list[str] = []
+    kept: dict[object, str] = {}
+    duplicates: list[list[str]] = []
+    for g in sorted(given, key=lambda g: (g if is_url(g) else os.path.abspath(g), g)):
+        if not is_file(g):   # a local path or an fsspec URL
+            raise FileNotFoundError(f"{g}: no such log file")
+        f = g if is_url(g) else os.path.abspath(g)
+        if not is_url(f):
+            check_ingest_complete(Path(f).parent)
+        identity = _file_identity(f)
+        if identity in kept:
+            duplicates.append([g, kept[identity]])
+            continue
+        kept[identity] = f
+        files.append(f)
+    return files, duplicates
+
+
+def _file_identity(path: str) -> object:
+    """What tells two spellings of one file apart from two files: (device, inode) locally, the URL otherwise."""
+    if is_url(path):
+        return path
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino

@@ -6,6 +6,7 @@ CLI, the experiment harness) takes the names from here, so no module needs anoth
 from __future__ import annotations
 
 MARKER = ".wpultr-run"                   # in every run directory: what --fresh may delete
+RUN_LOCK = ".{run}.wpultr-lock"          # beside run directory {run} while a run holds it (pipeline/run_lock.py)
 CONFIG_FILE = "config.yaml"              # the config as resolved (defaults filled in)
 VERSIONS_FILE = "versions.json"          # Python, platform and package versions
 SUMMARY_FILE = "summary.json"            # every stage: seconds, finish time, what it reported
@@ -14,6 +15,7 @@ STAGES_DIR = "stages"                    # completion records, one per stage
 SESSIONS_DIR = "data/sessions"
 ANNOTATIONS = "data/annotations.parquet"
 INGEST_SUMMARY = "data/ingest.json"
+INGEST_MARKER = ".wpultr-ingest.json"     # in every sessions table ingest writes: its inputs, complete or not
 TRUTH_DIR = "data/truth"
 FEATURED_SESSIONS_DIR = "data/featured/sessions"
 FEATURED_ANNOTATIONS = "data/featured/annotations.parquet"

@@ -2,6 +2,9 @@
 
 Nothing a stage writes is overwritten in place: every file is written under a temporary name in
 the same directory and renamed, so a run killed mid-write leaves either the old file or none.
+Every output of every command goes through `atomic_path`, which replaces an existing path only when it
+is this program's own earlier output (the caller says what that is: `Replaces`), and never the working
+directory or above, a run, a symlink or one of the command's inputs (`check_output`).
 A run directory carries a marker file (`.wpultr-run`) from its creation: `--fresh` deletes only a
 directory that holds one, and never a filesystem root, the home directory or a directory holding the
 working directory, the config file or another run.
@@ -9,15 +12,17 @@ working directory, the config file or another run.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import platform
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
@@ -29,22 +34,176 @@ _PACKAGES = ("wpultr", "numpy", "pandas", "pyarrow", "dask", "distributed", "cau
              "transformers", "safetensors", "scikit-learn", "scipy", "pyyaml", "typer")
 
 
+@dataclass(frozen=True)
+class Replaces:
+    """What an output may replace when its path exists: `test(path)` is True for one this program wrote
+    (its marker, its own file type); `what` names that kind in the refusal."""
+
+    what: str
+    test: Callable[[Path], bool]
+
+
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling of `path`; on success rename it onto `path` (file or directory)."""
-    path = Path(path)
+def atomic_path(path: str | Path, replaces: Replaces | None = None, inputs: Iterable[str | Path | None] = (),
+                key: str | None = None) -> Iterator[Path]:
+    """Yield a temporary sibling of `path`; on success rename it onto `path` (file or directory).
+
+    An existing `path` is replaced only when it is this program's own (`check_output`): what `replaces` accepts,
+    or, without it, a file, or a directory inside a run directory. The old directory is moved aside first and
+    deleted only once the new one is in place.
+    """
+    check_output(path, replaces, inputs, key)
+    path = Path(os.path.abspath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    for leftover in (tmp, old):
+        _remove(leftover)
     try:
-        yield tmp
-        if path.is_dir():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        try:
+            yield tmp
+        except OSError as error:   # a failed write (disk full, file too large) names the output it was for
+            if error.errno is None or error.filename is not None:
+                raise
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        swap = path.exists() and (path.is_dir() or tmp.is_dir())   # rename cannot put a directory over a path
+        if swap:
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if swap:
+                os.replace(old, path)
+            raise
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+        for leftover in (tmp, old):
+            _remove(leftover)
+
+
+def _remove(path: Path) -> None:
+    """Delete `path` (file, link or directory) if it exists: only ever a temporary name of atomic_path's."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def check_output(path: str | Path, replaces: Replaces | None = None, inputs: Iterable[str | Path | None] = (),
+                 key: str | None = None) -> None:
+    """RunDirError (one line naming `key` and `path`) unless writing `path` can destroy nothing but this program's
+    own earlier output.
+
+    Refused always: a filesystem root, the home directory, the working directory or one holding it, a symlink,
+    a run directory, and a path that is, holds or lies inside one of `inputs` (the command's own local inputs).
+    An existing path must pass `replaces`; without it, a file may be replaced, and a directory only inside a
+    run directory (a stage's own output).
+    """
+    target = Path(os.path.abspath(path))
+    label = f"{key} {path}" if key else str(path)
+    reason = _protected(target, (Path.cwd(),)) or _an_input(target, inputs)
+    if reason is None and (target.exists() or target.is_symlink()):
+        reason = _not_ours(target, replaces)
+    if reason:
+        raise RunDirError(f"{label}: {reason}; wpultr replaces only what it wrote there before: "
+                          f"choose another {key or 'path'} or remove it yourself")
+
+
+def _protected(target: Path, holds: Iterable[str | Path | None]) -> str | None:
+    """Why nothing may be written at (or deleted as) `target` whatever it holds: a filesystem root, the home
+    directory, or one of the paths `holds` (the working directory, a config file) or a directory above one."""
+    target = Path(os.path.abspath(target))
+    real = target.resolve()
+    if target.parent == target or real.parent == real:
+        return "is a filesystem root"
+    if real == Path.home().resolve():
+        return "is the home directory"
+    for path in (h for h in holds if h is not None):
+        inner = (Path(os.path.abspath(path)), Path(path).resolve())
+        if any(_within(i, outer) for outer in (target, real) for i in inner):
+            return "is the working directory or holds it" if Path(path) == Path.cwd() else f"holds {path}"
+    return None
+
+
+def _an_input(target: Path, inputs: Iterable[str | Path | None]) -> str | None:
+    """Why `target` may not be written: it is, holds or lies inside one of this command's inputs (local paths)."""
+    for given in inputs:
+        if given is None:
+            continue
+        source = Path(os.path.abspath(given))     # a URL input (caller's to pass local) overlaps no local path
+        for a in (target, target.resolve()):
+            for b in (source, source.resolve()):
+                if _within(a, b) or _within(b, a):
+                    return f"is, holds or lies inside an input of this command ({given})"
+    return None
+
+
+def _within(inner: Path, outer: Path) -> bool:
+    """`inner` is `outer` or lies under it."""
+    return inner == outer or outer in inner.parents
+
+
+def _not_ours(target: Path, replaces: Replaces | None) -> str | None:
+    """Why the existing `target` may not be replaced, or None when it is this program's own output."""
+    if target.is_symlink():
+        return "is a symlink"
+    if target.is_dir() and (is_run_dir(target) or _unmarked_run(target)):
+        return "holds a wpultr run"
+    if replaces is not None:
+        return None if replaces.test(target) else f"exists and is not {replaces.what}"
+    if target.is_dir() and not any(is_run_dir(parent) for parent in target.parents):
+        return "is a directory outside any run directory"
+    return None
+
+
+def holding(head: bytes, within: int = 1) -> Callable[[Path], bool]:
+    """A test that a path is a file with `head` in its first len(head) + within - 1 bytes (at its start when
+    `within` is 1): a file type known by its signature (PNG) or its first words (an SVG, a DOT file)."""
+    def test(path: Path) -> bool:
+        try:
+            with open(path, "rb") as handle:
+                return path.is_file() and head in handle.read(len(head) + within - 1)
+        except OSError:
+            return False
+    return test
+
+
+def parquet_columns(path: Path) -> list[str] | None:
+    """The column names of the Parquet file `path`, or None when it is no readable Parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    if not path.is_file():
+        return None
+    try:
+        return list(pq.read_schema(path).names)
+    except (pa.ArrowException, OSError):
+        return None
+
+
+def holds_only(path: Path, allowed: Callable[[str], bool]) -> bool:
+    """`path` is a directory whose every entry (relative POSIX path, walked down) is a plain file or directory
+    that `allowed` accepts: a directory this program fills with files of known names."""
+    if not path.is_dir() or path.is_symlink():
+        return False
+    for entry in path.rglob("*"):
+        rel = entry.relative_to(path).as_posix()
+        if entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
+            return False
+        if entry.is_file() and not allowed(rel):
+            return False
+    return True
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 hex digest of a file, read 1 MiB at a time: what provenance manifests record of each file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+PNG = Replaces("a PNG image", holding(b"\x89PNG\r\n\x1a\n"))
+PARQUET = Replaces("a Parquet file", lambda p: parquet_columns(p) is not None)
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -60,8 +219,9 @@ def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def write_parquet(path: str | Path, df: pd.DataFrame) -> None:
-    with atomic_path(path) as tmp:
+def write_parquet(path: str | Path, df: pd.DataFrame, replaces: Replaces | None = None,
+                  inputs: Iterable[str | Path | None] = (), key: str | None = None) -> None:
+    with atomic_path(path, replaces, inputs, key) as tmp:
         df.to_parquet(tmp, index=False)
 
 
@@ -103,10 +263,10 @@ class RunDir:
         """Make (or reopen) a run directory and mark it as one.
 
         Refuses (RunDirError) a filesystem root, the home directory, and a directory that already holds
-        something other than a wpultr run (a run written before markers existed is adopted).
+        something other than a wpultr run (a run written before markers existed is adopted). The final path is
+        checked and written, not its spelling (`victim/new/..` is `victim`, whether or not `new` exists yet).
         """
-        root = Path(root)
-        _check_not_protected(root, holds=())
+        root = cls.checked_root(root)
         if root.is_dir() and not (root / MARKER).is_file() and any(root.iterdir()):
             if not _unmarked_run(root):
                 raise RunDirError(f"{root}: exists, is not empty and holds no wpultr run (no {MARKER}); "
@@ -118,14 +278,23 @@ class RunDir:
         return cls(root)
 
     @staticmethod
+    def checked_root(root: str | Path) -> Path:
+        """The final path of run directory `root` (`..` resolved, not its spelling); RunDirError when it is a
+        filesystem root or the home directory."""
+        root = Path(os.path.abspath(root))
+        _check_not_protected(root, holds=())
+        return root
+
+    @staticmethod
     def remove_fresh(root: str | Path, keep: tuple[str | Path | None, ...] = ()) -> bool:
         """Delete the run directory `root` for `--fresh`; False when there is none.
 
         Only a directory holding a run's marker (or a run written before markers) is deleted; a root,
         the home directory, a directory holding the working directory or a path in `keep` (the config
-        file), a symlink or a directory holding another run raise RunDirError and nothing is deleted.
+        file), a symlink or a directory holding another run raise RunDirError and nothing is deleted. As in
+        `create`, the final path is checked, not its spelling.
         """
-        root = Path(root)
+        root = Path(os.path.abspath(root))
         if not root.exists() and not root.is_symlink():
             return False
         _check_not_protected(root, holds=(Path.cwd(), *keep))
@@ -151,10 +320,12 @@ class RunDir:
         """A stage is done when its completion record exists and every declared output is on disk."""
         return self._marker(stage).exists() and all(self.path(o).exists() for o in outputs)
 
-    def mark_done(self, stage: str, outputs: list[str], seconds: float, info: dict[str, Any] | None = None) -> None:
-        write_json(self._marker(stage), {"stage": stage, "outputs": outputs, "seconds": round(seconds, 3),
-                                         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                         "info": info or {}})
+    def mark_done(self, stage: str, outputs: list[str], seconds: float, info: dict[str, Any] | None = None,
+                  cluster: dict[str, Any] | None = None) -> None:
+        """Write `stage`'s completion record: outputs, seconds, what it reported and the cluster it ran on."""
+        record = {"stage": stage, "outputs": outputs, "seconds": round(seconds, 3),
+                  "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "info": info or {}}
+        write_json(self._marker(stage), record if cluster is None else {**record, "cluster": cluster})
 
     def stage_record(self, stage: str) -> dict[str, Any] | None:
         marker = self._marker(stage)
@@ -179,16 +350,9 @@ def _unmarked_run(path: Path) -> bool:
 
 
 def _check_not_protected(root: Path, holds: tuple[str | Path | None, ...]) -> None:
-    """RunDirError when `root` is a filesystem root, the home directory, or is or holds one of the paths
-    `holds` (the working directory, the config file)."""
-    target = Path(os.path.abspath(root))
-    real = target.resolve()
-    if target.parent == target or real.parent == real:
-        raise RunDirError(f"{root}: is a filesystem root; a run directory must be a directory of its own")
-    if real == Path.home().resolve():
-        raise RunDirError(f"{root}: is the home directory; a run directory must be a directory of its own")
-    for path in (h for h in holds if h is not None):
-        inner = (Path(os.path.abspath(path)), Path(path).resolve())
-        if any(outer == i or outer in i.parents for outer in (target, real) for i in inner):
-            raise RunDirError(f"{root}: holds {path}; a run directory must be a directory of its own "
-                              f"(check run_dir and name)")
+    """RunDirError when `root` is a filesystem root, the home directory, or is or holds the working directory or
+    one of the paths `holds` (the config file): `_protected`, worded for a run directory."""
+    reason = _protected(root, holds)
+    if reason:
+        hint = "" if reason in ("is a filesystem root", "is the home directory") else " (check run_dir and name)"
+        raise RunDirError(f"{root}: {reason}; a run directory must be a directory of its own{hint}")

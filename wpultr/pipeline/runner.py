@@ -3,7 +3,8 @@
 A run_dir given as a URL (s3://…) runs in its local working copy (storage.WorkingCopy): pulled from the
 URL first (so a resume on any machine starts from what was synced), pushed after every stage, finished
 or failed, with the finished stage's completion record last; remote workers pull before each stage
-and push what they wrote after it.
+and push what they wrote after it. One run per run directory at a time (run_lock.py); a resume may change where
+it runs (`cluster.*`), never what it computes.
 """
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from typing import Any, Sequence
 
 import yaml
 
-from ..config import ConfigError, RunConfig, config_from_dict, dump_config
+from ..config import ConfigError, RunConfig, changed_keys, check_machine, config_from_dict, dump_config, to_dict
 from ..storage import WorkingCopy
 from . import status
-from .cluster import WorkerWatch, open_client, release_worker_memory
+from .cluster import WorkerWatch, n_workers, open_client, release_worker_memory, scheduler_address
 from .layout import CONFIG_FILE, MARKER, METRICS, REPORT, STAGES_DIR, SUMMARY_FILE, VERSIONS_FILE
+from .run_lock import run_lock
 from .rundir import RunDir, package_versions, read_json, write_json, write_text
 from .stages import STAGES, Stage, StageContext
 
@@ -38,47 +40,59 @@ class RunResult:
         return self.run_dir / REPORT
 
 
-def _check_same_config(run: RunDir, cfg: RunConfig) -> None:
-    """Resuming with a different config would mix artifacts of two runs: refuse, naming the keys."""
+def _check_same_config(run: RunDir, cfg: RunConfig) -> bool:
+    """Whether `run` already holds a config; ConfigError, naming the keys, when it differs from `cfg` in what it
+    computes (resuming would mix artifacts of two runs). Where it runs (`cluster.*`) may change."""
     existing = run.path(CONFIG_FILE)
     if not existing.exists():
-        return
-    before = config_from_dict(yaml.safe_load(existing.read_text()))
-    if dump_config(before) == dump_config(cfg):
-        return
-    a, b = yaml.safe_load(dump_config(before)), yaml.safe_load(dump_config(cfg))
-    changed = sorted(_diff_keys(a, b))
-    raise ConfigError(f"{run.root}: holds a run with a different config (changed: {', '.join(changed)}); "
-                      f"use a new run_dir or --fresh to start over")
-
-
-def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        keys = set(a) | set(b)
-        return [k for key in keys for k in _diff_keys(a.get(key), b.get(key), f"{prefix}{key}.")]
-    return [prefix.rstrip(".")] if a != b else []
+        return False
+    changed = changed_keys(config_from_dict(yaml.safe_load(existing.read_text())), cfg)
+    if changed:
+        raise ConfigError(f"{run.root}: holds a run with a different config (changed: {', '.join(changed)}); "
+                          f"use a new run_dir or --fresh to start over")
+    return True
 
 
 def run_pipeline(cfg: RunConfig, *, fresh: bool = False, client: Any = None,
                  stages: Sequence[Stage] = STAGES, progress: bool = False) -> RunResult:
-    """Run every stage not yet finished; write config.yaml, versions.json, summary.json and metrics.json."""
-    copy = WorkingCopy(cfg.run_dir_url, cfg.resolved_run_dir) if cfg.run_dir_url else None
-    if fresh:   # only a marked run directory, never one holding the config file or the working directory
+    """Run every stage not yet finished; write config.yaml, versions.json, summary.json and metrics.json.
+
+    The run directory is locked for the whole run (run_lock): a second run on it stops at once, before --fresh
+    deletes anything. config.yaml keeps the first run's config (a resume may change only `cluster.*`); each stage's
+    completion record says which cluster ran it.
+    """
+    check_machine(cfg, own_cluster=client is None)
+    root = RunDir.checked_root(cfg.resolved_run_dir)
+    with run_lock(root):
+        copy = WorkingCopy(cfg.run_dir_url, root) if cfg.run_dir_url else None
+        if fresh:   # only a marked run directory, never one holding the config file or the working directory
+            if copy is not None:
+                copy.remove(marker=MARKER)   # RunDirError when the URL holds files but no run
+            RunDir.remove_fresh(root, keep=(cfg.source,))
         if copy is not None:
-            copy.remove(marker=MARKER)   # RunDirError when the URL holds files but no run
-        RunDir.remove_fresh(cfg.resolved_run_dir, keep=(cfg.source,))
-    if copy is not None:
-        copy.pull(marker=MARKER)
-    run = RunDir.create(cfg.resolved_run_dir)
-    _check_same_config(run, cfg)
-    write_text(run.path(CONFIG_FILE), dump_config(cfg))
-    write_json(run.path(VERSIONS_FILE), package_versions())
-    if copy is not None:
-        copy.push(last=(MARKER,))
-    if client is None:
-        with open_client(cfg.cluster) as own_client:
-            return _run_stages(cfg, run, own_client, stages, progress, copy)
-    return _run_stages(cfg, run, client, stages, progress, copy)
+            copy.pull(marker=MARKER)
+        run = RunDir.create(root)
+        if not _check_same_config(run, cfg):
+            write_text(run.path(CONFIG_FILE), dump_config(cfg))
+        write_json(run.path(VERSIONS_FILE), package_versions())
+        if copy is not None:
+            copy.push(last=(MARKER,))
+        if client is None:
+            with open_client(cfg.cluster) as own_client:
+                return _run_stages(cfg, run, own_client, stages, progress, copy)
+        return _run_stages(cfg, run, client, stages, progress, copy)
+
+
+def _cluster_used(cfg: RunConfig, client: Any) -> dict[str, Any]:
+    """The cluster a stage ran on, for its completion record: the settings and the scheduler and workers it had."""
+    return {**to_dict(cfg.cluster), "address": scheduler_address(client), "workers": _workers(client)}
+
+
+def _workers(client: Any) -> int | None:
+    try:
+        return n_workers(client)
+    except Exception:  # noqa: BLE001 - a record of where it ran, not a reason to fail a finished stage
+        return None
 
 
 def _sync(copy: WorkingCopy | None, client: Any, record: str | None = None) -> None:
@@ -121,7 +135,7 @@ def _run_stages(cfg: RunConfig, run: RunDir, client: Any, stages: Sequence[Stage
                 log.warning("%s: could not sync the failed stage's files: %s", copy.url, sync_error)
             raise
         release_worker_memory(client)   # stages hand each other files: what workers hold now is retained heap
-        run.mark_done(stage.name, outputs, seconds, info)
+        run.mark_done(stage.name, outputs, seconds, info, cluster=_cluster_used(cfg, client))
         status.mark_finished(run.root, stage.name)
         summary["stages"][stage.name] = run.stage_record(stage.name)
         write_json(run.path(SUMMARY_FILE), summary)

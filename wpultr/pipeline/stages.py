@@ -68,21 +68,23 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
         logs = simulate(data.simulate, seed=cfg.seed)
         logs.write(raw, fmt="parquet")
         summary = ingest_tables(sorted(glob.glob(str(raw / "train" / "*.parquet"))), sessions_dir,
-                                page_features, ctx.client, data.partition_rows).to_dict()
+                                page_features, ctx.client, data.partition_rows, key="run_dir").to_dict()
         annotations = read_table(raw / "annotations.parquet")
         _copy_truth(raw, run.path(TRUTH_DIR))
+        write_parquet(run.path(ANNOTATIONS), annotations)
     elif data.source == "baidu":
-        from ..io.baidu import ingest_baidu, read_baidu_annotations
+        from ..io.baidu import ingest_baidu, ingest_baidu_annotations
         summary = ingest_baidu(_expand(data.train, "data.train"), sessions_dir, ctx.client,
-                               data.partition_rows).to_dict()
-        annotations, bad = read_baidu_annotations(data.annotations)
-        summary["annotations_quarantined"] = len(bad)
+                               data.partition_rows, key="run_dir").to_dict()
+        # annotations.parquet and quarantine/annotations.parquet beside the sessions (ANNOTATIONS' directory)
+        summary["annotations_quarantined"] = ingest_baidu_annotations(data.annotations, sessions_dir).quarantined
+        annotations = read_table(run.path(ANNOTATIONS))
     else:
         from ..io.tables import ingest_tables, read_annotations_table
         summary = ingest_tables(_expand(data.train, "data.train"), sessions_dir, page_features,
-                                ctx.client, data.partition_rows).to_dict()
+                                ctx.client, data.partition_rows, key="run_dir").to_dict()
         annotations = read_annotations_table(data.annotations)
-    write_parquet(run.path(ANNOTATIONS), annotations)
+        write_parquet(run.path(ANNOTATIONS), annotations)
     summary["annotation_rows"] = int(len(annotations))
     summary["annotated_queries"] = int(query_key(annotations).nunique())
     summary["columns"] = sorted(column_names(run.path(SESSIONS_DIR)))   # from the Parquet footers, not the rows
@@ -352,7 +354,8 @@ def discover(ctx: StageContext) -> dict[str, Any]:
     scored_rows = sum(ctx.client.gather(written))
     features = page_features_from_config(cfg.data.page_features, "data.page_features")
     result = discover_epoch(run.path(SESSIONS_DIR), run.path(SESSION_SCORES), features, cfg.discovery, run.root, 0,
-                            encoder_dir=run.path(PAGE_ENCODER), client=ctx.client, seed=cfg.seed)
+                            encoder_dir=run.path(PAGE_ENCODER), client=ctx.client, seed=cfg.seed,
+                            min_within_document_share=cfg.bal.min_within_document_share)
     return {"edges": [f"{e.source} {e.arrow()} {e.target}" for e in result.graph.edges],
             "scored_rows": int(scored_rows)}
 

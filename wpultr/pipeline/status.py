@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunDirError
-from ..processes import process_started
 from ..storage import is_url, readable_run_dir
 from .layout import CONFIG_FILE, MARKER, STAGES_DIR
+from .run_lock import holder_alive, process_record, read_lock
 from .rundir import write_json
 
 RUNNING_SUFFIX = ".running"
@@ -42,10 +42,7 @@ def _now() -> str:
 
 def mark_running(root: Path, stage: str) -> None:
     """Record that `stage` started in this process; an older failure record of it is superseded."""
-    pid = os.getpid()
-    write_json(_record(root, stage, RUNNING_SUFFIX),
-               {"stage": stage, "pid": pid, "host": socket.gethostname(), "process_started": process_started(pid),
-                "started_at": _now(), "started": time.time()})
+    write_json(_record(root, stage, RUNNING_SUFFIX), {"stage": stage, **process_record()})
     _record(root, stage, FAILED_SUFFIX).unlink(missing_ok=True)
 
 
@@ -82,6 +79,7 @@ class RunStatus:
     name: str | None
     state: str                      # finished | running | failed | died | incomplete | not started
     stages: list[StageStatus] = field(default_factory=list)
+    lock: dict[str, Any] | None = None   # the run holding the directory (run_lock.read_lock), None when unlocked
 
     @property
     def done(self) -> int:
@@ -96,18 +94,6 @@ def _read(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def _alive(record: dict[str, Any]) -> bool | None:
-    """Whether a running record's process lives: None when it ran on another host (cannot tell)."""
-    if record.get("host") != socket.gethostname():
-        return None
-    pid = record.get("pid")
-    if not isinstance(pid, int):
-        return False
-    started = process_started(pid)
-    expected = record.get("process_started")
-    return started is not None and (expected is None or abs(started - expected) < 1.0)
 
 
 def _stage_status(stages_dir: Path, name: str) -> StageStatus:
@@ -128,7 +114,7 @@ def _stage_status(stages_dir: Path, name: str) -> StageStatus:
                            record.get("pid"), record.get("host"))
     started = record.get("started")
     elapsed = round(time.time() - started, 1) if isinstance(started, (int, float)) else None
-    alive = _alive(record)
+    alive = holder_alive(record)
     return StageStatus(name, "died" if alive is False else "running", elapsed, record.get("started_at"),
                        None if alive is not False else "its process is gone (killed or out of memory?)",
                        record.get("pid"), record.get("host"))
@@ -178,7 +164,7 @@ def run_status(path: str | Path) -> RunStatus:
         state = "incomplete"
     else:
         state = "not started"
-    return RunStatus(str(root), _run_name(root), state, stages)
+    return RunStatus(str(root), _run_name(root), state, stages, read_lock(root))
 
 
 def status_of(path: str | Path) -> RunStatus:
@@ -246,4 +232,17 @@ def format_status(status: RunStatus) -> str:
     lines = [f"run {status.path}" + (f" ({status.name})" if status.name else "") + f": {status.state}, "
              f"{status.done} of {len(status.stages)} stages done"]
     lines += [_stage_line(s) for s in status.stages]
+    if status.lock is not None:
+        lines.append(_lock_line(status.lock))
     return "\n".join(lines)
+
+
+def _lock_line(lock: dict[str, Any]) -> str:
+    """Who holds the run directory: a live run, one whose process is gone (the next run takes it over), or one on
+    another host."""
+    if lock.get("unreadable"):
+        return "  locked: the lock file is unreadable (being written, or left by a killed run)"
+    who = f"pid {lock.get('pid')} on {lock.get('host')} since {lock.get('started_at')}"
+    if lock["alive"] is False:
+        return f"  locked by {who}: its process is gone; the next run takes the lock over"
+    return f"  locked by {who}" + ("" if lock["alive"] else " (another host: cannot tell whether it runs)")

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 from safetensors.torch import save_file
 
-from ..errors import ExportError
+from ..errors import ExportError, cut
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -94,9 +94,8 @@ def _number(x: float) -> str:
 
 
 def brief(value: Any) -> str:
-    """A config value as JSON, cut short: messages stay one readable line whatever was written."""
-    text = json.dumps(value) if isinstance(value, (dict, list, str, int, float, bool, type(None))) else repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A config value as JSON (the form it was saved in), cut as every message's value is (`errors.cut`)."""
+    return cut(json.dumps(value) if isinstance(value, (dict, list, str, int, float, bool, type(None))) else repr(value))
 
 
 def check_args(values: Any, spec: Mapping[str, Arg], where: str) -> dict[str, Any]:

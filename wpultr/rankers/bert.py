@@ -25,7 +25,7 @@ import torch
 from transformers import BertConfig as HFBertConfig
 from transformers import BertForMaskedLM
 
-from ..config import BERT_SPECIAL_TOKENS
+from ..config import BERT_SPECIAL_TOKENS, MAX_BERT_HEADS, MAX_BERT_HIDDEN, MAX_BERT_LAYERS, MAX_TOKENS
 from ..errors import ExportError
 from ..schema import ABSTRACT_TOKENS, QUERY_TOKENS, TITLE_TOKENS, SchemaError
 from .base import Arg, Inputs, Ranker, check_args
@@ -35,14 +35,14 @@ INPUT_IDS, TOKEN_TYPES, ATTENTION = "input_ids", "token_type_ids", "attention_ma
 CLS_VECTORS = "cls_vectors"
 SPECIAL_NAMES = BERT_SPECIAL_TOKENS      # defined with the (torch-free) config that validates them
 IGNORE_INDEX = -100
-MAX_LENGTH = 8192             # tokens per (query, document) input: inputs are (rows, max_length) matrices
+MAX_LENGTH = MAX_TOKENS       # tokens per (query, document) input: inputs are (rows, max_length) matrices
 
 # What a saved encoder config may hold (the keys `_json_config` writes), with the range each may take.
 BERT_CONFIG_ARGS = {
     "vocab_size": Arg("int", 8, 1 << 22),
-    "hidden_size": Arg("int", 1, 8192),
-    "num_hidden_layers": Arg("int", 1, 96),
-    "num_attention_heads": Arg("int", 1, 256),
+    "hidden_size": Arg("int", 1, MAX_BERT_HIDDEN),      # the bounds of the config's ranker.bert, too
+    "num_hidden_layers": Arg("int", 1, MAX_BERT_LAYERS),
+    "num_attention_heads": Arg("int", 1, MAX_BERT_HEADS),
     "intermediate_size": Arg("int", 1, MAX_WIDTH),
     "hidden_act": Arg("str"),
     "hidden_dropout_prob": Arg("float", 0.0, 1.0, high_open=True),

@@ -13,14 +13,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from ..config import MAX_LAYERS, MAX_WIDTH    # the bounds a run's config is checked against at load, too
 from ..errors import ExportError
 from ..schema import FEATURES, SchemaError
 from .base import Arg, Inputs, Ranker
 
 FEATURE_INPUT = "features"
 MAX_FEATURES = 1_000_000      # input width of a dense-feature ranker
-MAX_WIDTH = 65_536            # width of one hidden layer
-MAX_LAYERS = 32               # hidden layers of an MLP head
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int = 1, dropout: float = 0.0) -> torch.nn.Sequential:

@@ -1,7 +1,7 @@
 """The ranker kinds by name, and loading a saved ranker: the one module that knows every subclass.
 
 `base.py` is the abstract ranker and its helpers; this module sits above it and the kinds
-(mlp, bert, lightgbm), so that no ranker module imports another.
+(mlp, bert, lightgbm, xgboost), so that no ranker module imports another.
 """
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ from .base import (CONFIG_FILE, MAX_CONFIG_BYTES, RANKER_FORMAT, SAFETENSORS_DTY
 from .bert import BertRanker
 from .lightgbm import LightGBMRanker
 from .mlp import MLPRanker
+from .xgboost import XGBoostRanker
 
 
 def ranker_classes() -> dict[str, type[Ranker]]:
     """Every ranker kind by name."""
-    return {MLPRanker.kind: MLPRanker, BertRanker.kind: BertRanker, LightGBMRanker.kind: LightGBMRanker}
+    return {MLPRanker.kind: MLPRanker, BertRanker.kind: BertRanker, LightGBMRanker.kind: LightGBMRanker,
+            XGBoostRanker.kind: XGBoostRanker}
 
 
 def read_ranker_config(directory: str | Path) -> dict[str, Any]:
@@ -81,6 +83,17 @@ def load_ranker(directory: str | Path, device: str | torch.device = "cpu") -> Ra
         state = load_file(str(weights))
     except Exception as error:  # safetensors raises its own error type; the header was checked already
         raise ExportError(f"{weights}: safetensors could not read it ({type(error).__name__}: {error})") from None
+    _check_finite(state, weights)
     ranker.load_state_dict(state, strict=False)
     ranker.check_loaded(str(weights))
     return ranker.to(device).eval()
+
+
+def _check_finite(state: dict[str, torch.Tensor], weights: Path) -> None:
+    """ExportError naming the file and tensor when a floating-point weight is nan or ±inf: it scores nothing."""
+    for name, tensor in state.items():
+        if tensor.is_floating_point():
+            bad = int((~torch.isfinite(tensor)).sum())
+            if bad:
+                raise ExportError(f"{weights}: tensor {name!r} holds {bad} non-finite values (nan or inf); the "
+                                  f"weights are damaged")

@@ -8,6 +8,7 @@ are a noisy non-linear function of the grade, so an MLP can learn relevance from
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,10 +59,13 @@ class Corpus:
 
 
 def zipf_popularity(n: int, exponent: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(popularity, rank): popularity ∝ 1 / (rank + 1)^exponent over a random ranking of n items."""
+    """(popularity, rank): popularity ∝ 1 / (rank + 1)^exponent over a random ranking of n items.
+
+    Computed with libm's pow and an exactly rounded sum, not numpy's vectorised ones, whose last bit changes with
+    the numpy build: the bundled sample's truth is reproduced byte for byte on any machine."""
     rank = rng.permutation(n)
-    weight = (rank + 1.0) ** -exponent
-    return weight / weight.sum(), rank
+    weight = np.array([math.pow(r + 1.0, -exponent) for r in rank.tolist()], dtype=np.float64)
+    return weight / math.fsum(weight.tolist()), rank
 
 
 def frequency_buckets(rank: np.ndarray) -> np.ndarray:
@@ -143,6 +147,18 @@ def _md5_ids(title: pa.ListArray, abstract: pa.ListArray) -> np.ndarray:
     return ids
 
 
+def draw_media_types(label: np.ndarray, cfg: SimulateConfig, rng: np.random.Generator) -> np.ndarray:
+    """Each document's own media type: from media_type_probs, tilted by its grade where `media_label_tilt` says so
+    (relevant documents more often videos, say); with no tilt the draw is the untilted one, unchanged."""
+    probs = np.asarray(cfg.media_type_probs, dtype=np.float64)
+    tilt = np.asarray(cfg.media_label_tilt, dtype=np.float64)
+    if not tilt.any():
+        return rng.choice(len(probs), size=len(label), p=probs / probs.sum()).astype(np.int64)
+    weight = probs[None, :] * np.exp(tilt[None, :] * np.asarray(label, np.float64)[:, None] / MAX_LABEL)
+    cdf = np.cumsum(weight / weight.sum(axis=1, keepdims=True), axis=1)
+    return np.minimum((rng.random(len(label))[:, None] > cdf).sum(axis=1), len(probs) - 1).astype(np.int64)
+
+
 def build_corpus(cfg: SimulateConfig, rng: np.random.Generator) -> Corpus:
     """Draw the queries and their candidate documents for one simulation."""
     popularity, rank = zipf_popularity(cfg.n_queries, cfg.zipf_exponent, rng)
@@ -151,8 +167,7 @@ def build_corpus(cfg: SimulateConfig, rng: np.random.Generator) -> Corpus:
     n_docs = cfg.n_queries * cfg.docs_per_query
     doc_query = np.repeat(np.arange(cfg.n_queries), cfg.docs_per_query)
     label = rng.choice(len(LABEL_PROBS), size=n_docs, p=LABEL_PROBS).astype(np.int8)
-    media_type = rng.choice(len(cfg.media_type_probs), size=n_docs, p=np.asarray(cfg.media_type_probs)
-                            / np.sum(cfg.media_type_probs)).astype(np.int64)
+    media_type = draw_media_types(label, cfg, rng)
     title, abstract = _document_text(label, doc_query, query_tokens, vocab_p, rng)
     features = _dense_features(label, cfg.n_dense_features, rng)
     if cfg.media_type_features:   # the ranker sees what kind of result a document is, as a real ranker does

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -20,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.baidu_writer import write_baidu_annotations, write_baidu_sessions
-from ..pipeline.rundir import atomic_path
+from ..pipeline.rundir import PARQUET, Replaces, atomic_path, holds_only
 from ..schema import (ABSTRACT_TOKENS, BUCKET, CLICK, DOC_ID, FEATURE_VECTOR_TYPE, FEATURES, LABEL, POSITION,
                       QUERY_ID, QUERY_ID_TYPE, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS)
 from .corpus import Corpus, build_corpus
@@ -33,6 +34,13 @@ from .truth import true_graph
 from .user_models import ModelContext, UserModel, make_user_model
 
 TRUTH_FORMAT = "wpultr.simulate.truth/1"
+TRUTH_FILES = ("truth.json", "truth_sessions.parquet", "annotations.parquet", "queries.parquet")
+_LOG_PART = re.compile(r"part-\d{5}\.(gz|parquet)")
+# what `write` may replace under its out_dir: the directories an earlier `write` filled, nothing else
+LOG_PARTS = Replaces("a directory of simulated log parts (part-NNNNN.gz|.parquet only)",
+                     lambda p: holds_only(p, _LOG_PART.fullmatch))
+TRUTH = Replaces(f"a simulator truth directory ({', '.join(TRUTH_FILES)} only)",
+                 lambda p: holds_only(p, TRUTH_FILES.__contains__))
 TRUE_LABEL = "true_label"
 EXAMINATION_PROB = "examination_prob"
 CLICK_PROB = "click_prob"
@@ -232,7 +240,7 @@ class SimulatedLogs:
             raise ValueError(f"sessions_per_file: must be >= 1, got {sessions_per_file}")
         out_dir = Path(out_dir)
         written: list[str] = []
-        with atomic_path(out_dir / "train") as train:
+        with atomic_path(out_dir / "train", LOG_PARTS) as train:
             train.mkdir()
             for i, part in enumerate(self._session_slices(sessions_per_file)):
                 name = f"part-{i:05d}.gz" if fmt == "baidu" else f"part-{i:05d}.parquet"
@@ -245,15 +253,14 @@ class SimulatedLogs:
             write_baidu_annotations(self.annotation_table, out_dir / "annotations.tsv.gz")
             written.append("annotations.tsv.gz")
         else:
-            with atomic_path(out_dir / "annotations.parquet") as tmp:
+            with atomic_path(out_dir / "annotations.parquet", PARQUET) as tmp:
                 pq.write_table(self.annotation_table, tmp)
             written.append("annotations.parquet")
-        with atomic_path(out_dir / "truth") as truth:
+        with atomic_path(out_dir / "truth", TRUTH) as truth:
             truth.mkdir()
-            (truth / "truth.json").write_text(json.dumps(self.truth, indent=2) + "\n")
-            pq.write_table(self.truth_session_table, truth / "truth_sessions.parquet")
-            pq.write_table(self.annotation_table, truth / "annotations.parquet")
-            pq.write_table(self.query_table, truth / "queries.parquet")
-        written += [f"truth/{name}" for name in ("truth.json", "truth_sessions.parquet", "annotations.parquet",
-                                                 "queries.parquet")]
+            (truth / TRUTH_FILES[0]).write_text(json.dumps(self.truth, indent=2) + "\n")
+            for name, table in zip(TRUTH_FILES[1:], (self.truth_session_table, self.annotation_table,
+                                                     self.query_table)):
+                pq.write_table(table, truth / name)
+        written += [f"truth/{name}" for name in TRUTH_FILES]
         return [out_dir / name for name in written]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +19,9 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import WpultrError
 from ..io.baidu_writer import write_gzip
-from ..pipeline.rundir import atomic_path
+from ..pipeline.rundir import Replaces, atomic_path, file_sha256, holds_only, read_json
 from ..schema import BAIDU_MAX_POSITION, BAIDU_N_RESULT_FIELDS, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS
 from .generate import simulate
 from .spec import SimulateConfig
@@ -145,15 +145,24 @@ def _inject(files: list[list[_Line]], rng: np.random.Generator) -> list[dict]:
     return records
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _is_sample(path: Path) -> bool:
+    """`path` holds an earlier sample and nothing else: its MANIFEST.json and the files that lists."""
+    try:
+        listed = {entry["path"] for entry in read_json(path / MANIFEST)["files"]} | {MANIFEST}
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+    return holds_only(path, listed.__contains__)
+
+
+SAMPLE = Replaces(f"an earlier sample (a {MANIFEST} and the files it lists, nothing else)", _is_sample)
 
 
 def write_sample(out: str | Path) -> dict:
-    """Write the sample (logs, annotations, truth, damage, MANIFEST.json) to `out`; return the manifest."""
+    """Write the sample (logs, annotations, truth, damage, MANIFEST.json) to `out`, replacing only an earlier
+    sample there; return the manifest."""
     out = Path(out)
     logs = simulate(SAMPLE_CONFIG, seed=SAMPLE_SEED)
-    with atomic_path(out) as tmp:
+    with atomic_path(out, SAMPLE, key="--out") as tmp:
         written = logs.write(tmp, fmt="baidu", sessions_per_file=SESSIONS_PER_FILE)
         train = sorted(p for p in written if p.parent.name == "train")
         files = [[_Line(text) for text in gzip.decompress(p.read_bytes()).split(b"\n")[:-1]] for p in train]
@@ -166,7 +175,8 @@ def write_sample(out: str | Path) -> dict:
                     records[line.tag] = {"file": path.relative_to(tmp).as_posix(), "line": number, **records[line.tag]}
         listed = []
         for path in written:
-            entry = {"path": path.relative_to(tmp).as_posix(), "bytes": path.stat().st_size, "sha256": _sha256(path)}
+            entry = {"path": path.relative_to(tmp).as_posix(), "bytes": path.stat().st_size,
+                     "sha256": file_sha256(path)}
             if path in train:
                 i = train.index(path)
                 entry.update(sessions=per_file[i][0], result_lines=per_file[i][1], lines=len(files[i]))
@@ -192,9 +202,13 @@ def write_sample(out: str | Path) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m wpultr.simulate.sample", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path, help="directory to write the sample to (replaced)")
+    parser.add_argument("--out", required=True, type=Path,
+                        help="directory to write the sample to (an earlier sample there is replaced)")
     args = parser.parse_args(argv)
-    manifest = write_sample(args.out)
+    try:
+        manifest = write_sample(args.out)
+    except WpultrError as error:   # a path it will not replace: one line, as the wpultr CLIs show it
+        parser.exit(2, f"error: {error}\n")
     print(f"wrote {manifest['sessions_written']} sessions ({manifest['result_lines_written']} result lines) in "
           f"{sum(1 for f in manifest['files'] if f['path'].startswith('train/'))} files, "
           f"{len(manifest['corruptions'])} damaged lines, to {args.out}")
