@@ -88,6 +88,7 @@ NO_DOC = {"bal.click_model.document_effects": False}   # the paper's click model
 for _name in ("BAL", "BAL-list", "PB-BAL", "BAL-GBDT", "BAL-GBDT-lambda"):
     METHODS[f"{_name}-nodoc"] = {**METHODS[_name], **NO_DOC}
 METHODS["LambdaMART"] = {"train.method": "lightgbm_lambdarank"}
+METHODS["XGB-unbiased"] = {"train.method": "xgboost_unbiased"}     # XGBoost's unbiased LambdaMART (xgboost extra)
 # the permutation numerator's K (`bal.weights.max_permuted_rows`): every permutation, or K = 2 at 50 000 sessions
 # BAL-GBDT-lambda's pair weights (`bal.pair_weights`, default posterior)
 for _pw in ("click", "both", "skip"):
@@ -103,7 +104,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 GBDT_METHODS = ("Naive-GBDT", "LambdaMART", "BAL-GBDT", "BAL-GBDT-list", "BAL-GBDT-lambda", "Naive-GBDT-lambda",
                 "LambdaMART-pos", "Ceiling-GBDT", "BAL-GBDT-nodoc", "BAL-GBDT-lambda-nodoc", "Oracle-IPW-GBDT",
                 "BAL-GBDT-lambda-click", "BAL-GBDT-lambda-both", "Oracle-skip-GBDT", "Oracle-exam-GBDT",
-                "BAL-GBDT-lambda-skip")
+                "BAL-GBDT-lambda-skip", "XGB-unbiased")
 
 
 def family(label: str) -> str:

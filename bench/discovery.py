@@ -18,6 +18,13 @@ Parts (each prints its own lines; --json adds a machine-readable copy), run in t
            click's parents, wall time. The speed part's KCI run is reused for its seed.
   scale    KCI and RCIT: the largest n of a ladder that our discovery finishes within --budget s
            (a run past the budget is stopped there and the workers restarted).
+  null     issue 30's media worlds (bench/worlds.py MEDIA_WORLDS, --null-worlds picks some): per world and seed,
+           --null-sessions sessions, the hybrid test at its defaults with the within-document click test
+           (`discovery.click_test: within_document`) and, with --old-test, the r̂-conditioned one on the same
+           sample. r̂ there is an imperfect ranker's: the true grade + N(0, --score-noise²) drawn per (query,
+           document) (a ranker's score is a function of the document). Prints per world: seeds with a false page
+           feature → click edge, media type → click found where it is real (power), position → click found,
+           seconds per graph.
   compare  KCI at --n rows against the hybrid test (`discovery.ci_test: hybrid`, its default config: KCI on
            n_sessions = 1000 one-per-session rows, click tests on --click-rows shown results of whole
            sessions): click parents exactly right per seed, SHD, seconds per graph.
@@ -39,6 +46,7 @@ and the load average is printed beside every part.
     .venv/bin/python bench/discovery.py --part compare --seeds 3
     .venv/bin/python bench/discovery.py --part compare --seeds 5 --world production
     .venv/bin/python bench/discovery.py --part speed --n 1000 --json out.json
+    .venv/bin/python bench/discovery.py --part null --seeds 10 --null-sessions 50000 --old-test
 """
 from __future__ import annotations
 
@@ -46,7 +54,8 @@ import argparse
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -61,9 +70,11 @@ from wpultr.causal.kci import clear_store
 from wpultr.config import ClusterConfig
 from wpultr.features.encoders import PageFeatureEncoder
 from wpultr.pipeline.cluster import open_client
-from wpultr.schema import BAIDU_PAGE_FEATURES, CLICK, POSITION, RELEVANCE_SCORE, SESSION_ID, FeatureKind
+from wpultr.schema import (BAIDU_PAGE_FEATURES, CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID,
+                           FeatureKind, query_document_pairs)
 from wpultr.simulate import SimulateConfig, simulate
-from worlds import WORLDS          # bench/worlds.py: shared with bench/bal.py
+from worlds import MEDIA_WORLDS, WORLDS          # bench/worlds.py: shared with bench/bal.py
+from wpultr.causal.within_document_ci import DOCUMENT_CODE
 from wpultr.simulate.generate import TRUE_LABEL
 
 FEATURES = BAIDU_PAGE_FEATURES
@@ -262,6 +273,88 @@ def part_compare(client, seeds: range, kci_n: int, hybrid_cfg: DiscoveryConfig, 
     out["compare"] = rows
 
 
+@dataclass
+class MediaSample:
+    """One media world's discovery input: the KCI rows, the click rows (with documents) and the true click parents."""
+
+    nodes: pd.DataFrame
+    click_nodes: pd.DataFrame
+    truth_click_parents: set[str]
+
+
+def media_sample(world: dict, seed: int, n_sessions: int, cfg: DiscoveryConfig, score_noise: float) -> MediaSample:
+    """Simulate the world, give r̂ = grade + N(0, score_noise²) per (query, document), draw rows as the discover stage does."""
+    logs = simulate(SimulateConfig(**{**world, "n_sessions": n_sessions}), seed=seed)
+    columns = [SESSION_ID, QUERY_ID, DOC_ID, POSITION, CLICK] + [f.name for f in FEATURES if f.name != POSITION]
+    sessions = logs.sessions[columns].merge(logs.truth_sessions[[SESSION_ID, POSITION, TRUE_LABEL]],
+                                            on=[SESSION_ID, POSITION])
+    codes = query_document_pairs(sessions)
+    noise = np.random.default_rng([seed, 98]).normal(0.0, score_noise, size=int(codes.max()) + 1)
+    sessions["_score"] = sessions[TRUE_LABEL] + noise[codes]
+    encoder = PageFeatureEncoder(FEATURES).fit(sessions)
+    ids = sample_session_ids(sessions, cfg.n_sessions, stratify=cfg.stratify, n_strata=cfg.n_strata, seed=seed)
+    nodes = _node_frame(one_row_per_session(sessions[sessions[SESSION_ID].isin(ids)], seed), encoder)
+    chosen = sample_click_rows(sessions[[SESSION_ID, QUERY_ID]], cfg.click_rows, n_strata=cfg.n_strata, seed=seed + 1)
+    whole = sessions[sessions[SESSION_ID].isin(chosen)].sort_values([SESSION_ID, POSITION])
+    click_nodes = _node_frame(whole, encoder).assign(**{SESSION_ID: whole[SESSION_ID].to_numpy(),
+                                                        DOCUMENT_CODE: query_document_pairs(whole)})
+    graph = logs.truth["graph"]
+    return MediaSample(nodes, click_nodes, {p for p in graph["parents"][CLICK] if p != graph["relevance_node"]})
+
+
+def shipped_discovery() -> DiscoveryConfig:
+    """pipelines/bal.yaml's discovery section (what a user runs), without bootstrap resamples."""
+    from wpultr.config import load_config
+    return replace(load_config(Path(__file__).resolve().parents[1] / "pipelines" / "bal.yaml").discovery,
+                   n_bootstrap=0)
+
+
+def part_null(client, worlds: list[str], seeds: range, n_sessions: int, score_noise: float, old_test: str,
+              out: dict) -> None:
+    """Issue 30's media worlds: false page-feature → click edges, power, seconds per graph (module docstring)."""
+    base = shipped_discovery()
+    old = replace(base, click_test="relevance")
+    print(f"\n== null: media worlds, {n_sessions} sessions, {len(seeds)} seeds, pipelines/bal.yaml's discovery "
+          f"section (KCI on {base.n_sessions} rows, click tests on {base.click_rows} shown results, max depth "
+          f"{base.max_depth}), r̂ = grade + N(0, {score_noise}^2) per document, alpha {base.alpha}; the r̂-conditioned "
+          f"test (r̂-cond) on {old_test} worlds == [{_load()}]")
+    print(f"{'world':<24}{'test':<8}{'false edge':>11}{'media found':>12}{'position':>9}{'s/graph':>9}  "
+          f"false edges by feature")
+    rows = []
+    for name in worlds:
+        no_effect = len(set(MEDIA_WORLDS[name]["media_click_scale"])) == 1
+        tests = {"within": base} | ({"r̂-cond": old} if old_test == "all" or (old_test == "null" and no_effect) else {})
+        per_test: dict[str, list[dict]] = {t: [] for t in tests}
+        truth: set[str] = set()
+        for seed in seeds:
+            sample = media_sample(MEDIA_WORLDS[name], seed, n_sessions, base, score_noise)
+            truth = sample.truth_click_parents
+            for test, cfg in tests.items():
+                start = time.perf_counter()
+                result = discover(sample.nodes, FEATURES, cfg, client=client, seed=seed, click_nodes=sample.click_nodes)
+                seconds = time.perf_counter() - start
+                found = {f.name for f in FEATURES if result.graph.adjacent(f.name, CLICK)}
+                per_test[test].append({"seed": seed, "found": sorted(found), "false": sorted(found - truth),
+                                       "seconds": seconds})
+        real_media = "media_type" in truth
+        for test, runs in per_test.items():
+            n = len(runs)
+            false = sum(bool(r["false"]) for r in runs)
+            media = sum("media_type" in r["found"] for r in runs)
+            by_feature = {f: sum(f in r["false"] for r in runs) for f in sorted({f for r in runs for f in r["false"]})}
+            row = {"world": name, "test": test, "seeds": n, "seeds_with_false_edge": false,
+                   "media_found": media, "media_real": real_media,
+                   "position_found": sum("position" in r["found"] for r in runs),
+                   "seconds_per_graph": float(np.mean([r["seconds"] for r in runs])), "runs": runs,
+                   "false_by_feature": by_feature}
+            rows.append(row)
+            power = f"{media}/{n}" if real_media else "-"
+            false_text, position_text = f"{false}/{n}", f"{row['position_found']}/{n}"
+            print(f"{name:<24}{test:<8}{false_text:>11}{power:>12}{position_text:>9}"
+                  f"{row['seconds_per_graph']:>9.1f}  {by_feature or ''}", flush=True)
+    out["null"] = {"sessions": n_sessions, "score_noise": score_noise, "rows": rows}
+
+
 def part_scale(cluster: ClusterConfig, seed: int, budget: float, ladders: dict[str, tuple[int, ...]], out: dict,
                known: dict[tuple[str, int], float]) -> None:
     """Each test's ladder on a fresh cluster: one stopped at the budget is closed with its workers."""
@@ -296,8 +389,17 @@ def part_scale(cluster: ClusterConfig, seed: int, budget: float, ladders: dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", action="append", choices=["quality", "speed", "scale", "compare"],
-                        help="default: all four")
+    parser.add_argument("--part", action="append", choices=["quality", "speed", "scale", "compare", "null"],
+                        help="default: quality, speed, scale and compare")
+    parser.add_argument("--null-worlds", default="all",
+                        help="null part: comma-separated names of bench/worlds.py MEDIA_WORLDS (default all: "
+                             f"{', '.join(MEDIA_WORLDS)})")
+    parser.add_argument("--null-sessions", type=int, default=50_000, help="null part: sessions simulated per seed")
+    parser.add_argument("--score-noise", type=float, default=1.0,
+                        help="null part: sd of the per-document noise on r̂ (the true grade + noise)")
+    parser.add_argument("--old-test", choices=["none", "null", "all"], default="none",
+                        help="null part: also run the r̂-conditioned click test (discovery.click_test: relevance) on "
+                             "the worlds without a media effect (null) or on every world (all)")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--world", choices=sorted(WORLDS), default="default",
@@ -341,6 +443,13 @@ def main() -> None:
                 reuse[args.first_seed] = ours
         if "quality" in parts:
             part_quality(client, range(args.first_seed, args.first_seed + args.seeds), args.n, out, reuse)
+        if "null" in parts:
+            names = list(MEDIA_WORLDS) if args.null_worlds == "all" else args.null_worlds.split(",")
+            unknown = [n for n in names if n not in MEDIA_WORLDS]
+            if unknown:
+                parser.error(f"--null-worlds: unknown {unknown}; known: {', '.join(MEDIA_WORLDS)}")
+            part_null(client, names, range(args.first_seed, args.first_seed + args.seeds), args.null_sessions,
+                      args.score_noise, args.old_test, out)
         if "compare" in parts:
             part_compare(client, range(args.first_seed, args.first_seed + args.seeds), args.n,
                          DiscoveryConfig(ci_test="hybrid", n_bootstrap=0, click_rows=args.click_rows), out)

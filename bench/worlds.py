@@ -20,6 +20,14 @@ overrides only the parameters it names). None is built to match BAL's click mode
   2019: examined non-relevant results are clicked with a chance that falls with position, 0.65 / p).
   Presentation varies by impression as in ``production`` (a URL shown as its own media type half the time),
   and neither has a media effect on clicks. BAL must not do worse than the better Naive on either.
+
+`MEDIA_WORLDS` (issue 30, bench/discovery.py --part null): for each user model (PBM, cascade, trust bias) and
+each way the presented media type can track relevance without users caring — ``relevance``: relevant documents
+are more often images and videos (`media_label_tilt`), ``logger``: the logging ranker promotes videos (+1) and
+ads (+1.5), as in ``production``, ``both`` — a world with no media effect (``1x``) and the same world where a
+result shown as a video is examined 1.5× and 2× as often as any other (`media_click_scale`). Presentation varies
+by impression (a URL shown as its own media type half the time). ``letor-…``: the same on the LETOR sample's
+real feature vectors and labels (`data.simulate.corpus: letor`, the queries with at least 12 documents).
 """
 from __future__ import annotations
 
@@ -35,4 +43,33 @@ WORLDS: dict[str, dict[str, Any]] = {
     "position_only": {"user_model": "pbm", "logging_media_boost": [0.0, 0.0, 0.0, 0.0]},
     "cascade": {"user_model": "cascade", "media_type_consistency": 0.5},
     "trust": {"user_model": "trust", "media_type_consistency": 0.5},
+}
+
+LETOR_SAMPLE = "/work/shared/data/letor-sample/rank.train"
+MEDIA_TILT = [0.0, 1.0, 2.0, 0.0]          # p(type | grade y) ∝ p(type) · exp(tilt · y / 4): images, videos
+MEDIA_PROMOTION = [0.0, 0.0, 1.0, 1.5]     # the logging ranker's boost (the production world's)
+MEDIA_EFFECTS = (1.0, 1.5, 2.0)            # how much more often a result shown as a video is examined
+VIDEO = 2
+
+
+def media_world(user_model: str, way: str, effect: float, corpus: str = "synthetic") -> dict[str, Any]:
+    """One of `MEDIA_WORLDS`: `way` in relevance | logger | both, `effect` the video's examination ratio."""
+    scale = [1.0 if m == VIDEO else 1.0 / effect for m in range(4)]
+    world: dict[str, Any] = {
+        "user_model": user_model, "media_type_consistency": 0.5,
+        "media_label_tilt": MEDIA_TILT if way in ("relevance", "both") else [0.0] * 4,
+        "logging_media_boost": MEDIA_PROMOTION if way in ("logger", "both") else [0.0] * 4,
+        "media_click_scale": scale,
+    }
+    if corpus == "letor":
+        world.update({"corpus": "letor", "letor_path": LETOR_SAMPLE, "n_queries": 161, "docs_per_query": 12,
+                      "n_dense_features": 300, "n_annotated_queries": 50})
+    return world
+
+
+MEDIA_WORLDS: dict[str, dict[str, Any]] = {
+    **{f"{model}-{way}-{effect:g}x": media_world(model, way, effect)
+       for model in ("pbm", "cascade", "trust") for way in ("relevance", "logger", "both") for effect in MEDIA_EFFECTS},
+    **{f"letor-{model}-both-{effect:g}x": media_world(model, "both", effect, "letor")
+       for model in ("cascade", "trust") for effect in MEDIA_EFFECTS},
 }

@@ -138,7 +138,7 @@ def test_hybrid_test_dispatches_click_tests_to_the_click_rows_and_the_rest_to_kc
     sample = one_row_per_session(rows, seed=0)[names].to_numpy()
     click_rows, sessions = rows[names].to_numpy(), rows[SESSION_ID].to_numpy()
     stacked = stack_click_rows(sample, click_rows, sessions, click=4)
-    back_sample, back_rows, back_sessions = split_click_rows(stacked, len(sample), click=4)
+    back_sample, back_rows, back_sessions, _ = split_click_rows(stacked, len(sample), click=4)
     assert np.array_equal(back_sample, sample) and np.array_equal(back_rows, click_rows)
     assert np.array_equal(back_sessions, sessions)
     hybrid = HybridCIT(stacked, n_sample=len(sample), click=4, relevance=0, categorical=[2], protect=[(2, 3)])

@@ -15,7 +15,7 @@ from wpultr.causal.graph import DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge
 from wpultr.causal.parallel_pc import CITestSpec, level_tests, parallel_pc
 from wpultr.bal.discover_stage import discover_epoch, fit_page_encoder
 from wpultr.config import ConfigError
-from wpultr.schema import (CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature,
+from wpultr.schema import (CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature,
                            SchemaError)
 
 FEATURES = (PageFeature(POSITION, FeatureKind.ORDINAL), PageFeature("media_type", FeatureKind.CATEGORICAL),
@@ -423,3 +423,25 @@ def test_tests_without_relevance_are_reused_and_give_the_graph_a_fresh_run_gives
     assert sum(level["tests"] for level in again.runs[0].levels) < sum(level["tests"] for level in fresh.runs[0].levels)
     other_order = discover(moved, FEATURES[:2], cfg, seed=0, reuse=reuse)       # other nodes: nothing reused
     assert other_order.graph.meta["pc"]["tests_reused"] == 0
+
+
+def test_discover_stage_tests_page_features_within_documents_when_the_logs_have_doc_ids(tmp_path, dask_client):
+    sessions_dir = tmp_path / "data" / "sessions"
+    write_sessions(sessions_dir, 600, seed=1)
+    for part in sessions_dir.glob("*.parquet"):          # each result one of 4 documents of its query
+        table = pd.read_parquet(part)
+        table[DOC_ID] = table[QUERY_ID].astype(str) + "-" + (table[SESSION_ID] * 5 + table[POSITION]).mod(4).astype(str)
+        table.to_parquet(part, index=False)
+    from wpultr.features.encoders import PreprocessConfig
+    fit_page_encoder(sessions_dir, FEATURES, PreprocessConfig(), tmp_path / "features", dask_client)
+    cfg = DiscoveryConfig(n_sessions=150, ci_test="hybrid", click_rows=1500, n_bootstrap=1, max_depth=1)
+    result = discover_epoch(sessions_dir, "score", FEATURES, cfg, tmp_path, 0, encoder_dir=tmp_path / "features",
+                            client=dask_client, seed=5)
+    meta = DiscoveredGraph.load(tmp_path / "epoch_0" / "graph.json").meta
+    assert meta["test"]["click_test"].startswith("within-document") and meta["click_rows"]["n_documents"] > 0
+    evidence = {e["node"]: e for e in meta["click_evidence"]}
+    assert "within_document" not in evidence[RELEVANCE_SCORE]
+    media = evidence["media_type"]
+    assert media["verdict"] == "edge" and result.graph.adjacent("media_type", CLICK)
+    assert max(level["ratio"] for level in media["within_document"]["levels"]) > 1.5
+    assert 0 < media["within_document"]["rows"] <= 1500

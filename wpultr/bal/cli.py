@@ -17,6 +17,7 @@ import typer
 from ..causal.graph import diff_graphs, epoch_dir, load_epoch_graph, render, to_dot, to_text
 from ..cli_support import nest, parse_sets, user_errors
 from ..pipeline.layout import BIAS
+from ..pipeline.rundir import PNG, Replaces, holding
 from ..storage import is_url, readable_run_dir, write_bytes
 from .biases import identify_biases
 
@@ -71,6 +72,13 @@ def _set_aside_lines(bias: dict[str, Any]) -> list[str]:
 _GRAPH_FILES = ("epoch_*", BIAS)      # what `wpultr graph` reads of a run at a URL
 
 
+# what `graph show --output` may replace: a file of the format it writes, as an earlier `graph show` wrote it
+_OUTPUTS = {GraphFormat.text: Replaces("a graph text file (wpultr graph show)", holding(b"epoch ")),
+            GraphFormat.dot: Replaces("a Graphviz DOT file", holding(b"digraph")),
+            GraphFormat.svg: Replaces("an SVG image", holding(b"<svg", 1024)),
+            GraphFormat.png: PNG}
+
+
 @graph_app.command("show")
 @user_errors
 def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec URL (s3://, gs://, file://, …)"),
@@ -92,7 +100,7 @@ def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec
             if output is None:
                 typer.echo(body)
             else:
-                write_bytes(output, (body + "\n").encode())
+                write_bytes(output, (body + "\n").encode(), _OUTPUTS[fmt], "--output")
                 typer.echo(output)
             return
         image = render(graph, fmt.value)
@@ -100,7 +108,7 @@ def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec
     name = f"graph.{fmt.value}"
     target = output or (f"{run.rstrip('/')}/{epoch_dir('', k).as_posix()}/{name}" if is_url(run)
                         else str(epoch_dir(run, k) / name))
-    write_bytes(target, image)
+    write_bytes(target, image, _OUTPUTS[fmt], "--output" if output else None)
     typer.echo(target)
 
 
@@ -176,7 +184,8 @@ def discover_command(
             fit_page_encoder(sessions, features, cfg.discovery.preprocess, encoder_dir, client)
             typer.echo(f"fitted page-feature encoder: {encoder_dir}")
         result = discover_epoch(sessions, scores, features, cfg.discovery, out, epoch, encoder_dir=encoder_dir,
-                                client=client, seed=cfg.seed)
+                                client=client, seed=cfg.seed,
+                                min_within_document_share=cfg.bal.min_within_document_share)
     target = epoch_dir(out, epoch)
     typer.echo(f"epoch {epoch}\n{to_text(result.graph)}")
     typer.echo("\n".join(_bias_lines(result.graph)))

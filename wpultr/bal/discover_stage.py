@@ -19,13 +19,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from ..causal.discovery import (DiscoveryConfig, DiscoveryResult, discover, one_row_per_session, sample_click_rows,
-                        sample_session_ids)
+from ..causal.discovery import (DEFAULT_MIN_SHARE, DiscoveryConfig, DiscoveryResult, discover, one_row_per_session,
+                                sample_click_rows, sample_session_ids)
+from ..causal.within_document_ci import DOCUMENT_CODE
 from ..causal.graph import GRAPH_FILE, epoch_dir
 from ..features.encoders import PageFeatureEncoder, PreprocessConfig
 from ..io.parquet import partition_paths, read_table
 from ..pipeline.rundir import atomic_path, write_json, write_parquet
-from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, PageFeature, SchemaError
+from ..schema import (CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, PageFeature, SchemaError,
+                      query_document_pairs)
 from .biases import identify_biases
 
 BIASES_FILE = "biases.json"
@@ -68,11 +70,15 @@ def _read_sessions(sessions_dir: str | Path, columns: list[str], session_ids: np
     return table.to_pandas()
 
 
+def _columns_of(sessions_dir: str | Path) -> list[str]:
+    return ds.dataset([str(p) for p in partition_paths(sessions_dir)], format="parquet").schema.names
+
+
 def _scores_column(sessions_dir: str | Path, scores: str | Path) -> str | None:
     """The sessions column holding r̂ if `scores` names one; None if it is a scores file."""
     if Path(scores).exists():   # a scores file, or a directory of its partitions
         return None
-    names = ds.dataset([str(p) for p in partition_paths(sessions_dir)], format="parquet").schema.names
+    names = _columns_of(sessions_dir)
     if isinstance(scores, str) and scores in names:
         return scores
     raise SchemaError(f"scores {str(scores)!r}: neither a column of {sessions_dir} (columns: {names}) "
@@ -109,7 +115,8 @@ def sample_rows(sessions_dir: str | Path, scores: str | Path, page_features: Seq
 
     `scores` names the sessions column holding r̂, or a Parquet file of (session_id, position, relevance_score).
     With `whole_sessions`, the hybrid test's click rows instead: every shown result of the sessions
-    `sample_click_rows` draws (about `cfg.click_rows` rows), ordered by session and position.
+    `sample_click_rows` draws (about `cfg.click_rows` rows), ordered by session and position, with doc_id when
+    the sessions have it (the within-document click test's strata).
     """
     column = _scores_column(sessions_dir, scores)
     index = read_table(sessions_dir, columns=[SESSION_ID, QUERY_ID])
@@ -117,7 +124,8 @@ def sample_rows(sessions_dir: str | Path, scores: str | Path, page_features: Seq
         ids = sample_click_rows(index, cfg.click_rows, n_strata=cfg.n_strata, seed=seed, stratify=cfg.stratify)
     else:
         ids = sample_session_ids(index, cfg.n_sessions, stratify=cfg.stratify, n_strata=cfg.n_strata, seed=seed)
-    columns = list(dict.fromkeys([SESSION_ID, QUERY_ID, POSITION, CLICK] + [f.name for f in page_features]
+    documents = [DOC_ID] if whole_sessions and DOC_ID in _columns_of(sessions_dir) else []   # the click test's strata
+    columns = list(dict.fromkeys([SESSION_ID, QUERY_ID, POSITION, CLICK] + documents + [f.name for f in page_features]
                                  + ([column] if column else [])))
     rows = _read_sessions(sessions_dir, columns, ids)
     rows = rows.sort_values([SESSION_ID, POSITION], kind="stable").reset_index(drop=True) if whole_sessions \
@@ -133,19 +141,30 @@ def _nodes(rows: pd.DataFrame, encoder: PageFeatureEncoder) -> pd.DataFrame:
                       rows[[CLICK]].astype("float64")], axis=1)
 
 
+def click_nodes_of(whole: pd.DataFrame, encoder: PageFeatureEncoder) -> pd.DataFrame:
+    """The hybrid test's click rows as discovery reads them: the nodes, session_id and, with doc_id, each row's
+    (query, document) code (`DOCUMENT_CODE`: the within-document test's strata)."""
+    nodes = _nodes(whole, encoder).assign(**{SESSION_ID: whole[SESSION_ID].to_numpy()})
+    if DOC_ID in whole.columns:
+        nodes[DOCUMENT_CODE] = query_document_pairs(whole)
+    return nodes
+
+
 def discover_epoch(sessions_dir: str | Path, scores: str | Path, page_features: Sequence[PageFeature],
                    cfg: DiscoveryConfig, run_dir: str | Path, epoch: int, *, encoder_dir: str | Path,
-                   client: Any = None, seed: int = 0) -> DiscoveryResult:
-    """Sample, encode, run PC (+ bootstrap) and write epoch_<epoch>/{sample.parquet, biases.json, graph.json}."""
+                   client: Any = None, seed: int = 0,
+                   min_within_document_share: float = DEFAULT_MIN_SHARE) -> DiscoveryResult:
+    """Sample, encode, run PC (+ bootstrap) and write epoch_<epoch>/{sample.parquet, biases.json, graph.json};
+    `min_within_document_share` is `bal.min_within_document_share` (a feature under it is not testable)."""
     sample_seed = seed + cfg.seed_offset + epoch
     rows = sample_rows(sessions_dir, scores, page_features, cfg, sample_seed)
     encoder = PageFeatureEncoder.load(encoder_dir)
     click_nodes = None
     if cfg.ci_test == "hybrid":
         whole = sample_rows(sessions_dir, scores, page_features, cfg, sample_seed + 1, whole_sessions=True)
-        click_nodes = _nodes(whole, encoder).assign(**{SESSION_ID: whole[SESSION_ID].to_numpy()})
+        click_nodes = click_nodes_of(whole, encoder)
     result = discover(_nodes(rows, encoder), page_features, cfg, client=client, seed=sample_seed,
-                      click_nodes=click_nodes)
+                      click_nodes=click_nodes, min_within_document_share=min_within_document_share)
     result.graph.meta["sample"] = {
         "n_rows": int(len(rows)), "n_sessions_requested": cfg.n_sessions, "stratified": cfg.stratify,
         "n_strata": cfg.n_strata, "n_queries": int(rows[QUERY_ID].nunique()), "seed": sample_seed,

@@ -9,13 +9,14 @@ r̂, the weights and the page logits of the epoch).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from ..causal.discovery import click_row_mask, one_row_per_session, sample_session_ids
+from ..causal.within_document_ci import DOCUMENT_CODE
 from ..features.encoders import CategoricalEncoder, PageFeatureEncoder, session_spans
 from ..methods.position_propensity import share_shown_at_several_positions
 from ..schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, FeatureKind, PageFeature, \
@@ -76,6 +77,7 @@ class GraphRows:
     kci: np.ndarray
     click_rows: np.ndarray | None
     click_sessions: np.ndarray | None
+    click_documents: np.ndarray | None = None   # their (query, document) codes: the within-document click test's
 
     @classmethod
     def draw(cls, train: pd.DataFrame, config: "RunConfig") -> "GraphRows":
@@ -92,8 +94,10 @@ class GraphRows:
         """Hybrid's click rows of `nodes` with their session_id; None for a test without them."""
         if self.click_rows is None:
             return None
-        rows = nodes.iloc[self.click_rows]
-        return rows.assign(**{SESSION_ID: self.click_sessions}).reset_index(drop=True)
+        rows = nodes.iloc[self.click_rows].assign(**{SESSION_ID: self.click_sessions})
+        if self.click_documents is not None:
+            rows[DOCUMENT_CODE] = self.click_documents
+        return rows.reset_index(drop=True)
 
 
 RAW_POSITION, PAIR = "_position", "_pair"     # per-row state held beside the nodes (`node_columns` doc)
@@ -135,6 +139,8 @@ class TrainingRows:
             codes = query_document_pairs(docs)
             if len(codes) and codes.max() < np.iinfo(np.int32).max:
                 codes = codes.astype(np.int32)
+        if graph_rows is not None and graph_rows.click_rows is not None and codes is not None:
+            graph_rows = replace(graph_rows, click_documents=codes[graph_rows.click_rows])
         pairs, document_effects = document_pairs(docs, config, codes)
         nodes = NodeColumns.spilled(n) if spill else NodeColumns(n)
         if pairs is not None:

@@ -21,61 +21,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..schema import CHUNK_ROWS, DOC_ID, QUERY_ID, FeatureKind, PageFeature, query_document_pairs, row_spans
-
-
-def within_document_share(pairs: np.ndarray, values: np.ndarray, categorical: bool,
-                          chunk_rows: int = CHUNK_ROWS) -> float:
-    """The share of a feature's variance that lies within (query, document) pairs (ANOVA's within-group sum of
-    squares over the total; a categorical feature as its one-hot indicators, summed). 0: fixed per document;
-    1: nothing to do with the document. A feature with no variance at all is 0 (there is nothing to learn).
-    Sums are gathered `chunk_rows` rows at a time (same numbers below a chunk, float rounding above)."""
-    n = len(pairs)
-    if n == 0:
-        return 0.0
-    spans = row_spans(n, chunk_rows)
-    n_pairs = int(max(int(np.max(pairs[s])) for s in spans)) + 1
-    counts = sum(np.bincount(pairs[s], minlength=n_pairs) for s in spans)
-    if categorical:          # Σ_j SS_j of the indicators, from the (pair, level) counts c_pj, never a one-hot matrix
-        levels = np.sort(pd.unique(np.asarray(values)))        # codes in sorted order, as np.unique gives
-        index = pd.Index(levels)
-        k = len(levels)
-        by_level = np.zeros(k, np.int64)
-        cells: dict[int, int] | np.ndarray = np.zeros(n_pairs * k, np.int64) if n_pairs * k <= 4 * n + 1024 else {}
-        for s in spans:
-            codes = index.get_indexer(np.asarray(values[s]))
-            by_level += np.bincount(codes, minlength=k)
-            cell = np.asarray(pairs[s], np.int64) * k + codes
-            if isinstance(cells, np.ndarray):
-                cells += np.bincount(cell, minlength=n_pairs * k)
-            else:                                      # too many (pair, level) cells for a dense count
-                found, c = np.unique(cell, return_counts=True)
-                for key, count in zip(found.tolist(), c.tolist()):
-                    cells[key] = cells.get(key, 0) + count
-        if isinstance(cells, np.ndarray):
-            cell_ids = np.flatnonzero(cells)
-            c = cells[cell_ids]
-        else:
-            cell_ids = np.array(sorted(cells), np.int64)
-            c = np.array([cells[i] for i in cell_ids.tolist()], np.int64)
-        total = n - float(np.sum(np.sort(by_level).astype(np.float64) ** 2)) / n   # integers: exact in any order
-        within = n - float(np.sum(c.astype(np.float64) ** 2 / counts[cell_ids // k]))
-    else:
-        lo = min(float(np.min(values[s])) for s in spans)
-        hi = max(float(np.max(values[s])) for s in spans)
-        if hi == lo:
-            return 0.0
-        mean = _chunked_sum(values, spans, lambda x: x) / n
-        total = _chunked_sum(values, spans, lambda x: (x - mean) ** 2) if len(spans) > 1 \
-            else float(np.sum((np.asarray(values, np.float64) - np.asarray(values, np.float64).mean()) ** 2))
-        sums = sum(np.bincount(pairs[s], np.asarray(values[s], np.float64), minlength=n_pairs) for s in spans)
-        means = sums / np.maximum(counts, 1)
-        within = sum(float(np.sum((np.asarray(values[s], np.float64) - means[pairs[s]]) ** 2)) for s in spans)
-    return within / total if total > 0.0 else 0.0
-
-
-def _chunked_sum(values: np.ndarray, spans: Sequence[slice], term: Any) -> float:
-    return float(sum(float(np.sum(term(np.asarray(values[s], np.float64)))) for s in spans))
+from ..causal.within_document_ci import within_document_share  # noqa: F401 (the measure, shared with discovery)
+from ..schema import DOC_ID, QUERY_ID, FeatureKind, PageFeature, query_document_pairs
 
 
 @dataclass(frozen=True)

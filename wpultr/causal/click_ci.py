@@ -168,11 +168,21 @@ def robust_score_test(A: np.ndarray, B: np.ndarray, y: np.ndarray, null: Logisti
     w = null.mu * (1.0 - null.mu)
     AWB = (A * w[:, None]).T @ B
     B_tilde = B - A @ scipy.linalg.cho_solve(null.chol, AWB, check_finite=False)
-    u = B_tilde * (y - null.mu)[:, None]
+    return clustered_score_statistic(B_tilde * (y - null.mu)[:, None], cluster_starts, order)
+
+
+def clustered_score_statistic(u: np.ndarray, cluster_starts: np.ndarray, order: np.ndarray | None,
+                              u_variance: np.ndarray | None = None) -> ScoreTest:
+    """T = U'V⁺U of per-row score contributions `u`, V summed over clusters (rows in `order` start at
+    `cluster_starts`), χ² on V's rank (the module docstring's robust score test, after the projection);
+    `u_variance`, when given, are the contributions V is summed from (leverage-corrected ones, say)."""
+    if u.shape[1] == 0 or len(u) == 0:
+        return ScoreTest(1.0, 0.0, 0)
+    v = u if u_variance is None else u_variance
     if order is not None:
-        u = u[order]
-    g = np.add.reduceat(u, cluster_starts, axis=0)
-    U = g.sum(axis=0)
+        u, v = u[order], v[order]
+    U = u.sum(axis=0)
+    g = np.add.reduceat(v, cluster_starts, axis=0)
     V = g.T @ g
     lam, vec = np.linalg.eigh(V)
     keep = lam > _EIG_FLOOR * max(lam.max(), 1e-300)

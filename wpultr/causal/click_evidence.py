@@ -7,16 +7,21 @@ used. The effect is x's gain in a flexible logistic model of the click given the
 parents in the graph (near-deterministic proxies of x left out): the in-sample log-likelihood gain per
 row and the mean absolute change in predicted click probability. A node left out of discovery gets an
 entry saying why it was not tested.
+
+With the within-document test (issue 30), each page feature also gets `within_document`: its click-rate
+ratio(s) within (query, document) strata with 95% confidence intervals, and the rows, sessions and documents
+that carried it; and every record a `verdict`: edge, no edge, or not testable within documents.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
-from ..schema import CLICK
+from ..schema import CLICK, RELEVANCE_SCORE
 from .click_ci import ClickCITest
 from .graph import DiscoveredGraph
+from .within_document_ci import NOT_TESTABLE, WithinDocumentTest
 
 
 def _parse_key(key: str) -> tuple[set[int], list[int]]:
@@ -28,8 +33,11 @@ def _parse_key(key: str) -> tuple[set[int], list[int]]:
 
 def click_evidence(graph: DiscoveredGraph, p_values: Mapping[str, float], bootstrap: Sequence[DiscoveredGraph],
                    tester: ClickCITest, proxies: Mapping[int, set[int]], alpha: float,
-                   left_out: Mapping[str, str]) -> list[dict[str, Any]]:
-    """One record per candidate parent of click (graph nodes, then the nodes `left_out` with the reason)."""
+                   left_out: Mapping[str, str], within: WithinDocumentTest | None = None,
+                   untestable: Collection[str] = ()) -> list[dict[str, Any]]:
+    """One record per candidate parent of click (graph nodes, then the nodes `left_out` with the reason);
+    `within` (the within-document test) adds each page feature's within-document effect, and a feature in
+    `untestable` is reported as not testable within documents."""
     names = list(graph.nodes)
     c = names.index(CLICK)
     parents = [n for n in names if n != CLICK and graph.adjacent(n, CLICK)]
@@ -53,6 +61,11 @@ def click_evidence(graph: DiscoveredGraph, p_values: Mapping[str, float], bootst
                            "decision": "not tested by PC (the priors alone decided)"})
         if edge is not None and edge.enforced and tests and worst > alpha:
             record["decision"] = "kept by prior 1 although PC's tests found independence"
+        record["verdict"] = "edge" if edge is not None else "no edge"
+        if x in untestable:
+            record["verdict"] = NOT_TESTABLE
+            record["decision"] = (f"{NOT_TESTABLE}: under the minimum share of its variance within (query, "
+                                  "document) pairs; its effect cannot be told from relevance")
         if proxies.get(i):
             record["proxies_left_out"] = [names[j] for j in sorted(proxies[i])]   # of every click test of x
         if bootstrap:
@@ -66,8 +79,19 @@ def click_evidence(graph: DiscoveredGraph, p_values: Mapping[str, float], bootst
         except (np.linalg.LinAlgError, ValueError) as e:
             record["effect"] = None
             record["effect_note"] = f"effect not estimated: {e}"
+        if within is not None and x != RELEVANCE_SCORE and x not in untestable:
+            record["within_document"] = _within_effect(within, i, Z)
         records.append(record)
     for name, reason in left_out.items():
         records.append({"node": name, "in_graph": False, "by_prior": False, "pc_tests": 0, "p_value": None,
-                        "given": None, "decision": f"not tested: {reason}", "stability": None, "effect": None})
+                        "given": None, "decision": f"not tested: {reason}", "stability": None, "effect": None,
+                        "verdict": "no edge"})
     return records
+
+
+def _within_effect(within: WithinDocumentTest, x: int, Z: Sequence[int]) -> dict[str, Any] | None:
+    """x's within-document effect given click's other parents, or None with the reason when it cannot be fitted."""
+    try:
+        return within.effect(x, Z)
+    except (np.linalg.LinAlgError, ValueError) as e:
+        return {"note": f"within-document effect not estimated: {e}"}

@@ -5,7 +5,9 @@ The variables are the ranker's relevance score r̂, the click c and every declar
 tests: KCI (the paper's choice; by default computed by `kci.CachedKCI`, which returns causal-learn's
 p-values while computing each kernel once per run), its fast approximations RCIT and FastKCI, or
 Fisher-z; or, the default, `hybrid_ci.HybridCIT`: edges into click tested on every shown result of
-`click_rows` by a session-robust logistic score test (`click_ci`), the other pairs by KCI, with
+`click_rows` — a page feature's within (query, document) strata (`within_document_ci`, `click_test:
+within_document`, when the rows carry their documents), r̂'s by a session-robust logistic score test
+(`click_ci`) — the other pairs by KCI, with
 near-deterministic proxies kept out of a feature's click tests (`near_determinism`); the evidence of
 every candidate edge into click goes into graph.json (`click_evidence`). The priors of BAL §3.1
 enter as causal-learn background knowledge:
@@ -25,8 +27,9 @@ queries ranked by their number of sessions), so tail queries are present in ever
 """
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Sequence
 
 import numpy as np
@@ -43,7 +46,12 @@ from .graph import (BIDIRECTED, DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge
 from .hybrid_ci import HybridCIT, resample_sessions, stack_click_rows
 from .near_determinism import find_near_deterministic
 from .page_feature_cit import PageFeatureCIT
-from .parallel_pc import PCRun, CITestSpec, p_values_without, parallel_pc
+from .parallel_pc import PCRun, CITestSpec, p_values_without, parallel_pc, test_nodes
+from .within_document_ci import DOCUMENT_CODE, within_document_share
+from ..bal.config import BalConfig
+
+log = logging.getLogger(__name__)
+DEFAULT_MIN_SHARE = next(f.default for f in fields(BalConfig) if f.name == "min_within_document_share")
 
 
 def base_test_options(cfg: DiscoveryConfig) -> dict[str, Any]:
@@ -296,10 +304,11 @@ def _to_graph(run: PCRun, names: tuple[str, ...], kinds: dict[str, str], feature
 
 
 def _click_block(click_nodes: pd.DataFrame | None, sample: np.ndarray, wanted: list[str],
-                 keep: list[int]) -> tuple[np.ndarray, np.ndarray, str]:
-    """The hybrid test's click rows and their sessions: `click_nodes` (with session_id), else the sample itself."""
+                 keep: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str]:
+    """The hybrid test's click rows, their sessions and (column `DOCUMENT_CODE`, when present) their (query,
+    document) codes: `click_nodes` (with session_id), else the sample itself."""
     if click_nodes is None:
-        return sample, np.arange(len(sample)), "the discovery sample (one shown result per session)"
+        return sample, np.arange(len(sample)), None, "the discovery sample (one shown result per session)"
     if SESSION_ID not in click_nodes.columns:
         raise SchemaError(f"discovery: the click rows need a {SESSION_ID!r} column (sessions are the clusters of "
                           f"the click test); present: {list(click_nodes.columns)}")
@@ -307,18 +316,49 @@ def _click_block(click_nodes: pd.DataFrame | None, sample: np.ndarray, wanted: l
     sessions = click_nodes[SESSION_ID].to_numpy()
     if not np.isin(rows[:, -1], (0.0, 1.0)).all():
         raise SchemaError(f"discovery: column {CLICK!r} of the click rows must hold 0/1 values")
-    return rows, sessions, "every shown result of the sampled sessions"
+    documents = click_nodes[DOCUMENT_CODE].to_numpy() if DOCUMENT_CODE in click_nodes.columns else None
+    return rows, sessions, documents, "every shown result of the sampled sessions"
+
+
+def untestable_features(click_rows: np.ndarray, documents: np.ndarray, names: Sequence[str], features: Sequence[str],
+                        categorical: Sequence[int], min_share: float) -> dict[str, float]:
+    """Each page feature's within-document share on the click rows; those under `min_share` cannot be tested
+    within documents (the separability rule, `bal.min_within_document_share`)."""
+    codes = np.unique(documents, return_inverse=True)[1].ravel()
+    return {f: within_document_share(codes, click_rows[:, names.index(f)], names.index(f) in categorical)
+            for f in features}
+
+
+def _click_test_meta(cfg: DiscoveryConfig, within: bool, shares: dict[str, float], min_share: float) -> dict[str, Any]:
+    """graph.json's account of how edges into click were tested."""
+    relevance_test = ("cluster-robust score test of nested spline-logistic click models "
+                      f"(wpultr.causal.click_ci, {cfg.click_knots} knots), sessions as clusters")
+    if not within:
+        why = "" if cfg.click_test == "relevance" else \
+            " (discovery.click_test is within_document, but the click rows carry no (query, document): no doc_id)"
+        return {"click_test": relevance_test + ", conditioning on r̂" + why}
+    return {"click_test": "within-document: score test of a log-link model with a fixed effect per (query, "
+                          "document) — per (query, document, position) when position is conditioned on — and the "
+                          "session's clicks above as covariates, sessions as clusters (wpultr.causal.within_document_ci)",
+            "relevance_click_test": relevance_test,
+            "within_document_share": {k: round(v, 4) for k, v in shares.items()},
+            "min_within_document_share": min_share,
+            "not_testable_within_documents": sorted(k for k, v in shares.items() if v < min_share)}
 
 
 def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: DiscoveryConfig, *,
              client: Any = None, seed: int = 0, timeout: float | None = None,
-             click_nodes: pd.DataFrame | None = None, reuse: ReusableTests | None = None) -> DiscoveryResult:
+             click_nodes: pd.DataFrame | None = None, reuse: ReusableTests | None = None,
+             min_within_document_share: float = DEFAULT_MIN_SHARE) -> DiscoveryResult:
     """PC over r̂, the page features and c (one row per sampled result), plus bootstrap stabilities.
 
     `nodes` holds the encoded columns: relevance_score, each page feature (categorical ones as
     integer codes) and click. A page feature constant in the sample is left out (recorded in meta).
     With `ci_test: hybrid`, `click_nodes` (the same columns plus session_id, every shown result of
-    whole sessions) feeds the tests of edges into click; without it those tests use `nodes`.
+    whole sessions) feeds the tests of edges into click; without it those tests use `nodes`. With a
+    `DOCUMENT_CODE` column too (each row's (query, document) code) and `cfg.click_test: within_document`, a page
+    feature's click test compares impressions of the same document, and one with under `min_within_document_share`
+    of its variance within documents is not testable (no edge into click; `bal.min_within_document_share`).
     `timeout` (seconds) makes PC raise TimeoutError when passed (see `parallel_pc`).
     `reuse` (an earlier `DiscoveryResult.reusable_p_values()` on the SAME rows and seed, only r̂ changed)
     skips the tests it holds when the node order matches; it applies to the main run, not to resamples.
@@ -338,20 +378,34 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
     rng = np.random.default_rng([seed, 1])
     hybrid = cfg.ci_test == "hybrid"
 
-    click_rows, sessions, click_source = _click_block(click_nodes if hybrid else None, data, wanted, keep)
+    click_rows, sessions, documents, click_source = _click_block(click_nodes if hybrid else None, data, wanted, keep)
     pairs = find_near_deterministic(click_rows, names, [names.index(f) for f in feature_names], categorical,
                                     cfg.near_deterministic, handled=hybrid)
     protect = [(names.index(p.feature), names.index(p.proxy)) for p in pairs] if hybrid else []
+    within = hybrid and cfg.click_test == "within_document" and documents is not None
+    if hybrid and cfg.click_test == "within_document" and documents is None:
+        log.warning("discovery: the click rows carry no (query, document) codes (no doc_id): page-feature click "
+                    "tests condition on r̂ instead of the document")
+    shares = untestable_features(click_rows, documents, names, feature_names, categorical,
+                                 min_within_document_share) if within else {}
+    untestable = sorted(names.index(f) for f, share in shares.items() if share < min_within_document_share)
     if hybrid:
+        n_click_sessions = int(np.unique(sessions).size) if within else None
         spec = CITestSpec(HybridCIT, {"n_sample": len(data), "click": click, "relevance": relevance,
                                       "categorical": categorical, "protect": protect, "n_knots": cfg.click_knots,
                                       "seed": seed, "kci_options": base_test_options(cfg), "engine": cfg.kci.engine,
-                                      "cache_mib": cfg.kci.cache_mib})
-        main = stack_click_rows(data, click_rows, sessions, click)
+                                      "cache_mib": cfg.kci.cache_mib, "n_click_sessions": n_click_sessions,
+                                      "position": names.index(POSITION) if POSITION in names else None,
+                                      "untestable": untestable})
+        main = stack_click_rows(data, click_rows, sessions, click, documents if within else None)
         resamples = []
         for _ in range(cfg.n_bootstrap):
-            rows, ids = resample_sessions(click_rows, sessions, rng)
-            resamples.append(stack_click_rows(data[rng.integers(0, len(data), len(data))], rows, ids, click))
+            if within:      # the documents travel with their rows (a last column, split off again)
+                rows, ids = resample_sessions(np.column_stack([click_rows, documents]), sessions, rng)
+                rows, docs = rows[:, :-1], rows[:, -1]
+            else:
+                (rows, ids), docs = resample_sessions(click_rows, sessions, rng), None
+            resamples.append(stack_click_rows(data[rng.integers(0, len(data), len(data))], rows, ids, click, docs))
     else:
         spec = ci_test_spec(cfg, categorical, seed)
         main = data
@@ -359,6 +413,8 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
 
     start = time.perf_counter()
     known = reuse.p_values if reuse is not None and reuse.names == names else None
+    if known is not None and within:      # within-document click tests read r̂ (the skipped results' r̂): re-run
+        known = {k: v for k, v in known.items() if click not in test_nodes(k)}
     runs = parallel_pc([main] + resamples, names, cfg.alpha, spec, client=client,
                        background_knowledge=prior_knowledge(feature_names), max_depth=cfg.max_depth,
                        timeout=timeout, known_p_values=[known])
@@ -371,18 +427,20 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
     proxies: dict[int, set[int]] = {}
     for feature, proxy in protect:
         proxies.setdefault(feature, set()).add(proxy)
+    within_tester = runs[0].test.within_test if within else None
     evidence = click_evidence(graph, runs[0].p_values, graphs[1:], tester, proxies, cfg.alpha,
-                              {name: "constant in the sample" for name in constant})
+                              {name: "constant in the sample" for name in constant}, within=within_tester,
+                              untestable={names[u] for u in untestable})
     graph.meta = {
         "test": {"name": cfg.ci_test, "alpha": cfg.alpha, "options": base_test_options(cfg),
                  **({"engine": cfg.kci.engine} if cfg.ci_test in ("kci", "hybrid") else {}),
-                 **({"click_test": "cluster-robust score test of nested spline-logistic click models "
-                                   f"(wpultr.causal.click_ci, {cfg.click_knots} knots), sessions as clusters",
+                 **({**_click_test_meta(cfg, within, shares, min_within_document_share),
                      "other_tests": "kci on the one-result-per-session sample"} if hybrid else {}),
                  "categorical_as": "one-hot groups" if cfg.ci_test != "fisherz" else "codes"},
         "sample": {"n_rows": int(len(data))},
         "click_rows": {"n_rows": int(len(click_rows)), "n_sessions": int(np.unique(sessions).size),
-                       "source": click_source},
+                       "source": click_source,
+                       **({"n_documents": int(np.unique(documents).size)} if documents is not None else {})},
         "near_deterministic": {"threshold": cfg.near_deterministic, "pairs": [p.to_dict() for p in pairs]},
         "click_evidence": evidence,
         "n_bootstrap": cfg.n_bootstrap,

@@ -78,6 +78,10 @@ class DiscoveryConfig:
     # (wpultr.causal.click_ci), the others by KCI on n_sessions rows; kci: the paper's test on every edge
     ci_test: Literal["hybrid", "kci", "rcit", "fastkci", "fisherz"] = "hybrid"
     click_rows: int | None = 100_000       # hybrid: shown results (whole sessions) for click tests (null: all)
+    # hybrid: a page feature's click test. within_document: impressions of the same (query, document) compared
+    # (wpultr.causal.within_document_ci; needs doc_id, else relevance is used and graph.json says so);
+    # relevance: the r̂-conditioned test of wpultr.causal.click_ci (a feature tracking relevance r̂ misses passes)
+    click_test: Literal["within_document", "relevance"] = "within_document"
     click_knots: int = 5                   # hybrid: spline knots per numeric variable of the click model
     near_deterministic: float = 0.9        # d(B | A) from which B counts as a proxy of A (near_determinism)
     alpha: float = 0.05
@@ -97,6 +101,8 @@ class DiscoveryConfig:
                 "one of 'hybrid', 'kci', 'rcit', 'fastkci', 'fisherz'", self.ci_test)
         require(self.click_rows is None or self.click_rows >= 10, f"{k}.click_rows", ">= 10 or null",
                 self.click_rows)
+        require(self.click_test in ("within_document", "relevance"), f"{k}.click_test",
+                "'within_document' or 'relevance'", self.click_test)
         require(self.click_knots >= 3, f"{k}.click_knots", ">= 3", self.click_knots)
         require(0.0 < self.near_deterministic <= 1.0, f"{k}.near_deterministic", "in (0, 1]",
                 self.near_deterministic)

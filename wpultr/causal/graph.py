@@ -267,8 +267,45 @@ def to_text(graph: DiscoveredGraph) -> str:
                      f"{_fraction(e.adjacency)}{flag}")
     if not graph.edges:
         lines.append("(no edges)")
-    lines += _click_evidence_lines(meta) + _near_deterministic_lines(meta)
+    lines += _click_evidence_lines(meta) + _within_document_lines(meta) + _near_deterministic_lines(meta)
     return "\n".join(lines)
+
+
+WITHIN_DOCUMENT_HEADER = ["page feature", "decision", "within-document click-rate ratio (95% CI)", "p", "rows",
+                          "sessions", "documents", "strata"]
+
+
+def within_document_rows(meta: dict[str, Any]) -> list[list[Any]]:
+    """How sure the graph is of each candidate page feature → click edge (graph.json meta `click_evidence`): the
+    decision, the within-document effect with its interval, its p and what carried it; one row per page feature,
+    none for a graph without the within-document test (`WITHIN_DOCUMENT_HEADER` names the columns)."""
+    rows = []
+    for e in meta.get("click_evidence") or []:
+        if "within_document" not in e and e.get("verdict") != "not testable within documents":
+            continue
+        w = e.get("within_document") or {}
+        ratios = "; ".join(f"{lv['level']} {lv['ratio']:.2f} [{lv['ci95'][0]:.2f}, {lv['ci95'][1]:.2f}]"
+                           for lv in w.get("levels", []))
+        if ratios and w.get("unit", "").startswith("against"):
+            ratios = f"{ratios} ({w['unit']})"
+        ratios = ratios or w.get("note", "-")
+        p = w.get("p_value")
+        rows.append([e["node"], e.get("verdict", ""), ratios, "-" if p is None else f"{p:.2e}", w.get("rows", "-"),
+                     w.get("sessions", "-"), w.get("documents", "-"), w.get("strata", "-")])
+    return rows
+
+
+def _within_document_lines(meta: dict[str, Any]) -> list[str]:
+    """`within_document_rows` as text, after a line saying how the click test works."""
+    rows = within_document_rows(meta)
+    if not rows:
+        return []
+    cells = [WITHIN_DOCUMENT_HEADER] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[j]) for r in cells) for j in range(len(WITHIN_DOCUMENT_HEADER))]
+    out = ["", "page feature -> click, within documents (impressions of the same (query, document) compared; "
+               "rows/sessions/documents: where the feature varied with a click and a non-click beside it):"]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return out
 
 
 def _p(x: float | None) -> str:

@@ -1,100 +1,62 @@
 """A LightGBM booster as a Ranker (kind "lightgbm"), saved as LightGBM's own model text — never a pickle.
 
-`prepare` reads the dense `features` column and `forward` returns the booster's scores as a float32
-tensor. The model text is held in a uint8 buffer, so the generic `save`/`load_ranker` path
-(config.json + model.safetensors) round-trips it unchanged; `save` also writes the same text to
-`model.txt` for people and for LightGBM's own tools, and `LightGBMRanker.load` reads that file.
+The model text is held as a `booster.BoosterRanker`'s bytes (round-tripped by the generic save/load and written to
+`model.txt` for people and LightGBM's own tools); `LightGBMRanker.load` reads that file alone.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
-import pandas as pd
-import torch
 
-from .base import CONFIG_FILE, RANKER_FORMAT, Arg, Inputs, Ranker
-from .mlp import FEATURE_INPUT, MAX_FEATURES, feature_inputs
+from .base import CONFIG_FILE, RANKER_FORMAT, Arg
+from .booster import BoosterRanker
+from .mlp import MAX_FEATURES
 
 MODEL_TEXT_FILE = "model.txt"
 
 
-class LightGBMRanker(Ranker):
+class LightGBMRanker(BoosterRanker):
     """A LightGBM booster as a Ranker: scores = booster.predict(features)."""
 
     kind = "lightgbm"
+    BUFFER, OWN_FILE, LIBRARY = "model_text", MODEL_TEXT_FILE, "LightGBM"
     ARGS = {"n_features": Arg("int", 1, MAX_FEATURES), "model_bytes": Arg("int", 1, 1 << 31),
             "position_aware": Arg("bool")}   # checked when a saved ranker is loaded (rankers.base)
 
-    def check_loaded(self, where: str) -> None:
-        """The loaded model text must be a LightGBM model over `n_features` features (ExportError otherwise)."""
-        from ..errors import ExportError
-        try:
-            found = self.booster.num_feature()
-        except Exception as error:  # UnicodeDecodeError, lightgbm's own LightGBMError
-            raise ExportError(f"{where}: model_text is not a LightGBM model ({type(error).__name__}: "
-                              f"{str(error)[:120]})") from None
-        if found != self.n_features:
-            raise ExportError(f"{where}: the LightGBM model reads {found} features, config n_features is "
-                              f"{self.n_features}")
-
     def __init__(self, n_features: int, model_bytes: int = 0, position_aware: bool = False):
-        super().__init__()
-        self.n_features, self.position_aware = int(n_features), bool(position_aware)
-        self.register_buffer("model_text", torch.zeros(int(model_bytes), dtype=torch.uint8))
-        self._booster: Any = None
+        super().__init__(n_features, model_bytes)
+        self.position_aware = bool(position_aware)
 
-    # ------------------------------------------------------------------ construction and state
     @classmethod
     def from_model_string(cls, model: str, n_features: int, position_aware: bool = False) -> "LightGBMRanker":
         data = model.encode("utf-8")
         ranker = cls(n_features, len(data), position_aware)
-        ranker.model_text.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        ranker._hold(data)
         return ranker
 
     def model_string(self) -> str:
-        return bytes(self.model_text.cpu().numpy().tobytes()).decode("utf-8")
-
-    @property
-    def booster(self) -> Any:
-        """The LightGBM booster, parsed from the model text on first use (and after a state load)."""
-        if self._booster is None:
-            if self.model_text.numel() == 0:
-                raise ValueError("this LightGBM ranker holds no model (model_bytes = 0); train or load one first")
-            import lightgbm as lgb
-            self._booster = lgb.Booster(model_str=self.model_string())
-        return self._booster
-
-    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
-        super()._load_from_state_dict(*args, **kwargs)
-        self._booster = None                      # the model text changed: parse again on next use
+        return self.model_bytes().decode("utf-8")
 
     def init_args(self) -> dict[str, Any]:
-        return {"n_features": self.n_features, "model_bytes": int(self.model_text.numel()),
-                "position_aware": self.position_aware}
+        return {**super().init_args(), "position_aware": self.position_aware}
 
-    @property
-    def device(self) -> torch.device:             # no parameters: the buffer says where the module lives
-        return self.model_text.device
+    def _parse(self, data: bytes, where: str) -> Any:
+        from ..errors import ExportError
+        import lightgbm as lgb
+        try:
+            return lgb.Booster(model_str=data.decode("utf-8"))
+        except Exception as error:  # UnicodeDecodeError, lightgbm's own LightGBMError
+            raise ExportError(f"{where}: model_text is not a LightGBM model ({type(error).__name__}: "
+                              f"{str(error)[:120]})") from None
 
-    # ------------------------------------------------------------------ the Ranker protocol
-    def prepare(self, frame: pd.DataFrame) -> Inputs:
-        return feature_inputs(frame, self.n_features)
+    def _n_features_of(self, booster: Any) -> int:
+        return booster.num_feature()
 
-    def forward(self, inputs: Inputs) -> torch.Tensor:
-        x = inputs[FEATURE_INPUT]
-        if x.shape[0] == 0:
-            return torch.zeros(0, dtype=torch.float32, device=x.device)
-        scores = self.booster.predict(x.detach().cpu().numpy().astype(np.float64))
-        return torch.as_tensor(np.asarray(scores, dtype=np.float32), device=x.device)
-
-    def save(self, directory: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
-        """config.json and model.safetensors (the generic format) plus model.txt, the booster's own text."""
-        directory = super().save(directory, extra)
-        (directory / MODEL_TEXT_FILE).write_text(self.model_string())
-        return directory
+    def _predict(self, booster: Any, x: np.ndarray) -> np.ndarray:
+        return booster.predict(x.astype(np.float64))
 
     @classmethod
     def load(cls, directory: str | Path) -> "LightGBMRanker":

@@ -51,6 +51,19 @@ def _optional_json(run: RunDir, rel: str) -> Any:
     return read_json(path) if path.exists() else None
 
 
+def click_edges_section(root: Path) -> str:
+    """How sure the latest epoch's graph is of each page feature → click edge (within-document effects); '' when
+    no graph or no within-document evidence."""
+    from ..causal.graph import WITHIN_DOCUMENT_HEADER, graph_epochs, load_epoch_graph, within_document_rows
+    if not graph_epochs(root):
+        return ""
+    k, graph = load_epoch_graph(root)
+    rows = within_document_rows(graph.meta)
+    if not rows:
+        return ""
+    return _section(f"Page feature → click edges (epoch {k}): how sure the graph is", _table(rows, WITHIN_DOCUMENT_HEADER))
+
+
 def render_report(run: RunDir) -> str:
     parts = [f"<h1>wpultr run <code>{html.escape(run.root.name)}</code></h1>"]
     metrics = _optional_json(run, L.METRICS)
@@ -67,6 +80,7 @@ def render_report(run: RunDir) -> str:
     if history and history.get("epochs"):
         header, rows = history_table(history["epochs"])
         parts.append(_section("Training", _table(rows, header)))
+    parts.append(click_edges_section(run.root))
     from ..identifiability.html import section as identifiability_section
     parts.append(identifiability_section(run.root))   # '' when no pre-flight ran
     stage_rows = []

@@ -27,7 +27,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..io.letor import LetorData, read_letor
-from .corpus import Corpus, _document_text, _md5_ids, _query_terms, frequency_buckets, zipf_popularity
+from .corpus import (Corpus, _document_text, _md5_ids, _query_terms, draw_media_types, frequency_buckets,
+                     zipf_popularity)
 from .spec import KEY_PREFIX, SimulateConfig
 
 QUERY_FILE_SUFFIX = ".query"
@@ -102,8 +103,7 @@ def build_letor_corpus(cfg: SimulateConfig, rng: np.random.Generator) -> Corpus:
     vocab_p, _ = zipf_popularity(cfg.vocab_size, 1.0, rng)
     query_tokens = _query_terms(n_queries, vocab_p, rng)
     doc_query = np.repeat(np.arange(n_queries), cfg.docs_per_query)
-    media_type = rng.choice(len(cfg.media_type_probs), size=n_docs, p=np.asarray(cfg.media_type_probs)
-                            / np.sum(cfg.media_type_probs)).astype(np.int64)
+    media_type = draw_media_types(label, cfg, rng)
     title, abstract = _document_text(label, doc_query, query_tokens, vocab_p, rng)
     if cfg.media_type_features:
         features = np.hstack([features, np.eye(len(cfg.media_type_probs), dtype=np.float32)[media_type]])

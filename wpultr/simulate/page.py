@@ -106,6 +106,7 @@ def build_page(doc_rows: np.ndarray, corpus: Corpus, cfg: SimulateConfig, column
     scale = np.ones((n_sessions, k))
     for factor in range(n_factors):
         scale *= context_scales[factor][context[:, :, factor]]
+    scale = scale * np.asarray(cfg.media_click_scale, dtype=np.float64)[media_type]   # 1s by default: unchanged
     return Page(label=corpus.label[doc_rows], position=np.broadcast_to(np.arange(1, k + 1, dtype=np.int16),
                                                                         (n_sessions, k)),
                 media_type=media_type, serp_height=heights,

@@ -47,6 +47,11 @@ class SimulateConfig:
     media_heights: list[float] = field(default_factory=lambda: [130.0, 260.0, 330.0, 160.0])  # mean px
     height_spread: float = 0.25           # sigma of the log-normal factor around a type's mean height
     logging_media_boost: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.5, 0.0])
+    # a document's own media type by its grade y: p(m | y) ∝ media_type_probs[m] · exp(media_label_tilt[m] · y / 4)
+    # (> 0: relevant documents are more often of type m); all 0: independent of the grade
+    media_label_tilt: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
+    # each presented media type scales examination in every user model (a media effect on clicks; <= 1)
+    media_click_scale: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0, 1.0])
     screen_height: float = 700.0          # viewport height in px
     scroll_screens: float = 1.0           # mean scroll depth of a session, in screens (exponential)
     position_blocks: int = 1              # K > 1: each document is shown only within one of K blocks of
@@ -92,10 +97,14 @@ def validate_simulate_config(cfg: SimulateConfig) -> None:
     probs = cfg.media_type_probs
     if len(probs) < 1 or any(p < 0 for p in probs) or abs(sum(probs) - 1.0) > 1e-6:
         raise _error("media_type_probs", f"must be non-negative and sum to 1, got {probs}")
-    for key in ("media_heights", "logging_media_boost"):
+    for key in ("media_heights", "logging_media_boost", "media_label_tilt", "media_click_scale"):
         if len(getattr(cfg, key)) != len(probs):
             raise _error(key, f"needs one value per media type ({len(probs)}, as media_type_probs), "
                               f"got {len(getattr(cfg, key))}")
+    if any(not (math.isfinite(t) and abs(t) <= 20) for t in cfg.media_label_tilt):
+        raise _error("media_label_tilt", f"must be finite numbers in [-20, 20], got {cfg.media_label_tilt}")
+    if any(not 0.0 < m <= 1.0 for m in cfg.media_click_scale):
+        raise _error("media_click_scale", f"must all be in (0, 1] (they scale examination), got {cfg.media_click_scale}")
     if any(h <= 0 for h in cfg.media_heights):
         raise _error("media_heights", f"must all be > 0, got {cfg.media_heights}")
     resolve_user_model_params(cfg.user_model, cfg.user_model_params, n_media_types=len(probs))

@@ -21,7 +21,8 @@ DIRECTED = "directed"
 MECHANISMS: dict[str, str] = {
     TRUE_RELEVANCE: "graded relevance 0-4 of the document to the query, drawn per document",
     MEDIA_TYPE: "presented media type (0 plain, 1 image, 2 video, 3 ad): the document's own, drawn per document, "
-                "or with chance 1 - media_type_consistency one drawn per impression",
+                "or with chance 1 - media_type_consistency one drawn per impression; the document's own "
+                "depends on its grade when media_label_tilt is not all 0",
     POSITION: "rank given by the logging ranker: grade + media boost + N(0, logging_noise^2), per session",
     SERP_HEIGHT: "type's mean height times a log-normal factor, whole px",
     SERP_MAX_SHOW_HEIGHT: "most of the result on screen at once: min(height, screen, scroll + screen - top); "
@@ -41,9 +42,11 @@ def true_parents(cfg: SimulateConfig, model: UserModel) -> dict[str, list[str]]:
     click_parents = [TRUE_RELEVANCE, *model.click_parents()]
     if cfg.context_strength > 0:
         click_parents += contexts
+    if len(set(cfg.media_click_scale)) > 1 and MEDIA_TYPE not in click_parents:
+        click_parents.append(MEDIA_TYPE)     # media_click_scale scales examination by the presented type
     parents: dict[str, list[str]] = {
         TRUE_RELEVANCE: [],
-        MEDIA_TYPE: [],
+        MEDIA_TYPE: [TRUE_RELEVANCE] if any(cfg.media_label_tilt) else [],
         POSITION: [TRUE_RELEVANCE] + ([MEDIA_TYPE] if len(set(cfg.logging_media_boost)) > 1 else []),
         SERP_HEIGHT: [MEDIA_TYPE] if len(set(cfg.media_heights)) > 1 else [],
         SERP_MAX_SHOW_HEIGHT: [POSITION, SERP_HEIGHT],
