@@ -1,6 +1,9 @@
 """MCC and click MSE of a finished run against the simulator's truth (Identifiability paper §5.1).
 
-Over the training logs (the run's ingested sessions, before any merge or intervention):
+Over the training logs (the run's ingested sessions, before any merge or intervention) of the queries every
+method trains on: the sessions of the run's test queries (`data/split.json`) are left out, as the true-label
+oracle leaves them out of its training (methods/oracle.py), so that no method is scored on documents whose
+relevance it was kept from and another method was not (the paper's MCC is over its training set):
 * MCC (`metrics.mcc`): Pearson correlation between each distinct query–document's true relevance
   probability — click_prob / examination_prob of the simulator, the examination hypothesis's P(R=1) —
   and the ranker's predicted relevance: σ(score) for pointwise-trained methods, exp(score − max) for
@@ -21,10 +24,11 @@ import numpy as np
 import pandas as pd
 
 from ..io.parquet import partition_paths
+from ..methods.oracle import split_test_queries
 from ..metrics import click_mse, mcc
 from ..pipeline.layout import BIAS, RANKER_DIR, TRUTH_DIR
 from ..pipeline.rundir import read_json
-from ..schema import DOC_ID, POSITION, QUERY_ID, SESSION_ID
+from ..schema import DOC_ID, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, query_key
 from .preflight import REPORT_FILE
 
 TRUTH_SESSIONS = "truth_sessions.parquet"
@@ -32,15 +36,19 @@ POINTWISE = frozenset({"pointwise"})
 _PART, _ROW = "__partition", "__row"     # where a key row lives: partition index, row within the partition
 
 
-def _key_rows(parts: list[Path]) -> pd.DataFrame:
-    """Session, position, query and document (when logged) of every row, with its partition and row index."""
+def _key_rows(parts: list[Path], left_out: set[str]) -> pd.DataFrame:
+    """Session, position, query and document (when logged) of every row not of a query in `left_out`
+    (schema.query_key), with its partition and row index."""
     import pyarrow.parquet as pq
     frames = []
     for i, part in enumerate(parts):
         present = pq.read_schema(part).names
-        columns = [c for c in (SESSION_ID, POSITION, QUERY_ID, DOC_ID) if c in present]
+        columns = [c for c in (SESSION_ID, POSITION, QUERY_ID, QUERY_TOKENS, DOC_ID) if c in present]
         frame = pd.read_parquet(part, columns=columns)
-        frames.append(frame.assign(**{_PART: np.int32(i), _ROW: np.arange(len(frame), dtype=np.int64)}))
+        frame = frame.assign(**{_PART: np.int32(i), _ROW: np.arange(len(frame), dtype=np.int64)})
+        if left_out:
+            frame = frame[~query_key(frame).isin(left_out).to_numpy()]
+        frames.append(frame.drop(columns=[QUERY_TOKENS], errors="ignore"))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -75,7 +83,7 @@ def truth_metrics(run_root: Path, sessions_path: Path, batch_size: int = 1024) -
         return None
     truth = pd.read_parquet(truth_path, columns=[SESSION_ID, POSITION, "examination_prob", "click_prob"])
     parts = partition_paths(sessions_path) if Path(sessions_path).is_dir() else [Path(sessions_path)]
-    rows = _key_rows(parts).merge(truth, on=[SESSION_ID, POSITION], how="inner")
+    rows = _key_rows(parts, split_test_queries(run_root)).merge(truth, on=[SESSION_ID, POSITION], how="inner")
     rows = rows[rows["examination_prob"] > 0].reset_index(drop=True)
     keys = [QUERY_ID, DOC_ID] if DOC_ID in rows.columns else [QUERY_ID]
     doc_code = rows.groupby(keys, sort=False).ngroup().to_numpy()

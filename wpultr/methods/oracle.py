@@ -1,28 +1,33 @@
 """Oracle: the configured ranker trained on the true labels of the shown results instead of their clicks.
 
 The reference every debiasing method is measured against ("Labeled Data" in LBD §6.1): the same ranker,
-trainer, batches and epoch selection, with the listwise softmax loss on the gains 2^y − 1 of the true grades
-y (lists with no relevant result are skipped). It needs the truth, so it runs on simulated logs only: the
-labels come from a `true_label` column of the sessions table when there is one, else from the run
-directory's `data/truth/truth_sessions.parquet` (joined on session and position). The simulated logs hold
-sessions of the test queries too; their labels are the test set's, so sessions of the run's test queries
-(`data/split.json`) are left out: the oracle never trains on a label it is scored on. It trains for
-`train.warmup_epochs + train.epochs` epochs, as many as the click-trained methods, with no click warm-up.
+trainer, batches, epoch selection and loss kind (`train.loss`) as the click-trained methods, with the true
+grade y in place of the click: listwise, the softmax loss on the gains 2^y − 1 (lists with no relevant
+result are skipped); pointwise, σ(score) fitted by cross-entropy to the normalised gain
+(2^y − 1) / (2^4 − 1), so that, like a pointwise click model's, its σ(score) is a relevance probability on
+one scale across queries (a listwise score is one only up to a shift per list). It needs the truth, so it
+runs on simulated logs only: the labels come from a `true_label` column of the sessions table when there is
+one, else from the run directory's `data/truth/truth_sessions.parquet` (joined on session and position).
+The simulated logs hold sessions of the test queries too; their labels are the test set's, so sessions of
+the run's test queries (`data/split.json`) are left out: the oracle never trains on a label it is scored
+on. It trains for `train.warmup_epochs + train.epochs` epochs, as many as the click-trained methods, with
+no click warm-up.
 """
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
 from ..pipeline.layout import SPLIT, TRUTH_DIR
-from ..schema import POSITION, SESSION_ID, query_key
+from ..schema import MAX_LABEL, POSITION, SESSION_ID, query_key
 from .base import FitResult
-from .losses import listwise_softmax_loss
-from .training import Trainer, build_ranker
+from .losses import listwise_softmax_loss, pointwise_click_loss
+from .training import LossFn, Trainer, build_ranker
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -50,13 +55,29 @@ def true_labels(train: pd.DataFrame, config: "RunConfig") -> np.ndarray:
     return labels.to_numpy(np.float32)
 
 
+def split_test_queries(run_root: Path) -> set[str]:
+    """The query keys (schema.query_key) of the run's test queries; empty before the split stage."""
+    path = Path(run_root) / SPLIT
+    return set(json.loads(path.read_text())["test_queries"]) if path.is_file() else set()
+
+
 def without_test_queries(train: pd.DataFrame, config: "RunConfig") -> pd.DataFrame:
     """`train` less the sessions of the run's test queries (schema.query_key), when the run has a split."""
-    path = config.resolved_run_dir / SPLIT
-    if not path.is_file():
+    test = split_test_queries(config.resolved_run_dir)
+    if not test:
         return train
-    test = set(json.loads(path.read_text())["test_queries"])
     return train[~query_key(train).isin(test).to_numpy()].reset_index(drop=True)
+
+
+def label_loss(kind: str) -> tuple[str, Callable[[np.ndarray], np.ndarray], LossFn]:
+    """(what the bias record calls it, the per-row target of the grades, the loss) of `train.loss` `kind`."""
+    if kind == "pointwise":
+        return ("pointwise", lambda y: (np.exp2(y) - 1.0) / (2.0 ** MAX_LABEL - 1.0),
+                lambda scores, batch: pointwise_click_loss(scores, batch.extras["target"], batch.mask))
+    if kind == "listwise":
+        return ("listwise on gains 2^y - 1", lambda y: np.exp2(y) - 1.0,
+                lambda scores, batch: listwise_softmax_loss(scores, batch.extras["target"], batch.mask))
+    raise ConfigError(f"train.loss: train.method 'oracle' trains with 'pointwise' or 'listwise', got {kind!r}")
 
 
 class Oracle:
@@ -66,11 +87,10 @@ class Oracle:
         n_rows = len(train)
         train = without_test_queries(train, config)
         labels = true_labels(train, config)
+        loss_name, target, loss = label_loss(config.train.loss)
         trainer = Trainer(build_ranker(config, train), train, valid, config)
-        gains = trainer.lists.gather(np.exp2(labels) - 1.0)
         epochs = config.train.warmup_epochs + config.train.epochs
-        ranker = trainer.fit(lambda scores, batch: listwise_softmax_loss(scores, batch.extras["gain"], batch.mask),
-                             epochs=epochs, extras={"gain": gains})
-        return FitResult(ranker, trainer.history, {"method": self.name, "loss": "listwise on gains 2^y - 1",
+        ranker = trainer.fit(loss, epochs=epochs, extras={"target": trainer.lists.gather(target(labels))})
+        return FitResult(ranker, trainer.history, {"method": self.name, "loss": loss_name,
                                                     "best_epoch": trainer.best_epoch, "epochs": epochs,
                                                     "rows": len(train), "test_query_rows_left_out": n_rows - len(train)})
