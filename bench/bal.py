@@ -48,7 +48,7 @@ import pandas as pd
 import yaml
 
 from wpultr.config import config_from_dict, set_dotted
-from wpultr.experiment.tables import paired_test
+from wpultr.metrics import paired_test
 from wpultr.bal.weights import clip_and_normalise
 from wpultr.methods.gbdt_training import BoostingTrainer
 from wpultr.methods.losses import listwise_softmax_loss, weighted_softmax_loss

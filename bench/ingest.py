@@ -8,7 +8,11 @@ files. Then it prints, all from the same run:
 - `ingest_baidu` on a LocalCluster of 1 worker and of 2 workers (one thread each): wall seconds,
   CPU seconds of the whole process tree (scheduler, workers), MB per CPU-second and sessions/s;
 - the ratio ours / decompression per CPU-second (target >= 0.5) and the 1 -> 2 worker wall-clock
-  speed-up (target >= 1.7), with the 1-minute load average before and after each run.
+  speed-up (target >= 1.7), with the 1-minute load average before and after each run;
+- the whole `wpultr ingest` command as a user runs it, start-up included (Python, imports, the LocalCluster
+  or, under 50 MB of input, none, the workers' imports): wall seconds and CPU-seconds of the whole process
+  tree (every descendant, counted when it is reaped: getrusage(RUSAGE_CHILDREN), which psutil cannot read
+  for processes that have exited), MB per CPU-second and the ratio to gzip -dc.
 
 The machine may be shared: other work slows the wall-clock figures (the speed-up most), much less
 the work done per CPU-second, so the load is printed beside them. Every measured run happens in a
@@ -337,6 +341,38 @@ def measure(label: str, spec: dict) -> dict:
             **json.loads(results[-1][len(RESULT_PREFIX):])}
 
 
+def measure_command(paths: list[str], out: Path) -> dict:
+    """`wpultr ingest` as a user runs it, in a child process: wall seconds and the CPU-seconds of its whole process
+    tree with start-up included (each descendant is reaped by its parent, so RUSAGE_CHILDREN holds them all)."""
+    command = [sys.executable, "-m", "wpultr.cli", "ingest", *paths, "--out", str(out)]
+    load_before, before = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with PeakRss(proc.pid) as rss:
+        stdout, stderr = proc.communicate()
+    seconds, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+    shutil.rmtree(out, ignore_errors=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"wpultr ingest: exited with {proc.returncode}\n{stderr[-4000:]}")
+    summary = json.loads(stdout)
+    return {"label": "wpultr ingest", "seconds": seconds, "peak_rss": rss.peak, "load": (load_before, os.getloadavg()[0]),
+            "cpu_seconds": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
+            "sessions": summary["sessions"], "results": summary["results"], "quarantined": summary["quarantined"],
+            "bytes_uncompressed": summary["bytes_uncompressed"]}
+
+
+def report_command(manifest: dict, decompress: dict[str, dict], run: dict) -> None:
+    """The whole command's line: CPU-seconds of its process tree, start-up included, against gzip -dc."""
+    from wpultr.pipeline.cluster import IN_PROCESS_INPUT_BYTES
+    mb = manifest["bytes"] / 1e6
+    gzip_rate = mb / decompress["gzip -dc"]["cpu_seconds"]
+    on_disk = sum(Path(p).stat().st_size for p in run["paths"])
+    where = "in one process" if on_disk < IN_PROCESS_INPUT_BYTES else "on a LocalCluster"
+    print(f"wpultr ingest, whole process tree, start-up included ({where}): {run['cpu_seconds']:6.1f} CPU-s  "
+          f"{mb / run['cpu_seconds']:6.1f} MB/CPU-s   ({run['seconds']:.1f} s wall, peak RSS {_mib(run['peak_rss'])}, "
+          f"{_load(run)})   per CPU-second: {mb / run['cpu_seconds'] / gzip_rate:.2f}x gzip -dc")
+
+
 def _check(run: dict, factor: int, manifest: dict) -> None:
     """Both readers must have produced every session and row of the input (all of it read), nothing quarantined."""
     sessions = factor * manifest["sessions"]
@@ -448,6 +484,9 @@ def main() -> None:
                                          "out": str(out / f"w{workers}"), "partition_rows": args.partition_rows})
         _check(ours[workers], 1, manifest)
     report(manifest, decompress, ours)
+    command = {**measure_command(one, out / "command"), "paths": one}
+    _check(command, 1, manifest)
+    report_command(manifest, decompress, command)
     plain = x4 = None
     if args.plain:
         plain = measure("plain", {"reader": "plain", "paths": one, "out": str(out / "plain")})

@@ -1,4 +1,8 @@
-"""`wpultr …`: the command line over the pipeline, the simulator, ingest and evaluation."""
+"""`wpultr …`: the command line over the pipeline, the simulator, ingest and evaluation.
+
+Start-up is kept light: this module and the command modules it mounts import no heavy package (torch, Dask,
+pandas, Arrow, SciPy, …) at module level; each command imports what it runs inside its body, so `wpultr --help`,
+`status` and `evaluate` load none of them (tests/test_startup.py)."""
 from __future__ import annotations
 
 import json
@@ -6,11 +10,9 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-import yaml
 
 from .bal.cli import discover_command, graph_app
 from .cli_support import nest, parse_sets, user_errors
-from .config import ClusterConfig, load_config
 from .errors import ConfigError
 from .experiment.cli import experiment as experiment_command
 from .identifiability.cli import identifiability_app
@@ -19,7 +21,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="wpultr: learn an unbiased ranker from biased click logs (BAL and baselines) on Dask.")
 
 
-def _cluster(scheduler: str | None, workers: int | None = None) -> ClusterConfig:
+def _cluster(scheduler: str | None, workers: int | None = None):
+    from .config import ClusterConfig
     cfg = ClusterConfig(scheduler=scheduler)
     if workers:
         cfg.n_workers = workers
@@ -33,6 +36,7 @@ def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/
         scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler"),
         fresh: bool = typer.Option(False, help="delete the run directory first instead of resuming")):
     """Run (or resume) the pipeline a config describes; prints the run directory and report."""
+    from .config import load_config
     from .pipeline.runner import run_pipeline
     overrides = parse_sets(set_)
     if scheduler:
@@ -53,7 +57,7 @@ def simulate(out: Path = typer.Option(..., help="directory to write the logs, an
              seed: int = typer.Option(0, help="random seed"),
              set_: Optional[List[str]] = typer.Option(None, "--set", help="override: --set data.simulate.n_sessions=500")):
     """Write simulated whole-page click logs with their known truth."""
-    from .config import config_from_dict
+    from .config import config_from_dict, load_config
     from .simulate import simulate as run_simulator
     if fmt not in ("baidu", "parquet"):
         raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'baidu', 'parquet'")
@@ -72,20 +76,22 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
                                                              "(Parquet/CSV with declared columns)"),
            config: Optional[Path] = typer.Option(None, help="run config declaring the page features (format table)"),
            partition_rows: int = typer.Option(200_000, help="rows per Parquet partition"),
-           scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler")):
-    """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line."""
-    from .pipeline.cluster import open_client
+           scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler (used "
+                                                               "whatever the input's size)")):
+    """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line.
+    Less than 50 MB of input (pipeline.cluster.IN_PROCESS_INPUT_BYTES) is read in this process, with no cluster."""
+    from .pipeline.cluster import client_for_input
     from .schema import page_features_from_config
     if fmt not in ("auto", "baidu", "table"):
         raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'auto', 'baidu', 'table'")
     if fmt == "auto":
         fmt = _log_format(paths)
-    with open_client(_cluster(scheduler)) as client:
+    with client_for_input(_cluster(scheduler), paths) as client:
         if fmt == "baidu":
             from .io.baidu import ingest_baidu
             summary = ingest_baidu(sorted(paths), out, client, partition_rows)
         else:
-            from .config import RunConfig
+            from .config import RunConfig, load_config
             from .io.tables import ingest_tables
             cfg = load_config(config) if config else RunConfig()
             features = page_features_from_config(cfg.data.page_features, "data.page_features")
@@ -109,22 +115,32 @@ def _log_format(paths: List[str]) -> str:
 def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: a path or an fsspec URL "
                                                      "(s3://, gs://, file://, …)"),
              annotations: Optional[Path] = typer.Option(None, help="score this annotation table instead "
-                                                                    "(Parquet, or a Baidu annotation file)")):
-    """Print the metrics of a run's ranker: its held-out queries, or another annotation table."""
-    from .config import config_from_dict
-    from .io.parquet import read_table
+                                                                    "(Parquet, or a Baidu annotation file)"),
+             clicks: Optional[Path] = typer.Option(None, help="held-out sessions (a Parquet file or an ingested "
+                                                               "sessions directory): print the click log-likelihood "
+                                                               "and perplexity of the run's click models on them")):
+    """Print the metrics of a run's ranker: its held-out queries, another annotation table, or (label-free) how
+    well its click models predict the clicks of held-out sessions."""
     from .pipeline import layout as L
-    from .pipeline.stages import evaluate_ranker
     from .pipeline.rundir import read_json
     from .storage import readable_run_dir
-    with readable_run_dir(run_dir, "RUN_DIR", include=(L.CONFIG_FILE, L.RANKER_DIR, L.METRICS,
-                                                       L.LEXICAL_STATE)) as run:
+    include = (L.CONFIG_FILE, L.RANKER_DIR, L.METRICS, L.LEXICAL_STATE)
+    if clicks is not None:   # what the click models are read and fitted from
+        include += (L.BIAS, L.HISTORY, L.TRUTH_DIR, L.SESSIONS_DIR, L.FEATURED_SESSIONS_DIR)
+    with readable_run_dir(run_dir, "RUN_DIR", include=include) as run:
         if not (run / L.RANKER_DIR).is_dir():
             raise FileNotFoundError(f"{run}: no trained ranker in {L.RANKER_DIR}/ (has the run finished?)")
-        cfg = config_from_dict(yaml.safe_load((run / L.CONFIG_FILE).read_text()))
-        if annotations is None:
+        if clicks is not None:
+            typer.echo(_click_metrics_text(run, clicks))
+            return
+        if annotations is None:     # the stored metrics: read, nothing scored (so no config, pandas or torch)
             typer.echo(json.dumps(read_json(run / L.METRICS), indent=2))
             return
+        import yaml
+        from .config import config_from_dict
+        from .io.parquet import read_table
+        from .pipeline.stages import evaluate_ranker
+        cfg = config_from_dict(yaml.safe_load((run / L.CONFIG_FILE).read_text()))
         if annotations.suffix == ".parquet":
             table = read_table(annotations)
         else:
@@ -139,6 +155,26 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
             table[FEATURES] = list(LexicalFeaturizer.load(lexical).transform(table))
         metrics, _, _ = evaluate_ranker(run / L.RANKER_DIR, table, cfg)
     typer.echo(json.dumps(metrics, indent=2))
+
+
+def _click_metrics_text(run: Path, clicks: Path) -> str:
+    """The click metrics of the run at `run` on the held-out sessions `clicks`, as a table and the JSON."""
+    import yaml
+    from .click_metrics import perplexity_table
+    from .config import config_from_dict
+    from .pipeline import layout as L
+    from .pipeline.rundir import RunDir
+    from .pipeline.stages import heldout_click_metrics
+    if not clicks.exists():
+        raise FileNotFoundError(f"--clicks: {clicks}: no such file or directory")
+    if (clicks / "sessions").is_dir():                   # an ingest output directory: its sessions table
+        clicks = clicks / "sessions"
+    cfg = config_from_dict(yaml.safe_load((run / L.CONFIG_FILE).read_text()))
+    result = heldout_click_metrics(RunDir(run), clicks, cfg)
+    table = perplexity_table(result).to_string(index=False, float_format=lambda v: f"{v:.4f}")
+    return (f"{result['sessions']} held-out sessions, {result['rows']} shown results "
+            f"(perplexity: lower is better, 1 is perfect; @k: at position k)\n{table}\n"
+            f"{json.dumps(result, indent=2)}")
 
 
 @app.command()
@@ -173,14 +209,39 @@ def score(model: str = typer.Argument(..., help="an exported ranker (wpultr expo
 
 @app.command()
 @user_errors
+def compare(runs: List[str] = typer.Argument(..., help="finished run directories (paths or fsspec URLs); the first "
+                                                      "is the baseline the others are tested against"),
+            html: Optional[Path] = typer.Option(None, "--html", help="also write an HTML page with the per-query "
+                                                                      "differences plotted (an existing file is "
+                                                                      "replaced only if `wpultr compare` wrote it)")):
+    """Runs' metrics side by side on the test queries they share, with paired t-tests against the first run."""
+    from .pipeline.rundir import check_output
+    from .report.compare import PAGE, compare_runs, format_text, write_html
+    from .storage import is_url
+    inputs = [r for r in runs if not is_url(r)]
+    if html is not None:
+        check_output(html, PAGE, inputs, "--html")    # before reading the runs, so a refused --html costs nothing
+    comparison = compare_runs(runs)
+    typer.echo(format_text(comparison))
+    if html is not None:
+        typer.echo(f"page: {write_html(comparison, html, inputs)}")
+
+
+@app.command()
+@user_errors
 def status(path: str = typer.Argument(..., help="a run directory (a path or an fsspec URL) or an experiment "
                                                 "directory"),
            as_json: bool = typer.Option(False, "--json", help="print the status as JSON")):
     """Stages done, running, failed or died (with times) of a run; the state of every run of an experiment."""
-    from .experiment.status import experiment_status, format_experiment_status, is_experiment_dir
+    from .pipeline.layout import MARKER
     from .pipeline.status import format_status, status_of
     from .storage import is_url
-    if not is_url(path) and Path(path).is_dir() and is_experiment_dir(Path(path)):
+    # a run directory (its marker) never loads the experiment code, which imports the config (Dask, SciPy)
+    experiment = not is_url(path) and Path(path).is_dir() and not (Path(path) / MARKER).exists()
+    if experiment:
+        from .experiment.status import experiment_status, format_experiment_status, is_experiment_dir
+        experiment = is_experiment_dir(Path(path))
+    if experiment:
         found, text = experiment_status(Path(path)), format_experiment_status
     else:
         found, text = status_of(path), format_status

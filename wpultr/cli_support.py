@@ -14,7 +14,6 @@ from typing import Any, Callable
 
 import typer
 
-from .config import parse_overrides, set_dotted
 from .errors import WpultrError
 
 USER_ERRORS = (WpultrError, FileNotFoundError, NotADirectoryError)
@@ -46,11 +45,13 @@ def user_errors(fn: Callable) -> Callable:
 
 def parse_sets(sets: list[str] | None, example: str = "train.epochs=2") -> dict[str, Any]:
     """`--set KEY=VALUE` options as {dotted key: YAML-parsed value}."""
+    from .config import parse_overrides      # here, not above: `wpultr --help` starts without the config's imports
     return parse_overrides(sets, example)
 
 
 def nest(flat: dict[str, Any]) -> dict[str, Any]:
     """{dotted key: value} as the nested mapping a config file would hold."""
+    from .config import set_dotted
     nested: dict[str, Any] = {}
     for key, value in flat.items():
         set_dotted(nested, key, value)

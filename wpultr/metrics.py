@@ -15,6 +15,8 @@ et al. 2009, the same as TREC's gdeval.pl). Conventions, chosen once for all met
 * MCC (Identifiability paper §5.1): Pearson correlation between true and predicted relevance, pooled
   over all documents; see `mcc`.
 * Click MSE (same paper): mean squared error between true and predicted click probability; see `click_mse`.
+* Click log-likelihood and perplexity of held-out sessions (label-free; the click-model check of the
+  Baidu-ULTR reproducibility study, Hager et al., SIGIR 2024): see `click_log_likelihood`, `click_perplexity`.
 * A query is keyed by schema.query_key (its id plus its query tokens when the table has them):
   Baidu-ULTR reuses some annotation query ids for different queries, each a query of its own.
 """
@@ -283,3 +285,78 @@ def evaluate(df: pd.DataFrame, score_col: str, label_col: str = LABEL, query_col
         result["high"] = _group_summary(table[table[bucket_col].isin(HIGH_BUCKETS)], columns)
         result["tail"] = _group_summary(table[table[bucket_col].isin(TAIL_BUCKETS)], columns)
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Label-free: how well a click model predicts held-out clicks
+# ---------------------------------------------------------------------------------------------
+CLICK_PROB_EPS = 1e-6          # predicted click probabilities are clipped into [eps, 1 − eps]: log 0 is undefined
+
+
+def _click_arrays(clicks: Sequence[float] | np.ndarray, click_prob: Sequence[float] | np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Clicks (0/1) and predicted click probabilities as float arrays of one shape, probabilities clipped."""
+    c = np.asarray(clicks, dtype=np.float64).ravel()
+    p = np.asarray(click_prob, dtype=np.float64).ravel()
+    if c.shape != p.shape or c.size == 0:
+        raise ValueError(f"click metrics: need equally many clicks and click probabilities (> 0), got {c.size}, {p.size}")
+    if not np.isin(c, (0.0, 1.0)).all():
+        raise ValueError("click metrics: clicks must be 0 or 1")
+    if not np.isfinite(p).all():
+        raise ValueError("click metrics: click probabilities must be finite")
+    return c, np.clip(p, CLICK_PROB_EPS, 1.0 - CLICK_PROB_EPS)
+
+
+def click_log_likelihood(clicks: Sequence[float] | np.ndarray, click_prob: Sequence[float] | np.ndarray) -> float:
+    """Mean over shown results of c·ln p + (1 − c)·ln(1 − p) (natural log; higher is better, 0 is perfect)."""
+    c, p = _click_arrays(clicks, click_prob)
+    return float(np.mean(c * np.log(p) + (1.0 - c) * np.log1p(-p)))
+
+
+def click_perplexity(clicks: Sequence[float] | np.ndarray, click_prob: Sequence[float] | np.ndarray,
+                     positions: Sequence[int] | np.ndarray) -> dict[str, Any]:
+    """Perplexity by position and overall (Hager et al., SIGIR 2024; Dupret & Piwowarski 2008).
+
+    At position k: PPL@k = 2^(−(1/N_k) Σ_s [c_sk·log2 p_sk + (1 − c_sk)·log2(1 − p_sk)]), the mean over the N_k
+    sessions showing a result at k; overall = the mean of PPL@k over the positions. 1 is perfect, 2 is a coin
+    flip; lower is better. Returns {"overall": float, "by_position": {"k": float}, "sessions_by_position": {"k": N_k}}.
+    """
+    c, p = _click_arrays(clicks, click_prob)
+    pos = np.asarray(positions).ravel()
+    if pos.shape != c.shape:
+        raise ValueError(f"click_perplexity: {pos.size} positions for {c.size} clicks")
+    log2_lik = (c * np.log2(p) + (1.0 - c) * np.log2(1.0 - p))
+    levels, where = np.unique(pos, return_inverse=True)
+    counts = np.bincount(where, minlength=len(levels))
+    per_position = np.exp2(-np.bincount(where, log2_lik, minlength=len(levels)) / counts)
+    return {"overall": float(per_position.mean()),
+            "by_position": {str(int(k)): float(v) for k, v in zip(levels, per_position)},
+            "sessions_by_position": {str(int(k)): int(n) for k, n in zip(levels, counts)}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Two rankers on the same queries
+# ---------------------------------------------------------------------------------------------
+GROUP_BUCKETS = {"high": HIGH_BUCKETS, "tail": TAIL_BUCKETS}
+
+
+def paired_test(method: pd.DataFrame, baseline: pd.DataFrame, metric: str, group: str) -> tuple[float, float, int]:
+    """(p, mean difference method − baseline, n queries) of a paired t-test (scipy.stats.ttest_rel) over the
+    queries both tables share, keyed by schema.query_key; used by the experiment tables and `wpultr compare`."""
+    from scipy.stats import ttest_rel
+    a, b = method, baseline
+    if group != "all":
+        if BUCKET not in a.columns:
+            return float("nan"), float("nan"), 0
+        a = a[a[BUCKET].isin(GROUP_BUCKETS[group])]
+        b = b[b[BUCKET].isin(GROUP_BUCKETS[group])]
+    key = QUERY_KEY if QUERY_KEY in a.columns and QUERY_KEY in b.columns else QUERY_ID   # schema.query_key
+    joined = a[[key, metric]].merge(b[[key, metric]], on=key, suffixes=("_m", "_b"))
+    n = len(joined)
+    if n < 2:
+        return float("nan"), float("nan"), n
+    x, y = joined[f"{metric}_m"].to_numpy(float), joined[f"{metric}_b"].to_numpy(float)
+    diff = float(np.mean(x - y))
+    if np.allclose(x, y):
+        return 1.0, diff, n
+    return float(ttest_rel(x, y).pvalue), diff, n

@@ -19,7 +19,6 @@ from ..cli_support import nest, parse_sets, user_errors
 from ..pipeline.layout import BIAS
 from ..pipeline.rundir import PNG, Replaces, holding
 from ..storage import is_url, readable_run_dir, write_bytes
-from .biases import identify_biases
 
 graph_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Inspect the click-model graphs a run discovered (one per epoch).")
@@ -34,6 +33,7 @@ class GraphFormat(str, Enum):
 
 
 def _bias_lines(graph) -> list[str]:
+    from .biases import identify_biases      # pulls the schema (pandas): only when a graph is shown
     report = identify_biases(graph)
     lines = ["", f"click parents: {', '.join(report.click_parents) or '(none)'}",
              f"page-feature biases (x -> click): {', '.join(report.page_feature_biases) or '(none)'}"]

@@ -1,6 +1,16 @@
 """Experiments over methods × seeds (× settings): run on Dask, gathered into the paper's tables and figures."""
-from .harness import read_records, run_experiment
-from .spec import Experiment, ExperimentSpec, RunRecord, RunSpec, experiment_from_dict, load_experiment
+from __future__ import annotations
 
-__all__ = ["Experiment", "ExperimentSpec", "RunRecord", "RunSpec", "experiment_from_dict", "load_experiment",
-           "read_records", "run_experiment"]
+import importlib
+from typing import Any
+
+# name -> submodule; imported on first use (PEP 562) so that `wpultr --help` does not start Dask
+_EXPORTS = {"read_records": "harness", "run_experiment": "harness", "Experiment": "spec", "ExperimentSpec": "spec",
+            "RunRecord": "spec", "RunSpec": "spec", "experiment_from_dict": "spec", "load_experiment": "spec"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

@@ -8,7 +8,6 @@ from typing import List, Optional
 import typer
 
 from ..cli_support import parse_sets, user_errors
-from ..config import ClusterConfig
 
 
 @user_errors
@@ -34,7 +33,7 @@ def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pip
         records = read_records(exp)
         write_records(exp, records)
     else:
-        from ..config import config_from_dict
+        from ..config import ClusterConfig, config_from_dict
         from ..pipeline.cluster import open_client
         base_cluster = config_from_dict({k: v for k, v in exp.base.items() if k == "cluster"}).cluster
         cluster = ClusterConfig(scheduler=scheduler or base_cluster.scheduler,

@@ -11,7 +11,6 @@ runs/<setting>/<label>/seed_<s>/   (one run directory each)
 """
 from __future__ import annotations
 
-import base64
 import html
 import os
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import pandas as pd
 import yaml
 
 from ..pipeline.rundir import write_text
+from ..report.html import page, png_img
 from . import figures as F
 from .identifiability_tables import identifiability_tables
 from .spec import EXPERIMENT_FILE, Experiment, RunRecord, slug
@@ -153,8 +153,7 @@ def write_experiment_report(exp: Experiment, records: Sequence[RunRecord]) -> Pa
 
 
 def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f"<img alt='{html.escape(path.name)}' src='data:image/png;base64,{data}'>"
+    return png_img(path.read_bytes(), path.name)
 
 
 def _runs_table(exp: Experiment, records: Sequence[RunRecord]) -> str:
@@ -213,9 +212,6 @@ def render_html(exp: Experiment, records: Sequence[RunRecord], outputs: Sequence
     config = exp.out_dir / EXPERIMENT_FILE
     text = config.read_text() if config.exists() else yaml.safe_dump({"name": exp.name})
     parts.append(f"<section><h2>Experiment config (as resolved)</h2><pre>{html.escape(text)}</pre></section>")
-    style = ("body{font-family:system-ui,sans-serif;max-width:80em;margin:2em auto;padding:0 1em}"
-             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;"
-             "text-align:right}th{background:#f3f3f3}pre{background:#f8f8f8;padding:1em;overflow:auto}"
-             "img{max-width:100%}.legend{color:#555;font-size:.9em}tr.failed td,tr.invalid td{background:#fdecea}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>wpultr experiment {html.escape(exp.name)}"
-            f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")
+    return page(f"wpultr experiment {exp.name}", "".join(parts),
+                style="body{max-width:80em}.legend{color:#555;font-size:.9em}"
+                      "tr.failed td,tr.invalid td{background:#fdecea}")

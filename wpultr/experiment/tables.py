@@ -26,12 +26,11 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from ..metrics import paired_test
 from ..pipeline.layout import METRICS, PER_QUERY
 from ..pipeline.rundir import read_json
-from ..schema import BUCKET, HIGH_BUCKETS, QUERY_ID, QUERY_KEY, TAIL_BUCKETS
 
 BETTER, WORSE = "↑", "↓"
-GROUP_BUCKETS = {"high": HIGH_BUCKETS, "tail": TAIL_BUCKETS}
 
 
 @dataclass(frozen=True)
@@ -165,27 +164,6 @@ class Table:
         write_text(md, self.to_markdown())
         write_text(csv, self.frame().to_csv(index=False))
         return md, csv
-
-
-def paired_test(method: pd.DataFrame, baseline: pd.DataFrame, metric: str, group: str) -> tuple[float, float, int]:
-    """(p, mean difference method − baseline, n queries) of a paired t-test over shared test queries."""
-    from scipy.stats import ttest_rel
-    a, b = method, baseline
-    if group != "all":
-        if BUCKET not in a.columns:
-            return float("nan"), float("nan"), 0
-        a = a[a[BUCKET].isin(GROUP_BUCKETS[group])]
-        b = b[b[BUCKET].isin(GROUP_BUCKETS[group])]
-    key = QUERY_KEY if QUERY_KEY in a.columns and QUERY_KEY in b.columns else QUERY_ID   # schema.query_key
-    joined = a[[key, metric]].merge(b[[key, metric]], on=key, suffixes=("_m", "_b"))
-    n = len(joined)
-    if n < 2:
-        return float("nan"), float("nan"), n
-    x, y = joined[f"{metric}_m"].to_numpy(float), joined[f"{metric}_b"].to_numpy(float)
-    diff = float(np.mean(x - y))
-    if np.allclose(x, y):
-        return 1.0, diff, n
-    return float(ttest_rel(x, y).pvalue), diff, n
 
 
 def significance_rows(results: SettingResults, label: str, baseline: str, columns: Sequence[Column],

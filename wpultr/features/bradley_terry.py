@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize
 
 from ..schema import POSITION, SESSION_ID, SchemaError
 
@@ -109,6 +108,8 @@ class BradleyTerryEncoder:
         if wins.sum() == 0:
             scores = np.zeros(counts.levels.size)
         else:
+            from scipy.optimize import minimize     # here: importing the config (which holds this
+            #                                         module's settings) need not load SciPy
             result = minimize(_neg_log_likelihood, np.zeros(counts.levels.size), args=(wins, self.ridge),
                               jac=True, method="L-BFGS-B",
                               options={"maxiter": self.max_iter, "ftol": self.tol, "gtol": self.tol})

@@ -16,10 +16,8 @@ import typer
 import yaml
 
 from ..cli_support import user_errors
-from ..io.parquet import read_table
 from ..pipeline.layout import CONFIG_FILE, SESSIONS_DIR
 from ..storage import readable_run_dir
-from .preflight import IdentifiabilityError, check, describe_components
 
 identifiability_app = typer.Typer(add_completion=False, no_args_is_help=True,
                                   help="Can these logs separate bias factors from relevance? (Identifiability Matters)")
@@ -32,6 +30,7 @@ class OnDisconnected(str, Enum):
 
 def _sessions_and_kinds(path: Path) -> tuple[Any, dict[str, str]]:
     """(sessions frame, declared page-feature kinds) of a run directory or a sessions table."""
+    from ..io.parquet import read_table
     if (path / SESSIONS_DIR).exists():
         kinds: dict[str, str] = {}
         config = path / CONFIG_FILE
@@ -78,6 +77,7 @@ def check_command(
         on_disconnected: OnDisconnected = typer.Option(OnDisconnected.report, "--on-disconnected",
                                                        help="report (exit 0) or fail (exit 2 naming the components)")):
     """Check the identifiability graph of a click log over the given bias factors."""
+    from .preflight import IdentifiabilityError, check, describe_components
     names = [f.strip() for f in factors.split(",") if f.strip()]
     if not names:
         raise typer.BadParameter("--factors: give at least one column, e.g. position,media_type")

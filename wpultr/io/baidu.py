@@ -70,8 +70,8 @@ from .allocator import large_blocks_kept
 from .baidu_kernels import count_newlines, field_starts, gather, parse_plain_decimals, parse_tokens
 from .quarantine import (REASONS, IngestSummary, QuarantineRecord, QuarantineWriter, quarantine_frame,
                          quarantine_table, raw_text)
-from .tables import (QUARANTINE_SUBDIR, SessionPartitionWriter, checked_paths, ingest_output, partition_name,
-                     write_table_atomic)
+from .tables import (QUARANTINE_SUBDIR, SessionPartitionWriter, checked_paths, ingest_output, map_files,
+                     partition_name, write_table_atomic)
 
 CHUNK_BYTES = 8 << 20          # decompressed bytes parsed at a time
 ROW_GROUP_ROWS = 1 << 16       # parsed rows gathered per Parquet write (row group): fewer dictionaries and pages
@@ -775,21 +775,20 @@ def check_log_names(files: Sequence[str]) -> None:
 
 def ingest_baidu(paths: Sequence[str | Path], out_dir: str | Path, client, partition_rows: int = 200_000,
                  chunk_bytes: int = CHUNK_BYTES, key: str = "--out") -> IngestSummary:
-    """Ingest Baidu-ULTR session logs on the Dask `client`, one task per file.
+    """Ingest Baidu-ULTR session logs on the Dask `client`, one task per file (in this process when it is None).
 
     Workers write out_dir/sessions/part-<file#>-<k>.parquet and out_dir/quarantine/part-<file#>.parquet
     themselves (so out_dir must be on a file system every worker sees); only summaries travel back. Both
     directories are written under temporary names and swapped into place when every file is done
     (tables.ingest_output); `key` names out_dir in a refusal.
     """
-    from ..progress import gather, ingest_rates
+    from ..progress import ingest_rates
     files, duplicates = checked_paths(paths)
     check_log_names(files)
     with ingest_output(out_dir, files, key, client) as output:
-        futures = client.map(_ingest_file, files, range(len(files)), sessions_dir=str(output.sessions),
-                             quarantine_dir=str(output.quarantine), partition_rows=partition_rows,
-                             chunk_bytes=chunk_bytes, pure=False)
-        summary = IngestSummary.combine(gather(client, futures, desc="ingest", unit="file", postfix=ingest_rates))
+        summary = IngestSummary.combine(map_files(
+            client, _ingest_file, files, ingest_rates, sessions_dir=str(output.sessions),
+            quarantine_dir=str(output.quarantine), partition_rows=partition_rows, chunk_bytes=chunk_bytes))
     summary.duplicate_inputs = duplicates
     return summary
 

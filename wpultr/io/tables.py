@@ -367,23 +367,35 @@ def _check_unique_sessions(files: Sequence[str], ids: Sequence[np.ndarray]) -> N
 
 def ingest_tables(paths: Sequence[str | Path], out_dir: str | Path, page_features: Sequence[PageFeature],
                   client, partition_rows: int = 200_000, key: str = "--out") -> IngestSummary:
-    """Validate users' own session tables, one Dask task per file, into out_dir/sessions partitions.
+    """Validate users' own session tables, one Dask task per file (in this process when `client`
+    is None), into out_dir/sessions partitions.
 
     A table either passes whole or the ingest fails with the SchemaError of its first bad cell. Session ids are
     taken as given and must be unique across the files (else SchemaError naming both); nothing under out_dir
     changes unless the whole ingest succeeds (`ingest_output`).
     """
-    from ..progress import gather, ingest_rates
+    from ..progress import ingest_rates
     files, duplicates = checked_paths(paths)
     with ingest_output(out_dir, files, key, client) as output:
-        futures = client.map(_ingest_table_file, files, range(len(files)), sessions_dir=str(output.sessions),
-                             page_features=tuple(page_features), partition_rows=partition_rows, pure=False)
-        done = gather(client, futures, desc="ingest", unit="file",
-                      postfix=lambda finished, seconds: ingest_rates([s for s, _ in finished], seconds))
+        done = map_files(client, _ingest_table_file, files,
+                         lambda finished, seconds: ingest_rates([s for s, _ in finished], seconds),
+                         sessions_dir=str(output.sessions), page_features=tuple(page_features),
+                         partition_rows=partition_rows)
         _check_unique_sessions(files, [ids for _, ids in done])
         summary = IngestSummary.combine(s for s, _ in done)
     summary.duplicate_inputs = duplicates
     return summary
+
+
+def map_files(client: Any, task: Any, files: Sequence[str], postfix: Any, **kwargs: Any) -> list[Any]:
+    """`task(file, its index, **kwargs)` for every file: one Dask task each on `client` (under a progress bar with
+    `postfix`), or one after another in this process when `client` is None (a small ingest,
+    `pipeline.cluster.client_for_input`)."""
+    if client is None:
+        return [task(f, i, **kwargs) for i, f in enumerate(files)]
+    from ..progress import gather
+    futures = client.map(task, files, range(len(files)), pure=False, **kwargs)
+    return gather(client, futures, desc="ingest", unit="file", postfix=postfix)
 
 
 def checked_paths(paths: Sequence[str | Path]) -> tuple[list[str], list[list[str]]]:

@@ -1,4 +1,5 @@
-"""The Dask client every stage runs on: a LocalCluster by default, or an existing scheduler by address.
+"""The Dask client every stage runs on: a LocalCluster by default, or an existing scheduler by address; none at all
+for `wpultr ingest` of less than IN_PROCESS_INPUT_BYTES without a scheduler (`client_for_input`).
 
 An external cluster can fail in two ways a user can fix, and both end in one `ClusterError` line
 instead of a traceback or a silent hang: the scheduler does not answer within
@@ -11,12 +12,18 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any, Iterator
-
-from distributed import Client, Future, LocalCluster
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..config import ClusterConfig
 from ..errors import ClusterError
+
+if TYPE_CHECKING:     # distributed is imported where a client is made: a command that needs none starts without it
+    from distributed import Client
+
+# an ingest of less input than this runs in the calling process: a LocalCluster's start-up (worker processes,
+# each importing the readers) costs more than reading it (`wpultr ingest` without --scheduler)
+IN_PROCESS_INPUT_BYTES = 50 * 10**6
+local_clusters_started = 0     # LocalClusters this process has started (open_client); tests read it
 
 
 def current_client() -> Client | None:
@@ -52,12 +59,35 @@ def open_client(cfg: ClusterConfig | None = None) -> Iterator[Client]:
             yield client
         return
     import dask
+    from distributed import Client, LocalCluster
+    global local_clusters_started
+    local_clusters_started += 1
     # the workers start with this process's Dask config: their statistical profiler off unless asked for
     with dask.config.set({"distributed.worker.profile.enabled": bool(cfg.worker_profiling)}), \
             LocalCluster(n_workers=cfg.n_workers, threads_per_worker=cfg.threads_per_worker,
                          memory_limit=cfg.memory_limit, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         yield client
+
+
+@contextlib.contextmanager
+def client_for_input(cfg: ClusterConfig, inputs: Sequence[str]) -> Iterator[Client | None]:
+    """`open_client(cfg)`, or None — work in this process, no cluster — when no scheduler is named and the inputs
+    (paths or URLs) hold less than IN_PROCESS_INPUT_BYTES together."""
+    if not cfg.scheduler and sum(_input_bytes(p) for p in inputs) < IN_PROCESS_INPUT_BYTES:
+        yield None
+        return
+    with open_client(cfg) as client:
+        yield client
+
+
+def _input_bytes(path: str) -> int:
+    """Bytes of an input as stored; 0 for one that cannot be read (the ingest itself then says why, at once)."""
+    from ..storage import size
+    try:
+        return size(path)
+    except (OSError, ValueError):
+        return 0
 
 
 def release_memory() -> int:
@@ -95,6 +125,7 @@ def connect(address: str, timeout: float) -> Client:
     client_log = logging.getLogger("distributed.client")
     level = client_log.level
     client_log.setLevel(logging.CRITICAL)   # distributed logs the failed attempt as a traceback: the error says it
+    from distributed import Client
     try:
         return Client(address, timeout=timeout)
     except (OSError, TimeoutError):
@@ -166,5 +197,6 @@ class WorkerWatch:
             return
 
     def _cancel(self, keys: list[str]) -> None:
+        from distributed import Future
         with contextlib.suppress(Exception):  # the scheduler may be gone too; the stage still unblocks below
             self.client.cancel([Future(key, self.client) for key in keys], msg=str(self.error))

@@ -11,6 +11,9 @@ CONFIG_FILE = "config.yaml"              # the config as resolved (defaults fill
 VERSIONS_FILE = "versions.json"          # Python, platform and package versions
 SUMMARY_FILE = "summary.json"            # every stage: seconds, finish time, what it reported
 STAGES_DIR = "stages"                    # completion records, one per stage
+# the pipeline's stages in run order (pipeline/stages.STAGES, checked by tests/test_startup.py): named here
+# so that `wpultr status` lists stages/<name>.json without importing the stages (pandas, Dask, the config)
+STAGE_NAMES = ("ingest", "featurize", "preprocess", "split", "train", "discover", "evaluate", "report")
 
 SESSIONS_DIR = "data/sessions"
 ANNOTATIONS = "data/annotations.parquet"
@@ -21,6 +24,7 @@ FEATURED_SESSIONS_DIR = "data/featured/sessions"
 FEATURED_ANNOTATIONS = "data/featured/annotations.parquet"
 LEXICAL_STATE = "data/featured/lexical.json"
 SPLIT = "data/split.json"
+HELDOUT_SESSIONS_DIR = "data/heldout_sessions"   # sessions held out of training (evaluation.heldout_sessions)
 PAGE_ENCODER = "data/page_encoder"
 SESSION_SCORES = "data/session_scores.parquet"
 RANKER_DIR = "ranker"

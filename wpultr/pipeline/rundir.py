@@ -22,9 +22,10 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-import pandas as pd
+if TYPE_CHECKING:    # only an annotation here: the read-only commands start without pandas
+    import pandas as pd
 
 from ..errors import RunDirError
 from .layout import CONFIG_FILE, MARKER, VERSIONS_FILE

@@ -20,8 +20,8 @@ from ..config import RunConfig
 from ..io.parquet import column_names, partition_paths, read_table, row_count, table_to_pandas
 from ..schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_KEY, SESSION_ID, page_features_from_config, \
     query_key
-from .layout import (ANNOTATIONS, BIAS, FEATURED_ANNOTATIONS, FEATURED_SESSIONS_DIR, HISTORY,  # noqa: F401
-                     INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
+from .layout import (ANNOTATIONS, BIAS, FEATURED_ANNOTATIONS, FEATURED_SESSIONS_DIR, HELDOUT_SESSIONS_DIR,  # noqa: F401
+                     HISTORY, INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
                      SESSION_SCORES, SESSIONS_DIR, SPLIT, TEST_SCORES, TRUTH_DIR)
 from .rundir import RunDir, read_json, write_json, write_parquet
 
@@ -184,7 +184,49 @@ def split(ctx: StageContext) -> dict[str, Any]:
     test = np.setdiff1d(queries, valid)
     write_json(ctx.run.path(SPLIT), {"valid_queries": valid.tolist(), "test_queries": test.tolist(),
                                      "seed": ctx.config.seed})
-    return {"valid_queries": int(len(valid)), "test_queries": int(len(test))}
+    info = {"valid_queries": int(len(valid)), "test_queries": int(len(test))}
+    if ctx.config.evaluation.heldout_sessions > 0:
+        info["heldout_rows"] = hold_out_sessions(ctx.run, ctx.config.evaluation.heldout_sessions, ctx.config.seed)
+    return info
+
+
+def heldout_session_mask(session_ids: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Whether each session is held out: a seeded hash of its id (splitmix64) below `fraction`, so the choice
+    depends on the id alone — the same in every partition and on a rerun of a split that stopped midway."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(session_ids).astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53) < fraction
+
+
+def hold_out_sessions(run: RunDir, fraction: float, seed: int) -> int:
+    """Move the held-out sessions' rows out of the sessions tables (ingested and featured) into
+    HELDOUT_SESSIONS_DIR (the training table's rows, one file per partition); the rows held out.
+
+    Each partition is rewritten only after its held-out rows are written, so a rerun finds them there."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from .rundir import atomic_path
+
+    def write(path: Path, table: pa.Table) -> None:
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp)
+
+    training, _ = _training_tables(run)
+    tables = [run.path(SESSIONS_DIR)] + ([training] if training != run.path(SESSIONS_DIR) else [])
+    heldout = run.path(HELDOUT_SESSIONS_DIR)
+    for table in reversed(tables):                              # the training table first: its rows are kept
+        for part in partition_paths(table):
+            rows = pq.read_table(part)
+            mask = heldout_session_mask(rows.column(SESSION_ID).to_numpy(), fraction, seed)
+            if not mask.any():
+                continue
+            if table == training:
+                write(heldout / part.name, rows.filter(pa.array(mask)))
+            write(part, rows.filter(pa.array(~mask)))
+    return row_count(partition_paths(heldout)) if heldout.is_dir() else 0
 
 
 def _annotation_split(run: RunDir, annotations: pd.DataFrame, which: str) -> pd.DataFrame:
@@ -383,10 +425,26 @@ def evaluate(ctx: StageContext) -> dict[str, Any]:
     truth = truth_metrics(run.root, _training_tables(run)[0], cfg.train.batch_size)
     if truth is not None:
         metrics["truth"] = truth
+    if run.path(HELDOUT_SESSIONS_DIR).is_dir():                 # evaluation.heldout_sessions > 0
+        metrics["clicks"] = heldout_click_metrics(run, run.path(HELDOUT_SESSIONS_DIR), cfg)
     write_parquet(run.path(TEST_SCORES), scores)
     write_parquet(run.path(PER_QUERY), table)
     write_json(run.path(METRICS), metrics)
     return {"test_queries": metrics["all"].get("n_queries")}
+
+
+def heldout_click_metrics(run: RunDir, heldout_path: Path, cfg: RunConfig) -> dict[str, Any]:
+    """`click_metrics.click_metrics` of the run on (a sample of) the sessions at `heldout_path`, its click models
+    fitted where they need it on a sample of the training sessions."""
+    from ..click_metrics import FIT_SESSIONS, HELDOUT_SESSIONS, click_metrics
+    training, _ = _training_tables(run)
+    train = read_sampled_sessions(training, FIT_SESSIONS, cfg.seed)
+    if Path(heldout_path).is_dir():
+        heldout = read_sampled_sessions(Path(heldout_path), HELDOUT_SESSIONS, cfg.seed)
+    else:
+        from ..io.parquet import sample_sessions
+        heldout = sample_sessions(read_table(heldout_path), HELDOUT_SESSIONS, cfg.seed).reset_index(drop=True)
+    return click_metrics(run.root, heldout, train, cfg.train.batch_size)
 
 
 def evaluate_ranker(ranker_dir: Path, annotations: pd.DataFrame, cfg: RunConfig):
@@ -416,7 +474,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("ingest", ingest, _ingest_outputs),
     Stage("featurize", featurize, _featurize_outputs),
     Stage("preprocess", preprocess, lambda cfg: [PAGE_ENCODER]),
-    Stage("split", split, lambda cfg: [SPLIT]),
+    Stage("split", split, lambda cfg: [SPLIT] + ([HELDOUT_SESSIONS_DIR] if cfg.evaluation.heldout_sessions else [])),
     Stage("train", train, lambda cfg: [RANKER_DIR, HISTORY, BIAS]),
     Stage("discover", discover, lambda cfg: []),
     Stage("evaluate", evaluate, lambda cfg: [METRICS, PER_QUERY, TEST_SCORES]),

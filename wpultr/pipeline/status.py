@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import RunDirError
 from ..storage import is_url, readable_run_dir
-from .layout import CONFIG_FILE, MARKER, STAGES_DIR
+from .layout import CONFIG_FILE, MARKER, STAGE_NAMES, STAGES_DIR
 from .run_lock import holder_alive, process_record, read_lock
 from .rundir import write_json
 
@@ -122,8 +122,7 @@ def _stage_status(stages_dir: Path, name: str) -> StageStatus:
 
 def _stage_names(stages_dir: Path) -> list[str]:
     """The pipeline's stages in order, then any other stage that left a record (custom stage lists)."""
-    from .stages import STAGES
-    names = [s.name for s in STAGES]
+    names = list(STAGE_NAMES)
     if stages_dir.is_dir():
         for path in sorted(stages_dir.iterdir()):
             for suffix in (DONE_SUFFIX, RUNNING_SUFFIX, FAILED_SUFFIX):

@@ -1,6 +1,7 @@
 """The run's HTML report: one self-contained page with what was ingested, how training went and the metrics."""
 from __future__ import annotations
 
+import base64
 import html
 import json
 from pathlib import Path
@@ -8,6 +9,23 @@ from typing import Any
 
 from ..pipeline import layout as L
 from ..pipeline.rundir import RunDir, read_json, write_text
+
+
+PAGE_STYLE = ("body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em}"
+              "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;"
+              "text-align:right}th{background:#f3f3f3}pre{background:#f8f8f8;padding:1em;overflow:auto}"
+              "img{max-width:100%}")
+
+
+def page(title: str, body: str, style: str = "") -> str:
+    """A self-contained HTML page (the run report, `wpultr compare`, the experiment report): one look for all."""
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{PAGE_STYLE}{style}</style></head><body>{body}</body></html>")
+
+
+def png_img(data: bytes, alt: str) -> str:
+    """A PNG embedded in the page as base64 (no file beside the page to lose)."""
+    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(data).decode('ascii')}'>"
 
 
 def _table(rows: list[list[Any]], header: list[str]) -> str:
@@ -64,10 +82,27 @@ def click_edges_section(root: Path) -> str:
     return _section(f"Page feature → click edges (epoch {k}): how sure the graph is", _table(rows, WITHIN_DOCUMENT_HEADER))
 
 
+def click_metrics_section(metrics: dict[str, Any] | None) -> str:
+    """Label-free: each click model's log-likelihood and perplexity (overall, by position) on held-out sessions
+    (metrics.json "clicks"); '' when the run held none out."""
+    clicks = (metrics or {}).get("clicks")
+    if not clicks:
+        return ""
+    models = clicks["models"]
+    positions = list(dict.fromkeys(k for m in models.values() for k in m["perplexity"]["by_position"]))
+    rows = [[name, m["log_likelihood"], m["perplexity"]["overall"]]
+            + [m["perplexity"]["by_position"].get(k, "") for k in positions] for name, m in models.items()]
+    note = (f"<p>{clicks['sessions']} held-out sessions, {clicks['rows']} shown results; perplexity: lower is "
+            "better, 1 is perfect, 2 a coin flip.</p>")
+    return _section("Click metrics on held-out sessions (no labels)",
+                    note + _table(rows, ["model", "log-likelihood", "perplexity"] + [f"@{k}" for k in positions]))
+
+
 def render_report(run: RunDir) -> str:
     parts = [f"<h1>wpultr run <code>{html.escape(run.root.name)}</code></h1>"]
     metrics = _optional_json(run, L.METRICS)
     parts.append(_section("Metrics on held-out annotated queries", metrics_table(metrics or {})))
+    parts.append(click_metrics_section(metrics))
     ingest = _optional_json(run, L.INGEST_SUMMARY)
     if ingest:
         rows = [[k, v] for k, v in ingest.items() if k not in ("columns", "reasons", "files")]
@@ -94,11 +129,7 @@ def render_report(run: RunDir) -> str:
     versions = _optional_json(run, L.VERSIONS_FILE)
     if versions:
         parts.append(_section("Versions", f"<pre>{html.escape(json.dumps(versions, indent=2))}</pre>"))
-    style = ("body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em}"
-             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;"
-             "text-align:right}th{background:#f3f3f3}pre{background:#f8f8f8;padding:1em;overflow:auto}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>wpultr {html.escape(run.root.name)}"
-            f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")
+    return page(f"wpultr {run.root.name}", "".join(parts))
 
 
 def write_report(run: RunDir) -> Path:

@@ -1,0 +1,157 @@
+"""`wpultr compare RUN [RUN …]`: finished runs' metrics side by side on the test queries they all share.
+
+Each run's `eval/per_query.parquet` is restricted to the queries every run scored (keyed by
+`schema.query_key`, the id alone when a table lacks the key), every later run is compared with the first
+by the paired t-test the experiment tables use (`metrics.paired_test`), and the result is a terminal table
+and, on request, a self-contained HTML page with the per-query differences plotted.
+"""
+from __future__ import annotations
+
+import html
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..errors import RunDirError
+from ..metrics import paired_test
+from ..pipeline.layout import PER_QUERY
+from ..pipeline.rundir import Replaces, atomic_path, holding
+from ..schema import BUCKET, QUERY_ID, QUERY_KEY
+from ..storage import readable_run_dir
+
+PAGE_MARK = "<!-- wpultr compare -->"    # the first line of every page this command writes: what --html may replace
+PAGE = Replaces("an HTML page written by wpultr compare", holding(PAGE_MARK.encode(), 64))
+PLOTTED = "DCG@10"                       # the metric whose per-query differences the page plots (when present)
+_NOT_METRICS = {QUERY_ID, QUERY_KEY, BUCKET}
+
+
+@dataclass
+class Comparison:
+    """The runs (labels in the order given; the first is the baseline) on their shared queries."""
+    labels: list[str]
+    key: str                                # the column queries are matched by
+    metrics: list[str]                      # metric columns every run has, in the first run's order
+    per_query: dict[str, pd.DataFrame]      # label -> its rows of the shared queries, sorted by key
+
+    @property
+    def n_queries(self) -> int:
+        return len(self.per_query[self.labels[0]])
+
+    def mean(self, label: str, metric: str) -> float:
+        return float(self.per_query[label][metric].mean())
+
+    def test(self, label: str, metric: str) -> tuple[float, float, int]:
+        """(p, mean difference label − first, queries) of the paired t-test against the first run."""
+        return paired_test(self.per_query[label], self.per_query[self.labels[0]], metric, "all")
+
+
+def _labels(runs: Sequence[str]) -> list[str]:
+    """Each run's directory name, or the run as given where two names clash."""
+    names = [Path(str(r).rstrip("/")).name for r in runs]
+    return [n if names.count(n) == 1 else str(r) for n, r in zip(names, runs)]
+
+
+def _read_per_query(run: str) -> pd.DataFrame:
+    with readable_run_dir(run, "RUN", include=(PER_QUERY,)) as local:
+        path = local / PER_QUERY
+        if not path.is_file():
+            raise FileNotFoundError(f"{run}: no {PER_QUERY} (has the run's evaluate stage finished?)")
+        return pd.read_parquet(path)
+
+
+def compare_runs(runs: Sequence[str]) -> Comparison:
+    """Read every run's per-query metrics and keep the queries all of them scored; RunDirError (one line)
+    when a run shares none with the first, or when fewer than two runs are given."""
+    if len(runs) < 2:
+        raise RunDirError("compare: give at least two run directories (the first is the baseline)")
+    labels = _labels(runs)
+    tables = {label: _read_per_query(str(run)) for label, run in zip(labels, runs)}
+    key = QUERY_KEY if all(QUERY_KEY in t.columns for t in tables.values()) else QUERY_ID
+    first = tables[labels[0]]
+    shared = set(first[key])
+    for label, run in zip(labels[1:], runs[1:]):
+        if not shared & set(tables[label][key]):
+            raise RunDirError(f"{run}: shares no test query with {runs[0]} (by {key}); "
+                              f"compare runs evaluated on the same annotations")
+        shared &= set(tables[label][key])
+    if not shared:
+        raise RunDirError(f"{', '.join(map(str, runs))}: no test query is shared by all of them (by {key})")
+    metrics = [c for c in first.columns if c not in _NOT_METRICS and pd.api.types.is_numeric_dtype(first[c])
+               and all(c in t.columns for t in tables.values())]
+    per_query = {label: t[t[key].isin(shared)].sort_values(key, kind="stable").reset_index(drop=True)
+                 for label, t in tables.items()}
+    return Comparison(labels, key, metrics, per_query)
+
+
+def _p(p: float) -> str:
+    return "—" if np.isnan(p) else f"{p:.3g}"
+
+
+def table_rows(c: Comparison) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): per metric each run's mean, then each later run's difference from the first and its p."""
+    header = ["metric", *c.labels]
+    for label in c.labels[1:]:
+        header += [f"Δ {label}", f"p {label}"]
+    rows = []
+    for metric in c.metrics:
+        row = [metric, *(f"{c.mean(label, metric):.4f}" for label in c.labels)]
+        for label in c.labels[1:]:
+            p, diff, _ = c.test(label, metric)
+            row += ["—" if np.isnan(diff) else f"{diff:+.4f}", _p(p)]
+        rows.append(row)
+    return header, rows
+
+
+def format_text(c: Comparison) -> str:
+    """The comparison as an aligned terminal table."""
+    header, rows = table_rows(c)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda cells: "  ".join(s.ljust(w) if i == 0 else s.rjust(w) for i, (s, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    intro = (f"{c.n_queries} test queries shared by all {len(c.labels)} runs (matched by {c.key}); "
+             f"Δ and p: paired t-test against {c.labels[0]}")
+    return "\n".join([intro, "", line(header), *(line(r) for r in rows)])
+
+
+def _differences_png(c: Comparison, metric: str) -> bytes:
+    """Sorted per-query differences (run − first) of `metric`, one panel per later run, as PNG bytes."""
+    from matplotlib.figure import Figure
+    later = c.labels[1:]
+    fig = Figure(figsize=(7, 2.4 * len(later)), dpi=100, layout="constrained")
+    base = c.per_query[c.labels[0]][metric].to_numpy(float)
+    for i, label in enumerate(later):
+        ax = fig.add_subplot(len(later), 1, i + 1)
+        diff = np.sort(c.per_query[label][metric].to_numpy(float) - base)
+        ax.bar(np.arange(len(diff)), diff, width=1.0, color=np.where(diff >= 0, "tab:green", "tab:red"))
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_title(f"{label} − {c.labels[0]}: {metric} per query (sorted; mean {diff.mean():+.3f})", fontsize=9)
+        ax.set_xlabel("query (sorted by difference)")
+        ax.set_ylabel(f"Δ {metric}")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def render_html(c: Comparison) -> str:
+    """A self-contained page: the table and the per-query difference figure (PNG embedded as base64)."""
+    from .html import _table, page, png_img     # the run report's table markup and page
+    header, rows = table_rows(c)
+    metric = PLOTTED if PLOTTED in c.metrics else c.metrics[0]
+    runs = ", ".join(f"<code>{html.escape(label)}</code>" for label in c.labels)
+    body = (f"<h1>wpultr compare</h1>"
+            f"<p>Runs {runs} on the {c.n_queries} test queries they share (matched by {html.escape(c.key)}); "
+            f"Δ and p: paired t-test against <code>{html.escape(c.labels[0])}</code>.</p>{_table(rows, header)}"
+            f"<h2>Per-query differences ({html.escape(metric)})</h2>"
+            f"<p>{png_img(_differences_png(c, metric), f'per-query {metric} differences')}</p>")
+    return f"{PAGE_MARK}\n{page('wpultr compare', body)}"
+
+
+def write_html(c: Comparison, path: Path, inputs: Sequence[str] = ()) -> Path:
+    """Write the page atomically; an existing `path` is replaced only when this command wrote it."""
+    with atomic_path(path, PAGE, inputs, "--html") as tmp:
+        tmp.write_text(render_html(c))
+    return path
+
