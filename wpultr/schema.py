@@ -44,20 +44,9 @@ class PageFeature:
 # ---------------------------------------------------------------------------------------------
 # Sessions table (long form: one row per shown result)
 # ---------------------------------------------------------------------------------------------
-SESSION_ID = "session_id"
-QUERY_ID = "query_id"
-POSITION = "position"
-CLICK = "click"
-QUERY_TOKENS = "query_tokens"
-TITLE_TOKENS = "title_tokens"
-ABSTRACT_TOKENS = "abstract_tokens"
-FEATURES = "features"
-DOC_ID = "doc_id"
-LABEL = "label"
-BUCKET = "bucket"
-
-# Nodes the causal graph adds to the table's columns.
-RELEVANCE_SCORE = "relevance_score"
+# the names live in wpultr.columns (no imports, for the quick commands); re-exported here with the types
+from .columns import (ABSTRACT_TOKENS, BUCKET, CLICK, DOC_ID, FEATURES, LABEL, POSITION,  # noqa: E402,F401
+                      QUERY_ID, QUERY_TOKENS, RELEVANCE_SCORE, SESSION_ID, TITLE_TOKENS)
 
 TOKEN_COLUMNS: tuple[str, ...] = (QUERY_TOKENS, TITLE_TOKENS, ABSTRACT_TOKENS)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 from ..causal.graph import DiscoveredGraph
-from ..schema import CLICK, RELEVANCE_SCORE
+from ..columns import CLICK, RELEVANCE_SCORE
 
 
 @dataclass(frozen=True)
