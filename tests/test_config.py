@@ -68,6 +68,15 @@ def test_bad_values_name_the_key(values, fragment):
 
 # The probes of issue 15 item 9, given as the CLI gives them (--set KEY=VALUE over a YAML file): each
 # passed validation before and failed later; now each fails at load with the key and what is allowed.
+def _load_error(tmp_path, override: str, text: str = "name: probe\n") -> str:
+    """The ConfigError message of loading a small run config with one --set override."""
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, parse_overrides([override]))
+    return str(err.value)
+
+
 @pytest.mark.parametrize("override, message", [
     ("ranker.head=[-5]", "ranker.head: must be a list of at most 32 layer widths in [1, 65536] (empty: a linear "
                          "head), got [-5]"),
@@ -86,11 +95,7 @@ def test_bad_values_name_the_key(values, fragment):
     ("baselines.lightgbm_rounds=0", "baselines.lightgbm_rounds: must be an integer >= 1, got 0"),
 ])
 def test_issue_probes_fail_at_load_with_the_key_and_the_allowed_values(tmp_path, override, message):
-    path = tmp_path / "run.yaml"
-    path.write_text("name: probe\ntrain: {epochs: 1}\n")
-    with pytest.raises(ConfigError) as err:
-        load_config(path, parse_overrides([override]))
-    assert str(err.value).startswith(message)
+    assert _load_error(tmp_path, override, "name: probe\ntrain: {epochs: 1}\n").startswith(message)
 
 
 # One bad value for every key that has a range, format or set of allowed values (booleans are
@@ -342,11 +347,8 @@ def test_messages_show_at_most_200_characters_of_a_value():
     ("cluster.threads_per_worker=1000", "cluster.threads_per_worker: must be an integer in [1, "),
 ])
 def test_sizes_beyond_export_and_this_machine_are_refused_at_load(tmp_path, override, message):
-    path = tmp_path / "run.yaml"
-    path.write_text("name: probe\n")
-    with pytest.raises(ConfigError) as err:
-        load_config(path, parse_overrides([override]))
-    assert str(err.value).startswith(message) and len(str(err.value)) < 400, str(err.value)
+    error = _load_error(tmp_path, override)
+    assert error.startswith(message) and len(error) < 400, error
 
 
 def test_the_config_bounds_are_the_ones_a_saved_ranker_is_checked_against():
