@@ -103,12 +103,17 @@ def test_export_then_score_gives_the_runs_own_test_scores(name, runs, baidu_logs
 # ---------------------------------------------------------------------------------------------
 # Tampered exports: each one ExportError, never another exception
 # ---------------------------------------------------------------------------------------------
-def _edit_config(edit):
+def _edit_json(name: str, edit):
+    """A tampering that applies `edit` to the JSON file `name` of an export (config.json, export.json)."""
     def tamper(model: Path) -> None:
-        config = json.loads((model / CONFIG_FILE).read_text())
-        edit(config)
-        (model / CONFIG_FILE).write_text(json.dumps(config))
+        data = json.loads((model / name).read_text())
+        edit(data)
+        (model / name).write_text(json.dumps(data))
     return tamper
+
+
+def _edit_config(edit):
+    return _edit_json(CONFIG_FILE, edit)
 
 
 def _set_arg(key, value):
@@ -153,11 +158,7 @@ def _remove(name: str):
 
 
 def _edit_export(edit):
-    def tamper(model: Path) -> None:
-        manifest = json.loads((model / EXPORT_FILE).read_text())
-        edit(manifest)
-        (model / EXPORT_FILE).write_text(json.dumps(manifest))
-    return tamper
+    return _edit_json(EXPORT_FILE, edit)
 
 
 def _huge_header(model: Path) -> None:
