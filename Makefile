@@ -22,7 +22,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/wpultr run pipelines/demo.yaml --fresh
-	$(BIN)/wpultr run pipelines/demo.yaml --fresh --set name=demo-bert --set ranker.backbone=bert
+	$(BIN)/wpultr run pipelines/demo.yaml --fresh --set name=demo-bert --set ranker.backbone=bert --set data.max_sessions=2000
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, ContextManager, Mapping
 
 import numpy as np
 import pandas as pd
@@ -141,6 +142,11 @@ class Ranker(torch.nn.Module):
         """The JSON-serialisable constructor arguments that rebuild this module's shape."""
         raise NotImplementedError
 
+    def batch_allocations(self) -> ContextManager[None]:
+        """The C allocator's policy while batches run through this ranker (`score_inputs`, the trainer's epochs): none
+        by default; a ranker whose batch tensors are megabytes keeps freed blocks for reuse (rankers.bert)."""
+        return nullcontext()
+
     # ----------------------------------------------------------------------------------------
     def save(self, directory: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
         """Write config.json and model.safetensors into `directory` (created)."""
@@ -257,9 +263,10 @@ def score_inputs(ranker: Ranker, inputs: Inputs, batch_size: int = 1024) -> np.n
     out = []
     device = ranker.device
     total = n_rows(inputs)
-    for start in range(0, total, batch_size):
-        rows = np.arange(start, min(start + batch_size, total))
-        out.append(ranker(take(inputs, rows, device)).float().cpu().numpy())
+    with ranker.batch_allocations():
+        for start in range(0, total, batch_size):
+            rows = np.arange(start, min(start + batch_size, total))
+            out.append(ranker(take(inputs, rows, device)).float().cpu().numpy())
     ranker.train(was_training)
     return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 

@@ -17,7 +17,7 @@ text once; training then updates only the head on the cached [CLS] vectors — t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ContextManager, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,7 @@ from transformers import BertForMaskedLM
 
 from ..config import BERT_SPECIAL_TOKENS, MAX_BERT_HEADS, MAX_BERT_HIDDEN, MAX_BERT_LAYERS, MAX_TOKENS
 from ..errors import ExportError
+from ..io.allocator import large_blocks_kept
 from ..schema import ABSTRACT_TOKENS, QUERY_TOKENS, TITLE_TOKENS, SchemaError
 from .base import Arg, Inputs, Ranker, check_args
 from .mlp import MAX_LAYERS, MAX_WIDTH, mlp
@@ -103,6 +104,15 @@ def build_inputs(frame: pd.DataFrame, max_length: int, special: dict[str, int], 
     outside = (ids >= vocab_size) | (ids < 0)
     ids[outside] = special["unk"]
     return {INPUT_IDS: torch.from_numpy(ids), TOKEN_TYPES: torch.from_numpy(types), ATTENTION: torch.from_numpy(mask)}
+
+
+def trimmed(mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`tensors` (rows, max_length) cut after the last column `mask` attends in any row: every input is padded to
+    max_length, and the encoder's outputs at the attended tokens do not depend on columns that are padding in every
+    row, so a batch of short inputs costs its longest, not max_length (the [CLS] vector is the same)."""
+    attended = torch.nonzero(mask.any(0))
+    width = int(attended[-1]) + 1 if len(attended) else 1
+    return tuple(t[:, :width] for t in tensors)
 
 
 class BertRanker(Ranker):
@@ -190,6 +200,12 @@ class BertRanker(Ranker):
         for p in self.encoder.parameters():
             p.requires_grad_(not self.freeze_encoder)
 
+    def batch_allocations(self) -> ContextManager[None]:
+        """Freed blocks of up to 32 MiB kept in the heap while batches run (io.allocator): each of a batch's
+        activations is megabytes, and under the train stage's policy (large blocks mapped) or a Dask worker's each
+        was a fresh mmap faulted in again every batch — 1.1 GB zeroed per batch of the demo, a quarter of its CPU."""
+        return large_blocks_kept()
+
     def init_args(self) -> dict[str, Any]:
         return {"bert_config": _json_config(self.encoder.config), "special_tokens": self.special,
                 "head": self.head_sizes, "dropout": self.dropout, "max_length": self.max_length,
@@ -221,9 +237,9 @@ class BertRanker(Ranker):
         return distinct.index_select(0, torch.as_tensor(inverse.reshape(-1)))
 
     def cls_vector(self, inputs: Inputs) -> torch.Tensor:
-        out = self.encoder.bert(input_ids=inputs[INPUT_IDS], token_type_ids=inputs[TOKEN_TYPES],
-                                attention_mask=inputs[ATTENTION])
-        return out.last_hidden_state[:, 0]
+        """The encoder's [CLS] vector of each row, run on the batch's columns up to its longest input (`trimmed`)."""
+        ids, types, mask = trimmed(inputs[ATTENTION], inputs[INPUT_IDS], inputs[TOKEN_TYPES], inputs[ATTENTION])
+        return self.encoder.bert(input_ids=ids, token_type_ids=types, attention_mask=mask).last_hidden_state[:, 0]
 
     def forward(self, inputs: Inputs) -> torch.Tensor:
         cls = inputs[CLS_VECTORS] if CLS_VECTORS in inputs else self.cls_vector(inputs)
@@ -255,8 +271,9 @@ class BertRanker(Ranker):
         """The masked-LM cross-entropy summed over the labelled tokens of `masked` (the batch's ids after
         `mlm_masking`); the prediction head runs on those tokens only. With none labelled it is a zero that still
         reaches the prediction head, so a DDP rank whose rows drew no mask gives it a (zero) gradient too."""
-        hidden = self.encoder.bert(input_ids=masked, token_type_ids=inputs[TOKEN_TYPES],
-                                   attention_mask=inputs[ATTENTION]).last_hidden_state
+        masked, labels, types, mask = trimmed(inputs[ATTENTION], masked, labels, inputs[TOKEN_TYPES],
+                                              inputs[ATTENTION])
+        hidden = self.encoder.bert(input_ids=masked, token_type_ids=types, attention_mask=mask).last_hidden_state
         chosen = labels != IGNORE_INDEX
         logits = self.encoder.cls(hidden[chosen])
         return torch.nn.functional.cross_entropy(logits.float(), labels[chosen], reduction="sum")
