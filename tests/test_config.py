@@ -106,6 +106,7 @@ BAD: dict[str, typing.Any] = {
     "data.source": "hdfs", "data.train": [""], "data.annotations": "", "data.valid_fraction": 1.0,
     "data.page_features": {"position": "ordinall"}, "data.max_sessions": 0, "data.partition_rows": 0,
     "data.simulate.n_queries": 5, "data.simulate.docs_per_query": 0, "data.simulate.n_sessions": 0,
+    "data.simulate.n_documents": 0,
     "data.simulate.n_annotated_queries": 0, "data.simulate.results_per_page": 0, "data.simulate.vocab_size": 10,
     "data.simulate.n_dense_features": 0, "data.simulate.zipf_exponent": -1.0, "data.simulate.logging_noise": -1.0,
     "data.simulate.user_model": "dbn", "data.simulate.user_model_params": {"nope": 1},

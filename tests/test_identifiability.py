@@ -324,3 +324,70 @@ def test_cli_check_fail_exits_2_naming_the_components(tmp_path):
     result = CliRunner().invoke(app, ["identifiability", "check", str(path), "--on-disconnected", "fail"])
     assert result.exit_code == 2
     assert "2 disconnected components {1; 2} | {3}" in result.output
+
+
+# ---------------------------------------------------------------------------------------------
+# The fully synthetic study's corpus (§5.1, Appendix C.1: data.simulate.corpus: onehot)
+# ---------------------------------------------------------------------------------------------
+ONEHOT = {"corpus": "onehot", "n_documents": 1000, "n_queries": 115, "docs_per_query": 10, "results_per_page": 10,
+          "n_sessions": 1150, "n_annotated_queries": 20, "zipf_exponent": 0.0, "n_dense_features": 1,
+          "user_model": "lbd", "user_model_params": {"eta": 0.0, "n_crux": 1},
+          "logging_media_boost": [0.0, 0.0, 0.0, 0.0]}
+PAPER_COMPONENTS = {1: [list(range(1, 11))], 2: [[1, 2, 3, 4], [5, 6, 7, 8, 9, 10]],
+                    3: [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10]], 4: [[1, 2, 3], [4, 5, 6], [7, 8], [9, 10]]}
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_onehot_corpus_has_the_papers_k_component_designs_over_documents(k):
+    logs = simulate(SimulateConfig(**ONEHOT, position_blocks=k), seed=5)
+    sessions = logs.sessions
+    ig = build_graph(sessions, ["position"], per_document=True)
+    assert sorted(sorted(int(ig.node_name(n)) for n in c) for c in ig.components()) == PAPER_COMPONENTS[k]
+    # a document keeps one grade and shows in one component only; each query always shows its designed order
+    labels = logs.truth_sessions.groupby("doc_id")["true_label"].nunique()
+    assert (labels == 1).all()
+    first = sessions.groupby(["query_id", "position"])["doc_id"].nunique()
+    assert (first == 1).all()
+    # the eye-tracking PBM of Appendix C.2 (lbd at η = 0)
+    exam = logs.truth_sessions.groupby("position")["examination_prob"].agg(["min", "max"])
+    np.testing.assert_allclose(exam["min"], [0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06])
+    np.testing.assert_allclose(exam["min"], exam["max"])
+
+
+def test_query_document_pairs_never_join_positions_in_the_onehot_corpus():
+    """Keyed by (query, doc), every pair sits at one position: the ranker that reads the doc_id alone is what
+    makes shared documents join positions — the pre-flight keys by document for it."""
+    sessions = simulate(SimulateConfig(**ONEHOT, position_blocks=1), seed=5).sessions
+    assert build_graph(sessions, ["position"]).n_components == 10
+    assert build_graph(sessions, ["position"], per_document=True).n_components == 1
+
+
+def test_preflight_keys_documents_by_doc_id_for_the_embedding_backbone(tmp_path):
+    sessions = simulate(SimulateConfig(**ONEHOT, position_blocks=2), seed=5).sessions
+    cfg = {"data": {"source": "simulate", "page_features": {"position": "ordinal"}, "simulate": ONEHOT},
+           "train": {"method": "dla"}, "identifiability": {"on_disconnected": "merge"}}
+    _, embedding = preflight(sessions, config_from_dict({**cfg, "ranker": {"backbone": "embedding"}}))
+    _, mlp = preflight(sessions, config_from_dict(cfg))
+    assert (embedding["n_components"], embedding["components_after"]) == (2, 1)
+    assert [m["a_values"][0] + m["b_values"][0] for m in embedding["merges"]] == [9]   # positions 4 and 5
+    assert mlp["n_components"] == 10
+
+
+def test_node_intervention_joins_the_onehot_designs_components():
+    """K = 4: the K - 1 planned swaps, replayed by the simulator in the run's world (its seed), connect the IG."""
+    sim = {**ONEHOT, "position_blocks": 4}
+    sessions = simulate(SimulateConfig(**sim), seed=5).sessions
+    cfg = config_from_dict({"seed": 5, "data": {"source": "simulate", "page_features": {"position": "ordinal"},
+                                                "simulate": sim},
+                            "train": {"method": "regression_em"}, "ranker": {"backbone": "embedding"},
+                            "identifiability": {"on_disconnected": "intervene", "intervention_sessions": 50}})
+    frame, report = preflight(sessions, cfg)
+    assert (report["n_components"], len(report["interventions"]), report["components_after"]) == (4, 3, 1)
+    assert len(frame) == len(sessions) + 3 * 50 * 10
+
+
+def test_onehot_corpus_settings_are_checked():
+    with pytest.raises(ConfigError, match=r"data\.simulate\.results_per_page: must equal docs_per_query"):
+        SimulateConfig(**{**ONEHOT, "results_per_page": 5})
+    with pytest.raises(ConfigError, match=r"data\.simulate\.n_documents: must be an integer in \[docs_per_query \(10\), n_queries x docs_per_query \(1150\)\]"):
+        SimulateConfig(**{**ONEHOT, "n_documents": 5000})

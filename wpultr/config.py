@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping
 
 import yaml
-from dask.utils import parse_bytes
 
 from .bal.config import BalConfig
 from .causal.discovery_config import DiscoveryConfig
@@ -65,6 +64,8 @@ MAX_YAML_DEPTH = 64                    # nested sequences and mappings
 EXECUTION_SECTIONS = ("cluster",)      # where a run executes, not what it computes: a resume may change them
 RUN_DIR_FIELDS = ("name", "seed")                          # the placeholders run_dir may hold
 TRAIN_LOSSES = ("pointwise", "listwise", "lambdarank")    # train.loss; lambdarank: the LightGBM backbone only
+# ranker.backbone; embedding: one learned score per doc_id (rankers/embedding.py)
+BACKBONES = ("mlp", "bert", "lightgbm", "embedding")
 _HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)"
 _SCHEDULER = re.compile(rf"((tcp|tls|ws|wss|ucx)://)?{_HOST}:(?P<port>[0-9]{{1,5}})/?|inproc://\S+")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -129,6 +130,7 @@ def _scheduler_address(address: str) -> bool:
 
 def _size(text: Any) -> int:
     """Bytes of a size string ('4GiB'); 0 when it is not one."""
+    from dask.utils import parse_bytes      # here: the config (and the rankers that read its bounds) load without Dask
     try:
         return int(parse_bytes(text)) if isinstance(text, str) else 0
     except (ValueError, TypeError):
@@ -244,7 +246,7 @@ class LightGBMBackboneConfig:
 class RankerConfig:
     KEY: ClassVar[str] = "ranker"
 
-    backbone: Literal["mlp", "bert", "lightgbm"] = "mlp"   # lightgbm: a booster (train.method bal or naive)
+    backbone: Literal[BACKBONES] = "mlp"   # lightgbm: a booster (train.method bal or naive)
     head: list[int] = field(default_factory=lambda: [512, 256, 128])   # BAL §4.1: MLP 512-256-128
     dropout: float = 0.1
     bert: BertConfig = field(default_factory=BertConfig)
@@ -252,7 +254,7 @@ class RankerConfig:
 
     def __post_init__(self) -> None:
         k = self.KEY
-        require(self.backbone in ("mlp", "bert", "lightgbm"), f"{k}.backbone", "one of 'mlp', 'bert', 'lightgbm'",
+        require(self.backbone in BACKBONES, f"{k}.backbone", f"one of {', '.join(map(repr, BACKBONES))}",
                 self.backbone)
         require(len(self.head) <= MAX_LAYERS and all(_int_in(h, 1, MAX_WIDTH) for h in self.head), f"{k}.head",
                 f"a list of at most {MAX_LAYERS} layer widths in [1, {MAX_WIDTH}] (empty: a linear head)", self.head)
@@ -473,6 +475,10 @@ class RunConfig:
             raise ConfigError(f"ranker.backbone: train.streaming: true trains the 'mlp' backbone only (its "
                               f"standardisation merges over partitions), got {self.ranker.backbone!r}; allowed values "
                               "with streaming: 'mlp' (or set train.streaming: false)")
+        if self.ranker.backbone == "embedding" and self.train.processes > 1:
+            raise ConfigError(f"ranker.backbone: 'embedding' trains in one process (its document vocabulary is the "
+                              f"whole table's), got train.processes {self.train.processes}; allowed values with "
+                              f"train.processes > 1: 'mlp', 'bert' (or set train.processes: 1)")
         if self.train.streaming and self.data.max_sessions is not None:
             raise ConfigError(f"data.max_sessions: must be null with train.streaming: true (every session of the "
                               f"partitions is streamed), got {self.data.max_sessions!r}")

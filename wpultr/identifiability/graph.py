@@ -77,12 +77,15 @@ def _plain(value: Any) -> str:
     return str(value.item() if isinstance(value, np.generic) else value)
 
 
-def document_codes(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+def document_codes(frame: pd.DataFrame, per_document: bool = False) -> tuple[np.ndarray, pd.DataFrame]:
     """(code of each row's document, one row of keys per code), codes in order of first appearance: (query_id,
     doc_id) when the log has a doc_id, else the feature vector, else the title and abstract tokens (the
-    query–document's own identity)."""
+    query–document's own identity). `per_document`: the doc_id alone, for a ranker that reads nothing else
+    (`ranker.backbone: embedding`), so one document shown for several queries is one feature; its keys name the
+    first query that showed it."""
     if DOC_ID in frame.columns:
-        query = _as_text(frame[QUERY_ID]) if QUERY_ID in frame.columns else pd.Series("", index=frame.index)
+        query = (_as_text(frame[QUERY_ID]) if QUERY_ID in frame.columns and not per_document
+                 else pd.Series("", index=frame.index))
         key = pair_codes(query, _as_text(frame[DOC_ID]))   # as factorising "query\tdoc" texts, no string per row
     else:
         key = frame[DOC_KEY] if DOC_KEY in frame.columns else document_key(frame)
@@ -164,17 +167,18 @@ def _require_rows(frame: pd.DataFrame, factors: Sequence[str]) -> None:
         raise SchemaError("sessions: no rows to build the identifiability graph from")
 
 
-def build_graph(frame: pd.DataFrame, factors: Sequence[str]) -> IdentifiabilityGraph:
+def build_graph(frame: pd.DataFrame, factors: Sequence[str], per_document: bool = False) -> IdentifiabilityGraph:
     """The IG of a sessions table (one row per shown result) over the bias factor columns `factors`
     (Appendix B.1: each document's set of bias factors becomes a clique), from its condensed impressions
-    (`condensed_impressions`: one row per distinct document and factor values)."""
+    (`condensed_impressions`: one row per distinct document and factor values); `per_document`: documents are
+    doc_ids, not query–document pairs (`document_codes`)."""
     factors = tuple(factors)
     if not factors:
         raise ValueError("build_graph: needs at least one bias factor")
     _require_rows(frame, factors)
     condensed = condensed_impressions(frame, factors)
     row_node, nodes = node_codes(condensed, factors)
-    row_doc, doc_keys = document_codes(condensed)
+    row_doc, doc_keys = document_codes(condensed, per_document)
     shown, clicks = condensed[IMPRESSIONS].to_numpy(), condensed[CLICK].to_numpy()
     n_nodes, n_docs = len(nodes), len(doc_keys)
     pairs = (pd.DataFrame({DOC: row_doc, "node": row_node, "shown": shown, "click": clicks})

@@ -57,6 +57,12 @@ def bias_factors(cfg: "RunConfig") -> list[str] | None:
     return [POSITION] if method in POSITION_METHODS else None
 
 
+def reads_document_only(cfg: "RunConfig") -> bool:
+    """The ranker scores a document by its doc_id alone (`ranker.backbone: embedding`): the IG's features are
+    documents, whichever queries show them, as the paper's one-hot documents are (§5.1)."""
+    return cfg.ranker.backbone == "embedding"
+
+
 def describe_components(ig: IdentifiabilityGraph) -> str:
     """`{1, 2, 3} | {4, 5}`: each component's nodes (the first few of a big one)."""
     parts = []
@@ -69,11 +75,11 @@ def describe_components(ig: IdentifiabilityGraph) -> str:
 
 
 def check(frame: pd.DataFrame, factors: list[str], kinds: dict[str, str] | None = None,
-          position_weight: float = 10.0, swap_sessions: int | None = None
+          position_weight: float = 10.0, swap_sessions: int | None = None, per_document: bool = False
           ) -> tuple[IdentifiabilityGraph, dict[str, Any]]:
     """(IG, JSON report): components, their sizes and click shares; when disconnected, the swaps (each to be
-    shown in `swap_sessions` sessions) and the merges."""
-    ig = build_graph(frame, factors)
+    shown in `swap_sessions` sessions) and the merges. `per_document`: see graph.document_codes."""
+    ig = build_graph(frame, factors, per_document)
     report: dict[str, Any] = ig.summary()
     if not ig.connected:
         report["interventions"] = [s.to_dict() for s in plan_interventions(ig, sessions=swap_sessions)]
@@ -89,7 +95,9 @@ def preflight(frame: pd.DataFrame, cfg: "RunConfig", run_root: Path | None = Non
     if factors is None:
         return frame, {"checked": False, "reason": f"method {method!r} models no bias factor"}
     settings = cfg.identifiability
-    ig, report = check(frame, factors, factor_kinds(cfg), settings.position_weight, settings.intervention_sessions)
+    per_document = reads_document_only(cfg)
+    ig, report = check(frame, factors, factor_kinds(cfg), settings.position_weight, settings.intervention_sessions,
+                       per_document)
     report = {"checked": True, "method": method, "on_disconnected": settings.on_disconnected, **report,
               "action": "none"}
     if run_root is not None:
@@ -111,7 +119,7 @@ def preflight(frame: pd.DataFrame, cfg: "RunConfig", run_root: Path | None = Non
         mapping = merged_mapping(ig, merges)
         frame = apply_merges(frame, ig, mapping)
         report.update(action="merge", mapping=mapping_table(ig, mapping),
-                      components_after=build_graph(frame, factors).n_components)
+                      components_after=build_graph(frame, factors, per_document).n_components)
     elif action == "intervene":
         if cfg.data.source != "simulate":
             raise ConfigError("identifiability.on_disconnected: 'intervene' needs data.source 'simulate' (the "
@@ -123,7 +131,8 @@ def preflight(frame: pd.DataFrame, cfg: "RunConfig", run_root: Path | None = Non
                                        int(frame[SESSION_ID].max()) + 1)
         frame = append_sessions(frame, extra)
         report.update(action="intervene", intervention_sessions=int(extra[SESSION_ID].nunique()),
-                      intervention_rows=int(len(extra)), components_after=build_graph(frame, factors).n_components)
+                      intervention_rows=int(len(extra)),
+                      components_after=build_graph(frame, factors, per_document).n_components)
     return frame, report
 
 

@@ -120,6 +120,9 @@ def build_ranker(cfg: "RunConfig", train: pd.DataFrame) -> Ranker:
     if r.backbone == "mlp":
         from ..rankers.mlp import MLPRanker
         return MLPRanker.for_table(train, r.head, r.dropout)
+    if r.backbone == "embedding":
+        from ..rankers.embedding import EmbeddingRanker
+        return EmbeddingRanker.for_table(train)
     if r.backbone == "lightgbm":   # a booster has no parameters for this trainer: bal and naive boost it instead
         from ..errors import ConfigError
         raise ConfigError(f"ranker.backbone: 'lightgbm' trains with train.method 'bal' or 'naive' only, got "
@@ -194,7 +197,8 @@ class Trainer:
         totals: dict[str, float] = {}
         n = 0
         n_batches = -(-(len(self.lists) if self.stream is None else self.stream.sessions) // self.cfg.train.batch_size)
-        with progress(total=n_batches, desc=f"train epoch {len(self.history)}", unit="batch") as bar:
+        with progress(total=n_batches, desc=f"train epoch {len(self.history)}", unit="batch") as bar, \
+                self.ranker.batch_allocations():
             for batch in self.batches(extras):
                 out = loss_fn(self.scores(batch), batch)
                 loss, stats = out if isinstance(out, tuple) else (out, {})

@@ -1,7 +1,7 @@
 """The ranker kinds by name, and loading a saved ranker: the one module that knows every subclass.
 
 `base.py` is the abstract ranker and its helpers; this module sits above it and the kinds
-(mlp, bert, lightgbm, xgboost), so that no ranker module imports another.
+(mlp, bert, lightgbm, xgboost, embedding), so that no ranker module imports another.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ..errors import ExportError
 from .base import (CONFIG_FILE, MAX_CONFIG_BYTES, RANKER_FORMAT, SAFETENSORS_DTYPES, WEIGHTS_FILE, Ranker, brief,
                    read_json_bounded, read_safetensors_header)
 from .bert import BertRanker
+from .embedding import EmbeddingRanker
 from .lightgbm import LightGBMRanker
 from .mlp import MLPRanker
 from .xgboost import XGBoostRanker
@@ -23,7 +24,7 @@ from .xgboost import XGBoostRanker
 def ranker_classes() -> dict[str, type[Ranker]]:
     """Every ranker kind by name."""
     return {MLPRanker.kind: MLPRanker, BertRanker.kind: BertRanker, LightGBMRanker.kind: LightGBMRanker,
-            XGBoostRanker.kind: XGBoostRanker}
+            XGBoostRanker.kind: XGBoostRanker, EmbeddingRanker.kind: EmbeddingRanker}
 
 
 def read_ranker_config(directory: str | Path) -> dict[str, Any]:
@@ -86,6 +87,9 @@ def load_ranker(directory: str | Path, device: str | torch.device = "cpu") -> Ra
     _check_finite(state, weights)
     ranker.load_state_dict(state, strict=False)
     ranker.check_loaded(str(weights))
+    load_files = getattr(ranker, "load_files", None)     # a ranker with files beside its weights (a vocabulary)
+    if load_files is not None:
+        load_files(Path(directory))
     return ranker.to(device).eval()
 
 

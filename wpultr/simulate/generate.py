@@ -27,6 +27,7 @@ from ..schema import (ABSTRACT_TOKENS, BUCKET, CLICK, DOC_ID, FEATURE_VECTOR_TYP
 from .corpus import Corpus, build_corpus
 from .letor_corpus import build_letor_corpus
 from .logging_policy import candidate_blocks, logging_scores, shown_order
+from .onehot_corpus import build_onehot_corpus
 from .page import (MEDIA_TYPE, SERP_HEIGHT, SERP_MAX_SHOW_HEIGHT, Page, build_page, context_columns,
                    draw_context_scales, presented_media)
 from .spec import MEDIA_TYPE_NAMES, SimulateConfig, validate_simulate_config
@@ -73,8 +74,9 @@ def _session_chunk(first_session: int, query_index: np.ndarray, corpus: Corpus, 
     media = presented_media(corpus.media_type[candidates], cfg, rngs["presentation"])
     scores = logging_scores(corpus.label[candidates], media,
                             np.asarray(cfg.logging_media_boost, dtype=np.float64), cfg.logging_noise, rngs["logging"])
-    order = shown_order(scores, k, rngs["logging"],
-                        candidate_blocks(corpus.features[candidates, -1], cfg.position_blocks))
+    order = (np.broadcast_to(np.arange(k), (len(query_index), k)).copy() if cfg.corpus == "onehot"   # as designed
+             else shown_order(scores, k, rngs["logging"],
+                              candidate_blocks(corpus.features[candidates, -1], cfg.position_blocks)))
     order = order if reorder is None else reorder(order, candidates)   # node intervention's swaps
     doc_rows = np.take_along_axis(candidates, order, axis=1)
     page: Page = build_page(doc_rows, corpus, cfg, model.layout_columns, context_scales, rngs["page"],
@@ -153,7 +155,8 @@ def simulation_engine(cfg: SimulateConfig, seed: int) -> SimulationEngine:
     validate_simulate_config(cfg)
     rngs = {name: np.random.default_rng(stream)
             for name, stream in zip(_STREAMS, np.random.SeedSequence(seed).spawn(len(_STREAMS)))}
-    corpus = (build_letor_corpus if cfg.corpus == "letor" else build_corpus)(cfg, rngs["corpus"])
+    corpus = {"letor": build_letor_corpus, "onehot": build_onehot_corpus}.get(cfg.corpus, build_corpus)(
+        cfg, rngs["corpus"])
     std = corpus.features.std(axis=0).astype(np.float64)
     context = ModelContext(n_media_types=len(cfg.media_type_probs),
                            feature_mean=corpus.features.mean(axis=0).astype(np.float64),

@@ -15,7 +15,7 @@ from ..schema import BAIDU_MAX_POSITION
 from .user_model_params import KEY_PREFIX, MEDIA_TYPE_NAMES, resolve_user_model_params  # noqa: F401
 MIN_VOCAB_SIZE = 100          # below this, distinct documents start to share their whole text
 MIN_QUERIES = 10              # one query per frequency bucket at least
-CORPORA = ("synthetic", "letor")   # where queries, documents, features and labels come from
+CORPORA = ("synthetic", "letor", "onehot")   # where queries, documents, features and labels come from
 
 
 @dataclass
@@ -23,7 +23,9 @@ class SimulateConfig:
     """Whole-page click simulator settings (see wpultr.simulate)."""
 
     KEY: ClassVar[str] = KEY_PREFIX        # dotted key of this section in a run config (names its errors)
-    corpus: Literal["synthetic", "letor"] = "synthetic"   # letor: real queries, features, labels (letor_corpus)
+    corpus: Literal[CORPORA] = "synthetic"   # letor: real queries, features, labels (letor_corpus); onehot: the
+    #                                       Identifiability paper's designed one-hot documents (onehot_corpus)
+    n_documents: int = 10_000             # corpus onehot: documents, n_documents / docs_per_query per position
     letor_path: str | list[str] | None = None   # LETOR/SVMlight file(s) for corpus letor; queries from <path>.query
     n_queries: int = 200
     docs_per_query: int = 20
@@ -35,7 +37,7 @@ class SimulateConfig:
     media_type_features: bool = False      # append a one-hot of the media type to the dense features
     zipf_exponent: float = 1.1            # query popularity ∝ 1 / rank^zipf_exponent
     logging_noise: float = 1.0            # std of the noise the logging ranker adds to relevance
-    user_model: str = "whole_page"        # pbm, whole_page, trust, cascade, continuous, row_skipping, lbd
+    user_model: str = "whole_page"        # pbm, whole_page, trust, cascade, continuous, row_skipping, lbd, prs
     user_model_params: dict[str, Any] = field(default_factory=dict)
     n_context_factors: int = 0            # extra categorical columns context_0.. that scale examination
     context_levels: int = 5               # levels of each context factor
@@ -72,7 +74,7 @@ def validate_simulate_config(cfg: SimulateConfig) -> None:
     """
     at_least = {"n_queries": MIN_QUERIES, "docs_per_query": 1, "n_sessions": 1, "n_annotated_queries": 1,
                 "results_per_page": 1, "vocab_size": MIN_VOCAB_SIZE, "n_dense_features": 1,
-                "n_context_factors": 0, "context_levels": 2}
+                "n_context_factors": 0, "context_levels": 2, "n_documents": 1}
     for key, low in at_least.items():
         if getattr(cfg, key) < low:
             raise _error(key, f"must be >= {low}, got {getattr(cfg, key)}")
@@ -119,8 +121,21 @@ def _validate_corpus(cfg: SimulateConfig) -> None:
     if paths is not None and (not paths or not all(isinstance(p, str) and p.strip() for p in paths)):
         raise _error("letor_path", f"must be null, a file path or a non-empty list of file paths, "
                                    f"got {cfg.letor_path!r}")
+    if cfg.corpus == "onehot":
+        _validate_onehot(cfg)
     if cfg.corpus == "letor" and paths is None:
         raise _error("letor_path", "must name the LETOR file(s) for corpus 'letor', got None")
     if cfg.corpus != "letor" and paths is not None:
         raise _error("letor_path", f"must be null unless corpus is 'letor' (corpus is {cfg.corpus!r}), "
                                    f"got {cfg.letor_path!r}")
+
+
+def _validate_onehot(cfg: SimulateConfig) -> None:
+    """The designed corpus shows every candidate, and each position's pool fills its slots (onehot_corpus)."""
+    if cfg.results_per_page != cfg.docs_per_query:
+        raise _error("results_per_page", f"must equal docs_per_query ({cfg.docs_per_query}) for corpus 'onehot' "
+                                         f"(every document of a query is shown), got {cfg.results_per_page}")
+    high = cfg.n_queries * cfg.docs_per_query
+    if not (isinstance(cfg.n_documents, int) and cfg.docs_per_query <= cfg.n_documents <= high):
+        raise _error("n_documents", f"must be an integer in [docs_per_query ({cfg.docs_per_query}), n_queries x "
+                                    f"docs_per_query ({high})] for corpus 'onehot', got {cfg.n_documents!r}")
