@@ -374,3 +374,39 @@ def test_sample_is_reproducible_byte_for_byte_and_its_damage_is_documented(tmp_p
                                                               for c in manifest["corruptions"])
     assert manifest["quarantined_lines"] == sum(c["quarantined_lines"] for c in manifest["corruptions"])
     assert json.loads((committed / MANIFEST).read_text()) == manifest
+
+
+# ---------------------------------------------------------------------------------------------
+def test_prs_clicks_are_binary_relevance_with_symmetric_noise():
+    """PRS §4.3/§5.2 by hand: grades 3-4 relevant, (1/p)^η examination, ε+ = 1 - μ, ε- = μ."""
+    logs = run(8000, seed=2, user_model="prs", user_model_params={"eta": 1.5, "mu": 0.2})
+    df = joined(logs)
+    assert logs.truth["user_model"]["params"] == {"eta": 1.5, "mu": 0.2, "relevant_from": 3}
+    for (position, label), cell in df.groupby(["position", "true_label"]):
+        by_hand = (1 / position) ** 1.5 * (0.8 if label >= 3 else 0.2)
+        np.testing.assert_allclose(cell["click_prob"], by_hand)
+        np.testing.assert_allclose(cell["examination_prob"], (1 / position) ** 1.5)
+    assert_rates_match(df.assign(relevant=df["true_label"] >= 3), ["position", "relevant"])
+    # at position 1 the observed rates are ε+ and ε- themselves; grades 1-2 click like grade 0
+    top = df[df["position"] == 1].groupby("true_label")["click"].mean()
+    assert abs(top[[3, 4]].mean() - 0.8) < 0.05 and abs(top[[0, 1, 2]].mean() - 0.2) < 0.05
+
+
+def test_prs_relevance_threshold_and_no_position_bias():
+    df = joined(run(300, user_model="prs", user_model_params={"eta": 0.0, "mu": 0.0, "relevant_from": 1}))
+    np.testing.assert_allclose(df["click_prob"], (df["true_label"] >= 1).astype(float))
+    assert (df["click"] == (df["true_label"] >= 1)).all()        # noise-free, all examined: clicks are relevance
+
+
+@pytest.mark.parametrize("params, fragment", [
+    ({"mu": 0.5}, "data.simulate.user_model_params.mu: must be a number in [0, 0.5) (clicks must favour relevance), "
+                  "got 0.5"),
+    ({"mu": -0.1}, "data.simulate.user_model_params.mu: must be a number in [0, 0.5)"),
+    ({"relevant_from": 5}, "data.simulate.user_model_params.relevant_from: must be an integer grade in [1, 4], got 5"),
+    ({"click_noise": 0.1}, "data.simulate.user_model_params.click_noise: not a parameter of user model 'prs'; "
+                           "allowed keys: eta, mu, relevant_from"),
+])
+def test_prs_bad_parameters_name_the_key_and_the_allowed_range(params, fragment):
+    with pytest.raises(ConfigError) as err:
+        run(10, user_model="prs", user_model_params=params)
+    assert fragment in str(err.value)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
+from ..schema import MAX_LABEL
 
 KEY_PREFIX = "data.simulate"
 PARAMS_KEY = f"{KEY_PREFIX}.user_model_params"
@@ -21,7 +22,7 @@ class Param:
     """A user-model parameter: its default, the values it accepts and what it means."""
 
     default: Any
-    kind: str      # probability | non_negative | positive | count | media_probabilities
+    kind: str      # probability | noise_level | non_negative | positive | count | grade | media_probabilities
     doc: str
 
 
@@ -71,6 +72,13 @@ USER_MODEL_PARAMS: dict[str, dict[str, Param]] = {
                                       "n_dense_features"),
         "click_noise": Param(0.1, "probability", "click chance of an examined grade-0 result (ε)"),
     },
+    "prs": {
+        "eta": Param(1.0, "non_negative", "η: examination at position p is (1 / p)^η (PRS §5.2)"),
+        "mu": Param(0.1, "noise_level", "μ: click noise; an examined relevant result is clicked with "
+                                        "ε+ = 1 - μ, an examined non-relevant one with ε- = μ (PRS §4.3, §5.2)"),
+        "relevant_from": Param(3, "grade", "binary relevance: grades >= this are relevant (PRS §5.2: "
+                                           "3 or 4 of 0-4 on Yahoo and WEB10K)"),
+    },
 }
 
 
@@ -85,6 +93,10 @@ def check_value(key: str, value: Any, param: Param, n_media_types: int) -> Any:
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise config_error(key, f"must be an integer >= 1, got {value!r}")
         return value
+    if param.kind == "grade":
+        if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_LABEL):
+            raise config_error(key, f"must be an integer grade in [1, {MAX_LABEL}], got {value!r}")
+        return value
     if param.kind == "media_probabilities":
         ok = isinstance(value, (list, tuple)) and len(value) == n_media_types and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in value)
@@ -93,6 +105,7 @@ def check_value(key: str, value: Any, param: Param, n_media_types: int) -> Any:
                                      f"got {value!r}")
         return [float(v) for v in value]
     checks = {"probability": (lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]"),
+              "noise_level": (lambda v: 0.0 <= v < 0.5, "a number in [0, 0.5) (clicks must favour relevance)"),
               "non_negative": (lambda v: 0.0 <= v < float("inf"), "a finite number >= 0"),
               "positive": (lambda v: 0.0 < v < float("inf"), "a finite number > 0")}
     accepts, wanted = checks[param.kind]

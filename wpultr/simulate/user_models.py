@@ -1,7 +1,7 @@
 """Pluggable user-behaviour models: given a page, each result's examination and click probability, and clicks.
 
 A model implements the small `UserModel` protocol. Independent-examination models (PBM, whole-page,
-trust bias, individual-level observation) give click = examination x click-given-examination and draw
+trust bias, individual-level observation, PRS's binary-relevance clicks) give click = examination x click-given-examination and draw
 every click independently; browsing models (cascade, continuous, row skipping) walk the page top-down
 and draw clicks in that order, while `probabilities` gives their exact marginals.
 
@@ -98,6 +98,23 @@ class PositionBased(_IndependentClicks):
 
     def click_parents(self) -> tuple[str, ...]:
         return (POSITION,) if self.p["position_power"] > 0 else ()
+
+
+class PropensityRatioClicks(_IndependentClicks):
+    """The click model of PRS's experiments (Wang, Wang, Wang, SIGIR 2020, §4.3 and §5.2): relevance is binary
+    (grade >= relevant_from), examination (1/p)^η, and an examined result is clicked with ε+ = 1 - μ when
+    relevant and ε- = μ when not, so noise is symmetric rather than graded as in `click_relevance`."""
+
+    name = "prs"
+    PARAMS = USER_MODEL_PARAMS["prs"]
+
+    def probabilities(self, page: Page) -> tuple[np.ndarray, np.ndarray]:
+        exam = position_examination(page.position, self.p["eta"]) * page.context_scale
+        relevant = np.asarray(page.label) >= self.p["relevant_from"]
+        return exam, exam * np.where(relevant, 1.0 - self.p["mu"], self.p["mu"])
+
+    def click_parents(self) -> tuple[str, ...]:
+        return (POSITION,) if self.p["eta"] > 0 else ()
 
 
 class WholePage(_IndependentClicks):
@@ -313,7 +330,8 @@ class IndividualObservation(_IndependentClicks):
 
 
 USER_MODELS: dict[str, type[_Model]] = {cls.name: cls for cls in (
-    WholePage, PositionBased, TrustBias, Cascade, ContinuousBrowsing, RowSkipping, IndividualObservation)}
+    WholePage, PositionBased, TrustBias, Cascade, ContinuousBrowsing, RowSkipping, IndividualObservation,
+    PropensityRatioClicks)}
 
 
 def make_user_model_spec(name: str, params: dict[str, Any], n_media_types: int = len(MEDIA_TYPE_NAMES),
