@@ -18,7 +18,7 @@ ranker never reads a page feature, so its scores cannot depend on one. A boosted
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,11 @@ import torch.nn.functional as F
 from scipy.special import expit
 
 from ..rankers.mlp import mlp
+from ..schema import CLICK, row_spans
 from .config import ClickModelConfig
+
+if TYPE_CHECKING:
+    from .rows import TrainingRows
 
 
 @dataclass(frozen=True)
@@ -216,3 +220,75 @@ def page_inputs(parents: Sequence[str], kinds: dict[str, str], n_categories: dic
     numeric = tuple(p for p in parents if kinds[p] != "categorical")
     categorical = tuple(p for p in parents if kinds[p] == "categorical")
     return PageInputs(numeric, categorical, tuple(int(n_categories[p]) for p in categorical))
+
+
+EXAMINATION_INTERVAL = ("95% interval of each cell's mean examination σ(v), its page logits shifted together, the "
+                        "relevance term α·r̂ + β held fixed: importance-weighted sandwich, rows independent")
+_CELL_SUMS = ("rows", "exam", "slope", "score_sq", "info")
+
+
+def _row_terms(u: np.ndarray, v: np.ndarray, clicks: np.ndarray, weights: np.ndarray, form: str) -> np.ndarray:
+    """Per row of one chunk (`_CELL_SUMS`' order): 1, σ(v), σ'(v), and the squared weighted score and the weighted
+    information of a shift t of its cell's page logits (v + t) at t = 0 (`document_offsets`' algebra, u ↔ v)."""
+    s = expit(v)
+    if form == "additive":
+        p = expit(u + v)
+        g, info = clicks - p, p * (1.0 - p)
+    else:
+        q = expit(u)
+        rest = np.maximum(1.0 - q * s, 1e-12)
+        g, info = (clicks - q * s) * (1.0 - s) / rest, q * s * (1.0 - s) ** 2 / rest
+    return np.stack([np.ones_like(s), s, s * (1.0 - s), (weights * g) ** 2, weights * info])
+
+
+def _cell_sums(cells: np.ndarray, terms: np.ndarray, n_cells: int) -> np.ndarray:
+    """`_row_terms` summed by cell (codes 0..n_cells-1)."""
+    return np.stack([np.bincount(cells, x, minlength=n_cells) for x in terms])
+
+
+def _cell_table(levels: np.ndarray, sums: np.ndarray, reference: int) -> dict[str, dict[str, float]]:
+    """Each cell's mean examination, its ratio to the reference cell's and the ratio's 95 % interval (delta
+    method on the log ratio, the two cells' shifts independent; the reference's own ratio is 1 by definition)."""
+    rows, exam, slope, score_sq, info = sums
+    mean = exam / np.maximum(rows, 1)
+    se_shift = np.sqrt(score_sq) / np.maximum(info, 1e-300)              # sandwich: √Σ(wg)² / Σ wI
+    se_log = slope / np.maximum(exam, 1e-300) * se_shift                 # d log E / dt = Σσ' / Σσ
+    out = {}
+    for i, level in enumerate(levels):
+        if not rows[i]:
+            continue
+        ratio = mean[i] / mean[reference]
+        half = 0.0 if i == reference else 1.96 * float(np.hypot(se_log[i], se_log[reference]))
+        out[str(level)] = {"rows": int(rows[i]), "examination": round(float(mean[i]), 5),
+                           "relative": round(float(ratio), 5), "low": round(float(ratio * np.exp(-half)), 5),
+                           "high": round(float(ratio * np.exp(half)), 5)}
+    return out
+
+
+def examination_table(model: ClickModel, r: np.ndarray, page_logits: np.ndarray, weights: np.ndarray,
+                      rows: "TrainingRows") -> dict[str, Any]:
+    """The learned examination σ(v) by position and by each categorical page feature's level (its codes), each
+    relative to position 1 / the most shown level, with intervals (`EXAMINATION_INTERVAL`): what the run report
+    plots. One pass over the rows a chunk at a time."""
+    from .rows import RAW_POSITION
+    alpha, beta = model.relevance_affine()
+    categorical = [f for f, kind in rows.kinds.items() if kind == "categorical"]
+    positions = np.unique(rows.positions)
+    sums = {f: np.zeros((len(_CELL_SUMS), rows.n_categories[f])) for f in categorical}
+    by_position = np.zeros((len(_CELL_SUMS), len(positions)))
+    for span in row_spans(rows.nodes.n_rows):
+        u = alpha * np.asarray(r[span], np.float64) + beta
+        v = np.asarray(page_logits[span], np.float64)
+        clicks = np.asarray(rows.nodes.read(CLICK, span.start, span.stop), np.float64)
+        w = np.asarray(weights[span], np.float64)
+        terms = _row_terms(u, v, clicks, w, model.form)
+        cells = np.searchsorted(positions, rows.nodes.read(RAW_POSITION, span.start, span.stop))
+        by_position += _cell_sums(cells, terms, len(positions))
+        for f in categorical:
+            n_codes = rows.n_categories[f]
+            codes = np.clip(np.asarray(rows.nodes.read(f, span.start, span.stop), np.int64), 0, n_codes - 1)
+            sums[f] += _cell_sums(codes, terms, n_codes)
+    levels = {f: {"n_codes": rows.n_categories[f],
+                  "codes": _cell_table(np.arange(rows.n_categories[f]), sums[f], int(np.argmax(sums[f][0])))}
+              for f in categorical}
+    return {"interval": EXAMINATION_INTERVAL, "by_position": _cell_table(positions, by_position, 0), "levels": levels}

@@ -32,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..pipeline.layout import SESSIONS_DIR, TEST_SCORES, TRUTH_DIR
+from ..report.plots import colors as _colors, new_figure as _figure
 from ..schema import DOC_ID, LABEL, POSITION, QUERY_ID
 from .tables import SettingResults, Table
 
@@ -39,11 +40,6 @@ log = logging.getLogger(__name__)
 
 TRUE_LABELS = "True labels"
 _DOC_KEY = "_doc"
-
-
-def _figure(width: float, height: float):
-    from matplotlib.figure import Figure
-    return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
 def save(fig, path: Path) -> Path:
@@ -189,12 +185,6 @@ def plot_fig4(data: pd.DataFrame, labels: Sequence[str], path: Path, title: str 
     ax.legend(fontsize=8, ncols=2)
     ax.grid(alpha=0.3)
     return save(fig, path)
-
-
-def _colors(n: int) -> list:
-    from matplotlib import colormaps
-    cmap = colormaps["tab10" if n <= 10 else "tab20"]
-    return [cmap(i % cmap.N) for i in range(n)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ and, on request, a self-contained HTML page with the per-query differences plott
 from __future__ import annotations
 
 import html
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -118,9 +117,9 @@ def format_text(c: Comparison) -> str:
 
 def _differences_png(c: Comparison, metric: str) -> bytes:
     """Sorted per-query differences (run − first) of `metric`, one panel per later run, as PNG bytes."""
-    from matplotlib.figure import Figure
+    from .plots import new_figure, png_bytes
     later = c.labels[1:]
-    fig = Figure(figsize=(7, 2.4 * len(later)), dpi=100, layout="constrained")
+    fig = new_figure(7, 2.4 * len(later))
     base = c.per_query[c.labels[0]][metric].to_numpy(float)
     for i, label in enumerate(later):
         ax = fig.add_subplot(len(later), 1, i + 1)
@@ -130,9 +129,7 @@ def _differences_png(c: Comparison, metric: str) -> bytes:
         ax.set_title(f"{label} − {c.labels[0]}: {metric} per query (sorted; mean {diff.mean():+.3f})", fontsize=9)
         ax.set_xlabel("query (sorted by difference)")
         ax.set_ylabel(f"Δ {metric}")
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
+    return png_bytes(fig)
 
 
 def render_html(c: Comparison) -> str:

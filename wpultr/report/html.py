@@ -5,16 +5,20 @@ import base64
 import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..pipeline import layout as L
 from ..pipeline.rundir import RunDir, read_json, write_text
+
+if TYPE_CHECKING:
+    from .figures import Figure
 
 
 PAGE_STYLE = ("body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em}"
               "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;"
               "text-align:right}th{background:#f3f3f3}pre{background:#f8f8f8;padding:1em;overflow:auto}"
-              "img{max-width:100%}")
+              "img{max-width:100%}figure{margin:1em 0}figcaption{font-weight:bold;margin:.3em 0}"
+              ".graphs{display:flex;flex-wrap:wrap;gap:1em}.no-edge,.figure-note{font-size:.9em;color:#444}")
 
 
 def page(title: str, body: str, style: str = "") -> str:
@@ -52,7 +56,8 @@ def metrics_table(metrics: dict[str, Any]) -> str:
 
 def history_table(epochs: list[dict[str, Any]], valid_metrics: tuple[str, ...] = ("DCG@10", "ERR@10")):
     """One row per epoch: its phase, seconds, the training statistics and the validation metrics."""
-    train_keys = list(dict.fromkeys(k for e in epochs for k in (e.get("train") or {})))
+    train_keys = list(dict.fromkeys(k for e in epochs for k, v in (e.get("train") or {}).items()
+                                    if not isinstance(v, (dict, list))))     # tables (examination) are figures
     header = ["epoch", "phase", "seconds"] + train_keys + [f"valid {m}" for m in valid_metrics]
     rows = [[e.get("epoch", ""), e.get("phase", "train"), e.get("seconds", "")]
             + [(e.get("train") or {}).get(k, "") for k in train_keys]
@@ -82,6 +87,23 @@ def click_edges_section(root: Path) -> str:
     return _section(f"Page feature → click edges (epoch {k}): how sure the graph is", _table(rows, WITHIN_DOCUMENT_HEADER))
 
 
+def figure_html(figure: "Figure") -> str:
+    """A drawn figure as `<figure data-figure=key>` (inline SVG or an embedded PNG, then its note); one left out
+    as a one-line `<p class='omitted' data-figure=key>` saying why."""
+    key, title = html.escape(figure.key), html.escape(figure.title)
+    if not figure.drawn:
+        return f"<p class='omitted' data-figure='{key}'>{title}: left out — {html.escape(figure.note)}.</p>"
+    picture = figure.svg or png_img(figure.png, figure.title)
+    note = f"<p class='figure-note'>{html.escape(figure.note)}</p>" if figure.note else ""
+    return f"<figure data-figure='{key}'><figcaption>{title}</figcaption>{picture}{note}</figure>"
+
+
+def figures_section(root: Path) -> str:
+    """The run's pictures (`report.figures`): graph, examination, weights, training curves."""
+    from .figures import run_figures
+    return _section("Figures", "".join(figure_html(f) for f in run_figures(root)))
+
+
 def click_metrics_section(metrics: dict[str, Any] | None) -> str:
     """Label-free: each click model's log-likelihood and perplexity (overall, by position) on held-out sessions
     (metrics.json "clicks"); '' when the run held none out."""
@@ -103,6 +125,7 @@ def render_report(run: RunDir) -> str:
     metrics = _optional_json(run, L.METRICS)
     parts.append(_section("Metrics on held-out annotated queries", metrics_table(metrics or {})))
     parts.append(click_metrics_section(metrics))
+    parts.append(figures_section(run.root))
     ingest = _optional_json(run, L.INGEST_SUMMARY)
     if ingest:
         rows = [[k, v] for k, v in ingest.items() if k not in ("columns", "reasons", "files")]
