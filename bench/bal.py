@@ -10,7 +10,10 @@ Printed per world:
 * DCG@1,3,5,10 and ERR@10 (mean ± std over seeds) for every method;
 * per method: seeds significantly better / worse than its family's best baseline (p < 0.05, two-sided);
 * the share of the best-baseline → ceiling DCG@10 gap each debiasing method closes (mean and per seed);
-* seconds per trained epoch against Naive's on the same data in the same run (BAL's by step).
+* seconds per trained epoch against Naive's on the same data in the same run (BAL's by step);
+* per seed, each `RIVALS` method (BAL, BAL-GBDT) against each rival a user would pick instead (the better Naive and
+  PB-BAL; XGBoost's unbiased LambdaMART and LightGBM's position-aware ranker) and its unbiased-click ceiling: Δ DCG@10,
+  p, and the seeds significantly better / worse (also after every seed, so a cut run still reports).
 
 Reference rankers on the same sessions: **Oracle** = the same ranker trained on the true labels of the
 shown results (listwise softmax on gains), **Ceiling** / **Ceiling-GBDT** = the family's best baseline,
@@ -28,12 +31,18 @@ so the gap it sets is part bias, part information.
 
 The worlds (`default`, `production`, `position_only`, and the transfer checks `cascade` and `trust`) are
 described in `bench/worlds.py`, shared with `bench/discovery.py`; none is built to match BAL's click model.
+The real-feature worlds (`letor-pbm-2x` / its null twin `letor-pbm-1x`, `letor-cascade-2x` / `-1x`,
+`letor-position_only`: `worlds.LETOR_WORLDS`) simulate on the LETOR sample's features and labels and test on every
+LETOR query no click touched (rank.test's 50 and the 40 rank.train queries the corpus left out: 90, printed).
 
     .venv/bin/python bench/bal.py                                   # 5 worlds x 3 seeds, 50 000 sessions
     .venv/bin/python bench/bal.py --worlds production --seeds 5 --sessions 100000
     .venv/bin/python bench/bal.py --methods Naive,Naive-list,BAL --seeds 2 --sessions 20000   # quick look
     .venv/bin/python bench/bal.py --worlds production --methods Naive,BAL --seeds 1 --sessions 200000 \
         --epochs 2 --no-references                                  # epoch cost at 200 000 sessions
+    .venv/bin/python bench/bal.py --worlds letor-pbm-2x,letor-pbm-1x,letor-cascade-2x,letor-cascade-1x --seeds 5 \
+        --sessions 40000 --no-oracle --methods \
+        Naive,Naive-list,PB-BAL,BAL,Naive-GBDT,LambdaMART,BAL-GBDT,XGB-unbiased,LambdaMART-pos   # issue 30's wins
 """
 from __future__ import annotations
 
@@ -60,7 +69,11 @@ from wpultr.rankers.base import score_frame
 from wpultr.schema import CLICK, DOC_ID, LABEL, POSITION, QUERY_ID, SESSION_ID
 from wpultr.simulate import simulate
 from wpultr.simulate.user_models import click_relevance
-from worlds import WORLDS          # bench/worlds.py: the worlds, shared with bench/discovery.py
+from wpultr.io.letor import read_letor
+from wpultr.schema import FEATURES
+from worlds import LETOR_HELD_OUT, LETOR_WORLDS, WORLDS   # bench/worlds.py: the worlds, shared with bench/discovery.py
+
+BENCH_WORLDS = {**WORLDS, **LETOR_WORLDS}
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS = ("DCG@1", "DCG@3", "DCG@5", "DCG@10", "ERR@10")
@@ -100,6 +113,13 @@ METHODS["BAL-K2"] = {**BAL, "bal.weights.max_permuted_rows": 1_000_000}
 FAMILIES: dict[str, dict[str, Any]] = {
     "neural": {"baselines": ("Naive", "Naive-list"), "ceiling": "Ceiling"},
     "gbdt": {"baselines": ("Naive-GBDT", "LambdaMART"), "ceiling": "Ceiling-GBDT"},
+}
+# issue 30: each debiasing method against the rivals a user would pick instead and its unbiased-click ceiling,
+# per seed by a paired t-test over the test queries; "A|B" is the better of A and B on that seed's test queries,
+# and "best" the best of all the method's rivals but the ceiling (the bar for "never significantly below").
+RIVALS: dict[str, tuple[str, ...]] = {
+    "BAL": ("Naive|Naive-list", "PB-BAL", "Ceiling"),
+    "BAL-GBDT": ("XGB-unbiased", "LambdaMART-pos", "Naive-GBDT|LambdaMART", "Ceiling-GBDT"),
 }
 GBDT_METHODS = ("Naive-GBDT", "LambdaMART", "BAL-GBDT", "BAL-GBDT-list", "BAL-GBDT-lambda", "Naive-GBDT-lambda",
                 "LambdaMART-pos", "Ceiling-GBDT", "BAL-GBDT-nodoc", "BAL-GBDT-lambda-nodoc", "Oracle-IPW-GBDT",
@@ -216,6 +236,22 @@ def oracle(train: pd.DataFrame, truth: pd.DataFrame, valid: pd.DataFrame, cfg) -
                        epochs=cfg.train.epochs + cfg.train.warmup_epochs)
 
 
+def untouched_letor_queries(logs: Any) -> pd.DataFrame:
+    """Every LETOR sample query no click touched, all its documents with their real labels: the rank.test queries
+    and the rank.train queries the corpus left out (query ids `test:<i>` and `train:<i>`)."""
+    corpus = logs.truth["corpus"]
+    left_out = {q["query_id"] for q in corpus["dropped_queries"] if q["file"] == 0}
+    frames = []
+    for tag, path, keep in (("train", corpus["files"][0], left_out), ("test", LETOR_HELD_OUT, None)):
+        data = read_letor(path, f"{path}.query", n_features=logs.truth["config"]["n_dense_features"])
+        query = np.repeat(data.query_ids, data.group_sizes)
+        rows = np.flatnonzero(np.isin(query, list(keep))) if keep is not None else np.arange(data.n_docs)
+        frames.append(pd.DataFrame({QUERY_ID: [f"{tag}:{q}" for q in query[rows]],
+                                    DOC_ID: [f"{tag}:{r}" for r in rows],
+                                    FEATURES: list(data.features[rows]), LABEL: data.labels[rows]}))
+    return pd.concat(frames, ignore_index=True)
+
+
 def test_metrics(ranker: Any, test: pd.DataFrame) -> pd.DataFrame:
     """Per-query metrics of `ranker` on the held-out annotated `test` queries (what every method is judged by)."""
     return per_query(test.assign(score=score_frame(ranker, test)), "score", label_col=LABEL)
@@ -223,10 +259,14 @@ def test_metrics(ranker: Any, test: pd.DataFrame) -> pd.DataFrame:
 
 def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """Every method on one world's logs of one seed: per-query test metrics and seconds per epoch."""
-    values = base_config(seed, args.sessions, args.epochs, WORLDS[world])
+    values = base_config(seed, args.sessions, args.epochs, BENCH_WORLDS[world])
     logs = simulate(config_from_dict(values).data.simulate, seed=seed)
     train, annotations, truth = logs.sessions, logs.annotations, logs.truth_sessions
     valid, test = split_annotations(annotations, seed)
+    if world in LETOR_WORLDS:                            # test on every LETOR query no click touched
+        test = untouched_letor_queries(logs)
+    print(f"  {world} seed {seed}: {test[QUERY_ID].nunique()} test queries, {valid[QUERY_ID].nunique()} "
+          f"validation queries, {train[QUERY_ID].nunique()} queries in the logs", flush=True)
 
     def measured(ranker: Any) -> pd.DataFrame:
         return test_metrics(ranker, test)
@@ -262,7 +302,8 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     if args.no_references:                               # a timing run: no Oracle, no ceilings
         return out
     cfg = config_from_dict(values)
-    out["per_query"]["Oracle"] = measured(oracle(train, truth, valid, cfg))
+    if not args.no_oracle:
+        out["per_query"]["Oracle"] = measured(oracle(train, truth, valid, cfg))
     click_noise = logs.truth["user_model"]["params"].get("click_noise", 0.1)   # the world's own ε
     unbiased = train.assign(**{CLICK: unbiased_clicks(train, truth, click_noise, seed)})
     for name, fam in FAMILIES.items():
@@ -295,6 +336,39 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def rival_of(seed: dict[str, Any], rival: str) -> str | None:
+    """The method `rival` ("A|B": the better of those that ran, by mean DCG@10) names on one seed's tables."""
+    ran = [m for m in rival.split("|") if m in seed["per_query"]]
+    return max(ran, key=lambda m: seed["per_query"][m]["DCG@10"].mean()) if ran else None
+
+
+def rival_report(seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Print and return each `RIVALS` method's paired DCG@10 test against each of its rivals, seed by seed."""
+    out: dict[str, Any] = {}
+    n_queries = sorted({len(s["per_query"][next(iter(s["per_query"]))]) for s in seeds})
+    print(f"\npaired t-tests of DCG@10 over the {'/'.join(map(str, n_queries))} test queries, per seed "
+          f"(Δ = method − rival, p; + / − = significantly better / worse at p < {ALPHA}):")
+    for label, rivals in RIVALS.items():
+        if not any(label in s["per_query"] for s in seeds):
+            continue
+        beaten = "|".join(r for r in rivals if not r.startswith("Ceiling"))
+        for rival in (*rivals, beaten):
+            cells, better, worse = [], 0, 0
+            for s in seeds:
+                other = rival_of(s, rival)
+                if label not in s["per_query"] or other is None:
+                    continue
+                p, diff, _ = paired_test(s["per_query"][label], s["per_query"][other], "DCG@10", "all")
+                sign = "+" if p < ALPHA and diff > 0 else "−" if p < ALPHA and diff < 0 else " "
+                better, worse = better + (sign == "+"), worse + (sign == "−")
+                cells.append(f"{diff:+.3f} ({p:.3f}){sign}" + (f" [{other}]" if "|" in rival else ""))
+            if cells:
+                name = "best rival" if rival == beaten else rival
+                print(f"  {label:9s} vs {name:22s} {better} / {worse}   " + "; ".join(cells))
+                out.setdefault(label, {})[name] = {"better": better, "worse": worse, "cells": cells}
+    return out
+
+
 def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     labels = list(seeds[0]["per_query"])
     print(f"\n## world: {world} ({len(seeds)} seeds, {args.sessions} sessions, {args.epochs} epochs after 1 warm-up)")
@@ -317,6 +391,7 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
         summary["methods"][label] = {"mean": {m: float(np.mean(v)) for m, v in means.items()},
                                      "better": better, "worse": worse,
                                      "p": [p for p, _ in tests], "diff": [d for _, d in tests]}
+    summary["rivals"] = rival_report(seeds)
     print("\nshare of the best-baseline -> ceiling DCG@10 gap closed (mean; per seed):")
     for label in labels:
         fam = family(label)
@@ -366,7 +441,8 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--worlds", default=",".join(WORLDS), help=f"comma-separated, of {', '.join(WORLDS)}")
+    parser.add_argument("--worlds", default=",".join(WORLDS),
+                        help=f"comma-separated, of {', '.join(BENCH_WORLDS)}")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--sessions", type=int, default=50_000)
@@ -374,16 +450,23 @@ def main() -> None:
     parser.add_argument("--json", help="write the summary figures to this file")
     parser.add_argument("--no-references", action="store_true",
                         help="skip the Oracle and the ceilings (timing runs: seconds per epoch only)")
+    parser.add_argument("--no-oracle", action="store_true", help="skip the Oracle (the ceilings still run)")
     args = parser.parse_args()
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in args.methods if m not in METHODS] + [w for w in args.worlds.split(",") if w not in WORLDS]
+    unknown = [m for m in args.methods if m not in METHODS] + [w for w in args.worlds.split(",")
+                                                               if w not in BENCH_WORLDS]
     if unknown:
         parser.error(f"unknown method(s) or world(s): {unknown}")
-    summary = {}
+    worlds = args.worlds.split(",")
+    seeds: dict[str, list[dict[str, Any]]] = {world: [] for world in worlds}
     with open_client():
-        for world in args.worlds.split(","):
-            seeds = [one_seed(world, seed, args) for seed in range(args.seeds)]
-            summary[world] = report(world, seeds, args)
+        for seed in range(args.seeds):                   # seed by seed across the worlds: a cut run stays even
+            for world in worlds:
+                seeds[world].append(one_seed(world, seed, args))
+                if seed + 1 < args.seeds:                # the paired tests so far, in case the run is cut short
+                    print(f"\n### {world}: after {seed + 1} seed(s)", end="")
+                    rival_report(seeds[world])
+    summary = {world: report(world, seeds[world], args) for world in worlds}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

@@ -28,6 +28,12 @@ ads (+1.5), as in ``production``, ``both`` — a world with no media effect (``1
 result shown as a video is examined 1.5× and 2× as often as any other (`media_click_scale`). Presentation varies
 by impression (a URL shown as its own media type half the time). ``letor-…``: the same on the LETOR sample's
 real feature vectors and labels (`data.simulate.corpus: letor`, the queries with at least 12 documents).
+
+`LETOR_WORLDS` (issue 30, bench/bal.py): the LETOR sample's real features as the corpus, presentation varying by
+impression, the logger promoting videos and ads and relevant documents more often shown as them (``both``), under
+PBM and cascade users: ``letor-<model>-2x`` where a result shown as a video is examined twice as often, its null
+twin ``letor-<model>-1x`` (the same world, no media effect), and ``letor-position_only`` (PBM, no media anywhere).
+Every annotated query of the corpus validates; bench/bal.py tests on the LETOR queries no click touched.
 """
 from __future__ import annotations
 
@@ -46,6 +52,7 @@ WORLDS: dict[str, dict[str, Any]] = {
 }
 
 LETOR_SAMPLE = "/work/shared/data/letor-sample/rank.train"
+LETOR_HELD_OUT = "/work/shared/data/letor-sample/rank.test"     # never in a corpus: bench/bal.py tests on it
 MEDIA_TILT = [0.0, 1.0, 2.0, 0.0]          # p(type | grade y) ∝ p(type) · exp(tilt · y / 4): images, videos
 MEDIA_PROMOTION = [0.0, 0.0, 1.0, 1.5]     # the logging ranker's boost (the production world's)
 MEDIA_EFFECTS = (1.0, 1.5, 2.0)            # how much more often a result shown as a video is examined
@@ -53,7 +60,8 @@ VIDEO = 2
 
 
 def media_world(user_model: str, way: str, effect: float, corpus: str = "synthetic") -> dict[str, Any]:
-    """One of `MEDIA_WORLDS`: `way` in relevance | logger | both, `effect` the video's examination ratio."""
+    """One of `MEDIA_WORLDS`: `way` in relevance | logger | both (any other: neither), `effect` the video's
+    examination ratio."""
     scale = [1.0 if m == VIDEO else 1.0 / effect for m in range(4)]
     world: dict[str, Any] = {
         "user_model": user_model, "media_type_consistency": 0.5,
@@ -72,4 +80,19 @@ MEDIA_WORLDS: dict[str, dict[str, Any]] = {
        for model in ("pbm", "cascade", "trust") for way in ("relevance", "logger", "both") for effect in MEDIA_EFFECTS},
     **{f"letor-{model}-both-{effect:g}x": media_world(model, "both", effect, "letor")
        for model in ("cascade", "trust") for effect in MEDIA_EFFECTS},
+}
+
+
+LETOR_EVALUATION = {"n_annotated_queries": 161}     # every corpus query annotated: validation draws from all
+
+
+def letor_world(user_model: str, way: str, effect: float) -> dict[str, Any]:
+    """One of `LETOR_WORLDS`: `media_world` on the LETOR corpus, every corpus query annotated."""
+    return {**media_world(user_model, way, effect, "letor"), **LETOR_EVALUATION}
+
+
+LETOR_WORLDS: dict[str, dict[str, Any]] = {
+    **{f"letor-{model}-{effect:g}x": letor_world(model, "both", effect)
+       for model in ("pbm", "cascade") for effect in (2.0, 1.0)},
+    "letor-position_only": letor_world("pbm", "neither", 1.0),
 }

@@ -376,21 +376,23 @@ class ConditionalDensity:
         y = torch.as_tensor(targets, dtype=torch.float64)
         return (gaussian_log_prob(y, *params) - math.log(self.target_scale_)).numpy()   # Jacobian of standardising
 
-    def log_prob_permuted(self, nodes_df: pd.DataFrame, parent: str, orders: Sequence[np.ndarray]) -> np.ndarray:
+    def log_prob_permuted(self, nodes_df: pd.DataFrame, parent: str, orders: Sequence[np.ndarray],
+                          observed: bool = False) -> np.ndarray:
         """(len(orders), rows): log p(x | parents) with the numeric parent's column replaced by its values in
         each order — the same numbers as `log_prob` on such copies of `nodes_df`, with the design matrix and
-        targets built once instead of once per order (BAL's permutation numerator)."""
+        targets built once instead of once per order (BAL's permutation numerator). With `observed`, a first row
+        more: `log_prob` itself, from the same design matrix (the weight's denominator, at no second build)."""
         self._check_fitted()
         if parent not in self.numeric_parents:
             raise ValueError(f"{parent!r} is not a numeric parent of {self._what()}")
         targets = self._targets(nodes_df)
         if self.net_ is None:                      # unconditional: no parent to permute
             row = self._log_prob_of(targets, self._params(nodes_df))
-            return np.stack([row] * len(orders))
+            return np.stack([row] * (len(orders) + observed))
         inputs = self._inputs(nodes_df)
+        out = [self._log_prob_of(targets, self._params(nodes_df, inputs))] if observed else []
         j = self.numeric_parents.index(parent)
         column = _numeric_column(nodes_df, parent, self._what())
-        out = []
         for order in orders:                        # the elementwise standardisation of `_inputs`, on the drawn rows
             inputs[:, j] = (np.asarray(column[order], np.float64) - self.input_mean_[j]) / self.input_scale_[j]
             out.append(self._log_prob_of(targets, self._params(nodes_df, inputs)))

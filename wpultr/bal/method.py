@@ -42,17 +42,15 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from scipy.special import expit
 
 from ..causal.discovery import ReusableTests, discover
 from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
 from ..methods.base import FitResult
 from ..methods.losses import weighted_softmax_loss
 from ..methods.training import Trainer, build_ranker
-from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, \
-    row_spans
+from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature
 from .biases import BiasReport, identify_biases
-from .click_model import ClickModel, page_inputs, ranker_loss, skipped_irrelevance
+from .click_model import ClickModel, examination_table, page_inputs, ranker_loss, skipped_irrelevance
 from .influence import FeatureInfluence, fit_influence_estimators
 from .rows import GraphRows, TrainingRows, discovery_seed
 from .weights import clip_and_normalise, importance_weights
@@ -126,18 +124,10 @@ def click_side_weights(loss: str, pair_weights: str, weights: np.ndarray, page_l
     return listwise_click_weights(weights, page_logits, max_weight)
 
 
-def examination_by_position(page_logits: np.ndarray, positions: np.ndarray) -> dict[str, float]:
-    """The click model's examination σ(v) averaged by position, relative to the first position: the position
-    bias BAL learned, recorded every epoch so a user can read it (and a bench can hold it to the truth)."""
-    positions = np.asarray(positions)
-    levels = np.unique(positions)
-    sums, counts = np.zeros(len(levels)), np.zeros(len(levels), np.int64)
-    for span in row_spans(len(positions)):                            # a chunk's temporaries, not the log's
-        where = np.searchsorted(levels, positions[span])
-        sums += np.bincount(where, expit(np.asarray(page_logits[span], np.float64)), minlength=len(levels))
-        counts += np.bincount(where, minlength=len(levels))
-    exam = sums / np.maximum(counts, 1)
-    return {str(int(p)): round(float(e / exam[0]), 4) for p, e in zip(levels, exam)}
+def examination_by_position(table: dict) -> dict[str, float]:
+    """The click model's examination σ(v) by position relative to the first (`examination_table`'s point estimates):
+    the position bias BAL learned, recorded every epoch so a user can read it (and a bench can hold it to the truth)."""
+    return {position: round(cell["relative"], 4) for position, cell in table["by_position"].items()}
 
 
 class StepClock:
@@ -225,7 +215,8 @@ class BAL:
             click_model, cm_stats = self.click_model(r, nodes, weights, biases, kinds, n_categories,  # step 5
                                                      config, seed, trainer.generator, rows.pairs_at)
             page_logits = click_model.page_logits(nodes)                    # v(x): a constant of the ranker step
-            cm_stats["examination_by_position"] = examination_by_position(page_logits, rows.positions)
+            cm_stats["examination"] = examination_table(click_model, r, page_logits, weights, rows)   # + intervals
+            cm_stats["examination_by_position"] = examination_by_position(cm_stats["examination"])
             clock.lap("click_model")
             reweighted = config.train.loss in ("listwise", "lambdarank")    # a click-reweighting ranker step
             lambdarank, pair_weights = config.train.loss == "lambdarank", config.bal.pair_weights  # (a booster's)

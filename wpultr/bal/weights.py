@@ -86,6 +86,21 @@ def effective_sample_size(weights: np.ndarray) -> float:
     return float(weights.sum() ** 2 / squares)
 
 
+def weight_histogram(weights: np.ndarray, bins: int = 30) -> dict[str, Any]:
+    """Counts of the weights in `bins` equal bins of log10 w between the smallest positive weight and the largest
+    (by chunks), and how many are 0: the distribution the run report draws."""
+    w = np.asarray(weights, np.float64)
+    spans = row_spans(w.size)
+    lows = [float(w[s][w[s] > 0].min()) for s in spans if (w[s] > 0).any()]
+    low = float(np.log10(min(lows))) if lows else 0.0
+    edges = np.linspace(low, max(float(np.log10(w.max())) if lows else 0.0, low + 1e-9), bins + 1)
+    counts = np.zeros(bins, np.int64)
+    for span in spans:
+        counts += np.histogram(np.log10(w[span][w[span] > 0]), edges)[0]
+    return {"log10_edges": [round(float(e), 5) for e in edges], "counts": counts.tolist(),
+            "zeros": int(w.size - counts.sum())}
+
+
 def effective_sample_size_log(log_weights: np.ndarray) -> float:
     """Kish's effective sample size of exp(log_weights), from the logs by chunks: (Σe^(l−M))² / Σe^(2(l−M)),
     M the largest log (the ratio is scale-free), without the weights of every row at once."""
@@ -381,13 +396,15 @@ def _in_play(values: np.ndarray, chain: Sequence[tuple[float, float, int]], bins
 # ---------------------------------------------------------------------------------------------
 # Applying the fitted estimators
 # ---------------------------------------------------------------------------------------------
-def permutation_log_numerator(estimator: FeatureInfluence, nodes_df: pd.DataFrame, orders: Sequence[np.ndarray]
-                              ) -> np.ndarray:
-    """log (1/K) Σ_k p(x | r̂_{π_k}, m): r̂ marginalised over the batch's own relevance scores (§3.2); `orders`
-    are K permutations of these rows."""
+def permutation_log_weight_parts(estimator: FeatureInfluence, nodes_df: pd.DataFrame, orders: Sequence[np.ndarray]
+                                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(log p(x | r̂, m), log (1/K) Σ_k p(x | r̂_{π_k}, m)) of these rows: the denominator, and the numerator with
+    r̂ marginalised over the batch's own relevance scores (§3.2; `orders` are K permutations of these rows). Both
+    differ only in r̂'s column, so the rows' design matrix and targets are built once."""
     if RELEVANCE_SCORE not in nodes_df.columns:
         raise KeyError(f"column {RELEVANCE_SCORE!r} is missing; present: {list(nodes_df.columns)}")
-    return log_mean_exp(estimator.denominator.log_prob_permuted(nodes_df, RELEVANCE_SCORE, orders), axis=0)
+    both = estimator.denominator.log_prob_permuted(nodes_df, RELEVANCE_SCORE, orders, observed=True)
+    return both[0], log_mean_exp(both[1:], axis=0)
 
 
 @dataclass
@@ -429,7 +446,7 @@ class ImportanceWeights:
                 "ess_fraction_unclipped": self.ess_unclipped / self.n_rows if self.n_rows else 0.0,
                 "share_clipped": self.share_clipped, "cap": self.cap,
                 "weight_min": float(w.min()) if w.size else None, "weight_max": float(w.max()) if w.size else None,
-                "total_log_weight": log_weight_summary(self.log_weights),
+                "total_log_weight": log_weight_summary(self.log_weights), "histogram": weight_histogram(w),
                 "features": {name: dict(summary) for name, summary in self.features.items()}}
 
 
@@ -456,12 +473,12 @@ def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureI
         lw = np.empty(n, dtype=np.float64)
         for start in range(0, n, chunk_rows):
             chunk = nodes_df.iloc[start: start + chunk_rows]
-            log_den = est.denominator.log_prob(chunk)                       # influence score p(x | r̂, m), Eq. 6–7
             if est.numerator is not None:
+                log_den = est.denominator.log_prob(chunk)                   # influence score p(x | r̂, m), Eq. 6–7
                 log_num = est.numerator.log_prob(chunk)                     # p(x) (case 1) or p(x | m)
             else:                                                           # case 2: r̂ from the chunk's own rows
-                log_num = permutation_log_numerator(est, chunk, [rng.permutation(len(chunk))
-                                                                 for _ in range(permutations)])
+                log_den, log_num = permutation_log_weight_parts(est, chunk, [rng.permutation(len(chunk))
+                                                                             for _ in range(permutations)])
             lw[start: start + len(chunk)] = feature_log_weight(log_num, log_den)   # Eq. 8–9 / case 2
             bad = ~np.isfinite(lw[start: start + len(chunk)])
             if bad.any():
