@@ -23,8 +23,15 @@ Parts (each prints its own lines; --json adds a machine-readable copy), run in t
            (`discovery.click_test: within_document`) and, with --old-test, the r̂-conditioned one on the same
            sample. r̂ there is an imperfect ranker's: the true grade + N(0, --score-noise²) drawn per (query,
            document) (a ranker's score is a function of the document). Prints per world: seeds with a false page
-           feature → click edge, media type → click found where it is real (power), position → click found,
-           seconds per graph.
+           feature → click edge as the product decides it (`discovery.click_error: per_graph`, Holm over the page
+           features' deciding p-values), media type → click found where it is real (power), position → click found,
+           seconds per graph, and the false edges and power had each edge been decided alone at alpha (per_edge:
+           the edges Holm removed put back; each false edge with its deciding p-value, the largest of PC's tests);
+           then the click test's calibration: each non-parent page feature tested given the true click parents,
+           whose p-values are uniform for a calibrated test (shares below 0.01/0.05/0.10/0.50 and the KS distance).
+           A world's 1x/1.5x/2x twins share each seed's corpus, presentation, heights and click draws (only the
+           click probabilities differ: clicks agree on 98 % of rows between 1.5x and 2x), so a chance false edge in
+           one seed tends to recur in its twins: they are not independent evidence.
   compare  KCI at --n rows against the hybrid test (`discovery.ci_test: hybrid`, its default config: KCI on
            n_sessions = 1000 one-per-session rows, click tests on --click-rows shown results of whole
            sessions): click parents exactly right per seed, SHD, seconds per graph.
@@ -60,6 +67,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from causallearn.search.ConstraintBased.PC import pc
+from scipy import stats
 from threadpoolctl import threadpool_info
 
 from wpultr.bal.biases import identify_biases
@@ -74,6 +82,7 @@ from wpultr.schema import (BAIDU_PAGE_FEATURES, CLICK, DOC_ID, POSITION, QUERY_I
                            FeatureKind, query_document_pairs)
 from wpultr.simulate import SimulateConfig, simulate
 from worlds import MEDIA_WORLDS, WORLDS          # bench/worlds.py: shared with bench/bal.py
+from wpultr.causal.click_evidence import deciding_p_values
 from wpultr.causal.within_document_ci import DOCUMENT_CODE
 from wpultr.simulate.generate import TRUE_LABEL
 
@@ -318,8 +327,8 @@ def part_null(client, worlds: list[str], seeds: range, n_sessions: int, score_no
           f"section (KCI on {base.n_sessions} rows, click tests on {base.click_rows} shown results, max depth "
           f"{base.max_depth}), r̂ = grade + N(0, {score_noise}^2) per document, alpha {base.alpha}; the r̂-conditioned "
           f"test (r̂-cond) on {old_test} worlds == [{_load()}]")
-    print(f"{'world':<24}{'test':<8}{'false edge':>11}{'media found':>12}{'position':>9}{'s/graph':>9}  "
-          f"false edges by feature")
+    print(f"{'world':<24}{'test':<8}{'false edge':>11}{'media found':>12}{'position':>9}{'s/graph':>9}"
+          f"{'per-edge':>11}{'pe media':>9}  false edges by feature (per-edge false edges, seed: deciding p)")
     rows = []
     for name in worlds:
         no_effect = len(set(MEDIA_WORLDS[name]["media_click_scale"])) == 1
@@ -334,8 +343,14 @@ def part_null(client, worlds: list[str], seeds: range, n_sessions: int, score_no
                 result = discover(sample.nodes, FEATURES, cfg, client=client, seed=seed, click_nodes=sample.click_nodes)
                 seconds = time.perf_counter() - start
                 found = {f.name for f in FEATURES if result.graph.adjacent(f.name, CLICK)}
+                edgewise = per_edge_click_parents(result, base.alpha)
                 per_test[test].append({"seed": seed, "found": sorted(found), "false": sorted(found - truth),
-                                       "seconds": seconds})
+                                       "seconds": seconds, "null_p": null_p_values(result, truth),
+                                       "decisive_p": deciding_p_values(result.graph.meta["click_evidence"],
+                                                                       result.graph.nodes),
+                                       "edgewise_found": sorted(edgewise), "edgewise_false": sorted(edgewise - truth)})
+                print(f"  {name} {test} seed {seed}: click parents {sorted(found)}, per-edge {sorted(edgewise)}, "
+                      f"{seconds:.1f} s", flush=True)
         real_media = "media_type" in truth
         for test, runs in per_test.items():
             n = len(runs)
@@ -350,9 +365,51 @@ def part_null(client, worlds: list[str], seeds: range, n_sessions: int, score_no
             rows.append(row)
             power = f"{media}/{n}" if real_media else "-"
             false_text, position_text = f"{false}/{n}", f"{row['position_found']}/{n}"
+            row["null_p"] = [p for r in runs for p in r["null_p"].values()]
+            row["edgewise_false"] = sum(bool(r["edgewise_false"]) for r in runs)
+            row["edgewise_media"] = sum("media_type" in r["edgewise_found"] for r in runs)
+            gw_power = f"{row['edgewise_media']}/{n}" if real_media else "-"
+            where = "; ".join(f"{r['seed']}: " + ", ".join(f"{f} {r['decisive_p'].get(f, float('nan')):.3g}"
+                                                             for f in r["edgewise_false"])
+                              for r in runs if r["edgewise_false"])
             print(f"{name:<24}{test:<8}{false_text:>11}{power:>12}{position_text:>9}"
-                  f"{row['seconds_per_graph']:>9.1f}  {by_feature or ''}", flush=True)
+                  f"{row['seconds_per_graph']:>9.1f}{row['edgewise_false']:>9}/{n}{gw_power:>9}  {by_feature or ''}"
+                  f"{'  (' + where + ')' if where else ''}\n{'':<24}{'null p':<8}{calibration_text(row['null_p'])}",
+                  flush=True)
+    print("null p-values over all worlds (each non-parent page feature tested against click given the true click "
+          "parents; uniform when the test is calibrated):")
+    for test in dict.fromkeys(r["test"] for r in rows):
+        print(f"  {test:<8}{calibration_text([p for r in rows if r['test'] == test for p in r['null_p']])}")
     out["null"] = {"sessions": n_sessions, "score_noise": score_noise, "rows": rows}
+
+
+def null_p_values(result: DiscoveryResult, truth: set[str]) -> dict[str, float]:
+    """The click test's p-value of each page feature that is not a true click parent, given the true parents
+    (the d-separating set, so each p-value is uniform under a calibrated test): the calibration sample."""
+    names = list(result.graph.nodes)
+    test = result.runs[0].test
+    given = [names.index(t) for t in sorted(truth | {RELEVANCE_SCORE}) if t in names]   # r̂: the within test drops it
+    return {f.name: float(test.click_p_value(names.index(f.name), [g for g in given if g != names.index(f.name)]))
+            for f in FEATURES if f.name in names and f.name not in truth}
+
+
+def per_edge_click_parents(result: DiscoveryResult, alpha: float) -> set[str]:
+    """The page-feature click parents the graph would hold with `discovery.click_error: per_edge` (each edge at
+    alpha): those in the graph and those the product's Holm step removed (`click_evidence.decide_per_graph`)."""
+    evidence = result.graph.meta["click_evidence"]
+    removed = {e["node"] for e in evidence if "holm" in e and not e["holm"]["kept"] and e["holm"]["p_value"] <= alpha}
+    return removed | {f.name for f in FEATURES if result.graph.adjacent(f.name, CLICK)}
+
+
+def calibration_text(p: list[float]) -> str:
+    """A QQ summary of null p-values: the share below 0.01, 0.05, 0.10 and 0.50 (nominal: the same numbers) and
+    the Kolmogorov–Smirnov distance from uniform with its p-value."""
+    if not p:
+        return "no null tests"
+    v = np.asarray(p)
+    ks = stats.kstest(v, "uniform")
+    shares = "  ".join(f"<{a:g}: {np.mean(v < a):.3f}" for a in (0.01, 0.05, 0.10, 0.50))
+    return f"n {len(v):>4}  {shares}  KS {ks.statistic:.3f} (p {ks.pvalue:.2g})"
 
 
 def part_scale(cluster: ClusterConfig, seed: int, budget: float, ladders: dict[str, tuple[int, ...]], out: dict,

@@ -130,7 +130,7 @@ BAD: dict[str, typing.Any] = {
     "train.processes": 0,
     "evaluation.ks": [3, 3], "evaluation.heldout_sessions": 0.5,
     "discovery.n_sessions": 0, "discovery.n_strata": 0, "discovery.ci_test": "gsq", "discovery.alpha": 1.0,
-    "discovery.click_rows": 5, "discovery.click_test": "document", "discovery.click_knots": 2, "discovery.near_deterministic": 0.0,
+    "discovery.click_rows": 5, "discovery.click_test": "document", "discovery.click_error": "per_test", "discovery.click_knots": 2, "discovery.near_deterministic": 0.0,
     "discovery.max_depth": -1, "discovery.n_bootstrap": -1, "discovery.seed_offset": -1,
     "discovery.kci.kernel": "Cosine", "discovery.kci.est_width": "mean", "discovery.kci.polyd": 0,
     "discovery.kci.engine": "fast", "discovery.kci.cache_mib": 0, "discovery.rcit.approx": "exact",

@@ -11,7 +11,8 @@ from wpultr.bal.biases import identify_biases
 from wpultr.causal.discovery import (DiscoveryConfig, PageFeatureCIT, ci_test_spec, discover, enforce_priors,
                                      one_row_per_session, prior_knowledge, prior_violations, query_strata,
                                      sample_session_ids, validate_discovery_config)
-from wpultr.causal.graph import DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge
+from wpultr.causal.click_evidence import holm_adjusted
+from wpultr.causal.graph import DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, to_text
 from wpultr.causal.parallel_pc import CITestSpec, level_tests, parallel_pc
 from wpultr.bal.discover_stage import discover_epoch, fit_page_encoder
 from wpultr.config import ConfigError
@@ -445,3 +446,56 @@ def test_discover_stage_tests_page_features_within_documents_when_the_logs_have_
     assert media["verdict"] == "edge" and result.graph.adjacent("media_type", CLICK)
     assert max(level["ratio"] for level in media["within_document"]["levels"]) > 1.5
     assert 0 < media["within_document"]["rows"] <= 1500
+
+
+# --- discovery.click_error: page feature → click edges decided per graph (issue 30) -----------------------------
+def test_holm_step_down_by_hand():
+    # sorted 0.01 ≤ 0.05/3, 0.02 ≤ 0.05/2, 0.04 ≤ 0.05/1: all kept (adjusted 0.03, 0.04, 0.04)
+    kept = holm_adjusted({"a": 0.04, "b": 0.01, "c": 0.02})
+    assert kept == pytest.approx({"b": 0.03, "c": 0.04, "a": 0.04}) and all(p <= 0.05 for p in kept.values())
+    # 0.02 > 0.05/3 stops at the first step: none kept (adjusted 0.06 each, made non-decreasing)
+    none = holm_adjusted({"a": 0.02, "b": 0.03, "c": 0.04})
+    assert none == pytest.approx({"a": 0.06, "b": 0.06, "c": 0.06})
+    assert holm_adjusted({"a": 0.6, "b": 0.5}) == {"b": 1.0, "a": 1.0} and holm_adjusted({}) == {}
+
+
+def chance_click_rows(n: int = 1000, seed: int = 0, k: float = 0.08) -> pd.DataFrame:
+    """Clicks caused by r̂ and shown_as_video; font_size and snippet_length do not cause them but correlate with
+    the click's residual given its parents at k exactly (each test's p ≈ 0.04: what a null feature shows in 1 of 25
+    graphs), and with nothing else."""
+    rng = np.random.default_rng(seed)
+    r, a = rng.normal(size=n), rng.normal(size=n)
+    c = (rng.random(n) < expit(1.5 * r + a)).astype(float)
+    basis = np.linalg.qr(np.column_stack([np.ones(n), r, a, c, rng.normal(size=(n, 2))]))[0] * np.sqrt(n)
+    chance = [k * basis[:, 3] + np.sqrt(1 - k * k) * basis[:, j] for j in (4, 5)]
+    return pd.DataFrame({RELEVANCE_SCORE: r, "shown_as_video": a, "font_size": chance[0],
+                         "snippet_length": chance[1], CLICK: c})
+
+
+def test_per_graph_click_error_removes_the_chance_click_parents_per_edge_keeps(tmp_path):
+    rows = chance_click_rows()
+    features = tuple(PageFeature(n, FeatureKind.CONTINUOUS) for n in ("shown_as_video", "font_size", "snippet_length"))
+    per_edge = discover(rows, features, DiscoveryConfig(ci_test="fisherz", n_bootstrap=0, click_error="per_edge")).graph
+    assert set(identify_biases(per_edge).click_parents) == {RELEVANCE_SCORE, "shown_as_video", "font_size",
+                                                             "snippet_length"}
+    assert all("holm" not in e for e in per_edge.meta["click_evidence"])
+
+    graph = discover(rows, features, DiscoveryConfig(ci_test="fisherz", n_bootstrap=0)).graph   # the default
+    assert graph.meta["test"]["click_error"] == "per_graph"
+    assert set(identify_biases(graph).click_parents) == {RELEVANCE_SCORE, "shown_as_video"}     # what BAL reads
+    graph.save(tmp_path / "graph.json")
+    evidence = {e["node"]: e for e in DiscoveredGraph.load(tmp_path / "graph.json").meta["click_evidence"]}
+    assert "holm" not in evidence[RELEVANCE_SCORE] and evidence[RELEVANCE_SCORE]["verdict"] == "edge"   # the prior
+    assert evidence["shown_as_video"]["holm"]["kept"] and evidence["shown_as_video"]["verdict"] == "edge"
+    for name in ("font_size", "snippet_length"):
+        holm = evidence[name]["holm"]
+        assert 0.025 < holm["p_value"] <= 0.05 and holm["adjusted_p"] == pytest.approx(2 * holm["p_value"])
+        assert holm["family"] == 3 and not holm["kept"] and "Holm" in holm["rule"]
+        assert evidence[name]["verdict"] == f"no edge (Holm: adjusted p {holm['adjusted_p']:.2g} > 0.05)"
+        assert not evidence[name]["in_graph"]
+    assert "removed by Holm" in to_text(graph) and "decided per graph" in to_text(graph)
+
+
+def test_click_error_is_checked():
+    with pytest.raises(ConfigError, match=r"discovery.click_error: must be 'per_graph' or 'per_edge', got 'per_test'"):
+        DiscoveryConfig(click_error="per_test")

@@ -11,6 +11,10 @@ entry saying why it was not tested.
 With the within-document test (issue 30), each page feature also gets `within_document`: its click-rate
 ratio(s) within (query, document) strata with 95% confidence intervals, and the rows, sessions and documents
 that carried it; and every record a `verdict`: edge, no edge, or not testable within documents.
+
+With `discovery.click_error: per_graph` (the default), `decide_per_graph` re-decides the page feature → click edges
+PC kept by Holm's step-down over the testable page features' deciding p-values, so alpha bounds the chance of any
+false click parent in a graph; each candidate's record gains `holm` (rule, raw and adjusted p, family, kept).
 """
 from __future__ import annotations
 
@@ -95,3 +99,51 @@ def _within_effect(within: WithinDocumentTest, x: int, Z: Sequence[int]) -> dict
         return within.effect(x, Z)
     except (np.linalg.LinAlgError, ValueError) as e:
         return {"note": f"within-document effect not estimated: {e}"}
+
+
+def holm_adjusted(p_values: Mapping[str, float]) -> dict[str, float]:
+    """Holm's step-down adjusted p-values (the family-wise error at which each hypothesis is rejected): the k-th
+    smallest p times (m − k + 1), made non-decreasing and capped at 1; reject where adjusted p ≤ alpha."""
+    order = sorted(p_values, key=lambda k: p_values[k])
+    adjusted, running, m = {}, 0.0, len(order)
+    for i, name in enumerate(order):
+        running = max(running, min(1.0, (m - i) * float(p_values[name])))
+        adjusted[name] = running
+    return adjusted
+
+
+def deciding_p_values(evidence: Sequence[Mapping[str, Any]], nodes: Collection[str]) -> dict[str, float]:
+    """Each candidate page feature → click edge's deciding p-value: the largest of PC's tests of it (PC keeps the
+    edge only while every test rejects; 1 where PC never tested it). The candidates: page features among `nodes`
+    the click test can test (r̂ → click is a required prior, not a candidate)."""
+    return {e["node"]: 1.0 if e.get("p_value") is None else float(e["p_value"]) for e in evidence
+            if e["node"] in nodes and e["node"] not in (RELEVANCE_SCORE, CLICK) and e.get("verdict") != NOT_TESTABLE
+            and not e.get("by_prior")}
+
+
+def decide_per_graph(graph: DiscoveredGraph, evidence: list[dict[str, Any]], alpha: float) -> DiscoveredGraph:
+    """Re-decide the page feature → click edges PC kept as one claim per graph: Holm's step-down at `alpha` over
+    the candidates' deciding p-values (a false click parent in at most alpha of graphs, not alpha per edge). Each
+    candidate's record gains `holm` (raw and adjusted p, family size); an edge Holm rejects leaves the graph."""
+    p = deciding_p_values(evidence, graph.nodes)
+    adjusted = holm_adjusted(p)
+    removed = set()
+    for record in evidence:
+        name = record["node"]
+        if name not in adjusted:
+            continue
+        kept = adjusted[name] <= alpha
+        record["holm"] = {"rule": f"Holm's step-down over the {len(p)} page features' click tests, "
+                                  f"family-wise alpha {alpha:g}",
+                          "p_value": p[name], "adjusted_p": adjusted[name], "family": len(p), "kept": kept}
+        if record["in_graph"] and kept:
+            record["decision"] += f"; Holm: adjusted p {adjusted[name]:.2g} ≤ {alpha:g} over {len(p)} page features"
+        if record["in_graph"] and not kept:
+            removed.add(name)
+            record.update({"in_graph": False,
+                           "verdict": f"no edge (Holm: adjusted p {adjusted[name]:.2g} > {alpha:g})",
+                           "decision": f"removed by Holm: PC kept it (p {p[name]:.2g} ≤ {alpha:g}), but its "
+                                       f"adjusted p {adjusted[name]:.2g} over {len(p)} page features is > {alpha:g}"})
+    if not removed:
+        return graph
+    return graph.with_edges(e for e in graph.edges if not (CLICK in e.pair and e.pair & removed))

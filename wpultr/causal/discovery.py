@@ -39,7 +39,7 @@ from causallearn.utils.PCUtils.BackgroundKnowledge import BackgroundKnowledge
 
 from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, SchemaError
 from .click_ci import ClickCITest
-from .click_evidence import click_evidence
+from .click_evidence import click_evidence, decide_per_graph
 from .discovery_config import DiscoveryConfig, validate_discovery_config
 from .graph import (BIDIRECTED, DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, PairStability,
                     edges_from_matrix, sepsets_from_causallearn)
@@ -431,8 +431,11 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
     evidence = click_evidence(graph, runs[0].p_values, graphs[1:], tester, proxies, cfg.alpha,
                               {name: "constant in the sample" for name in constant}, within=within_tester,
                               untestable={names[u] for u in untestable})
+    if cfg.click_error == "per_graph":
+        graph = decide_per_graph(graph, evidence, cfg.alpha)
     graph.meta = {
-        "test": {"name": cfg.ci_test, "alpha": cfg.alpha, "options": base_test_options(cfg),
+        "test": {"name": cfg.ci_test, "alpha": cfg.alpha, "click_error": cfg.click_error,
+                 "options": base_test_options(cfg),
                  **({"engine": cfg.kci.engine} if cfg.ci_test in ("kci", "hybrid") else {}),
                  **({**_click_test_meta(cfg, within, shares, min_within_document_share),
                      "other_tests": "kci on the one-result-per-session sample"} if hybrid else {}),

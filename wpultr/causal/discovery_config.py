@@ -82,6 +82,10 @@ class DiscoveryConfig:
     # (wpultr.causal.within_document_ci; needs doc_id, else relevance is used and graph.json says so);
     # relevance: the r̂-conditioned test of wpultr.causal.click_ci (a feature tracking relevance r̂ misses passes)
     click_test: Literal["within_document", "relevance"] = "within_document"
+    # which error rate alpha bounds for the page feature → click edges: per_graph, the chance of any false click
+    # parent in a graph (Holm's step-down over the page features' click tests, whatever the test; the graph's click
+    # parents are read as one claim); per_edge: each edge's own test at alpha
+    click_error: Literal["per_graph", "per_edge"] = "per_graph"
     click_knots: int = 5                   # hybrid: spline knots per numeric variable of the click model
     near_deterministic: float = 0.9        # d(B | A) from which B counts as a proxy of A (near_determinism)
     alpha: float = 0.05
@@ -103,6 +107,8 @@ class DiscoveryConfig:
                 self.click_rows)
         require(self.click_test in ("within_document", "relevance"), f"{k}.click_test",
                 "'within_document' or 'relevance'", self.click_test)
+        require(self.click_error in ("per_graph", "per_edge"), f"{k}.click_error", "'per_graph' or 'per_edge'",
+                self.click_error)
         require(self.click_knots >= 3, f"{k}.click_knots", ">= 3", self.click_knots)
         require(0.0 < self.near_deterministic <= 1.0, f"{k}.near_deterministic", "in (0, 1]",
                 self.near_deterministic)

@@ -323,6 +323,9 @@ def _click_evidence_lines(meta: dict[str, Any]) -> list[str]:
                  f"({rows.get('n_rows', '?')} rows, {rows.get('n_sessions', '?')} sessions: {rows.get('source', '?')})",
              f"{'node':<{width}}  in graph  {'p (PC)':>9}  {'Δloglik/row':>11}  {'Δclick rate':>11}  {'p (effect)':>10}  "
              f"stable  decision"]
+    if meta.get("test", {}).get("click_error") == "per_graph":
+        lines.insert(2, f"page feature -> click edges decided per graph (discovery.click_error: per_graph): Holm's "
+                        f"step-down over the page features' p (PC) at alpha {meta['test'].get('alpha', '?')}")
     for e in evidence:
         effect = e.get("effect") or {}
         gain = f"{effect['loglik_gain_per_row']:11.2e}" if effect else f"{'-':>11}"
