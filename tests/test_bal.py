@@ -409,24 +409,3 @@ def test_listwise_bal_with_the_mlp_trains_on_the_ipw_softmax_and_ranks(typed_log
     ideal = evaluate(annotated.assign(score=annotated["label"].astype(float)), "score")["all"]["DCG@10"]
     dcg = evaluate(annotated, "score")["all"]["DCG@10"]
     assert dcg > random + 0.3 * (ideal - random), (dcg, random, ideal)   # 300 sessions, 10 queries: a loose bar
-
-
-@pytest.mark.parametrize("kind", ["continuous", "categorical"])
-def test_weight_parts_from_one_design_matrix_are_the_separate_densities(kind):
-    """BAL's permutation weights read the denominator and the K permuted numerators off one design matrix per
-    chunk: the same numbers as log_prob and the mean of log_prob over copies with r̂ reordered."""
-    from wpultr.bal.influence import ConditionalDensity, FeatureInfluence, InfluenceConfig
-    from wpultr.bal.weights import log_mean_exp, permutation_log_weight_parts
-    rng = np.random.default_rng(5)
-    n = 300
-    frame = pd.DataFrame({RELEVANCE_SCORE: rng.normal(size=n), "h": rng.normal(size=n), "m": rng.integers(0, 3, n)})
-    frame["x"] = rng.integers(0, 4, n) if kind == "categorical" else frame[RELEVANCE_SCORE] + rng.normal(size=n)
-    density = ConditionalDensity(kind, [RELEVANCE_SCORE, "h", "m"], 4 if kind == "categorical" else None, {"m": 3},
-                                 InfluenceConfig(epochs=3), 0).fit(frame, "x")
-    estimator = FeatureInfluence("x", 2, (RELEVANCE_SCORE, "h", "m"), density, None)
-    orders = [rng.permutation(n) for _ in range(3)]
-    log_den, log_num = permutation_log_weight_parts(estimator, frame, orders)
-    r = frame[RELEVANCE_SCORE].to_numpy()
-    np.testing.assert_array_equal(log_den, density.log_prob(frame))
-    permuted = [density.log_prob(frame.assign(**{RELEVANCE_SCORE: r[o]})) for o in orders]
-    np.testing.assert_array_equal(log_num, log_mean_exp(np.stack(permuted), axis=0))

@@ -12,6 +12,7 @@ from wpultr.click_metrics import by_position, fit_logistic_calibration, position
 from wpultr.metrics import click_log_likelihood, click_perplexity
 from wpultr.pipeline.stages import heldout_session_mask
 from wpultr.simulate import SimulateConfig, simulate
+from tiny_runs import tiny_run
 
 
 def test_formulas_against_a_hand_computation():
@@ -91,17 +92,7 @@ def test_heldout_sessions_are_chosen_by_id_alone():
 # A tiny run end to end: the held-out split, metrics.json "clicks", the report, `wpultr evaluate --clicks`
 # ---------------------------------------------------------------------------------------------
 def _run(tmp_path, client, method, **evaluation):
-    from wpultr.config import config_from_dict
-    from wpultr.pipeline.runner import run_pipeline
-    cfg = config_from_dict({
-        "name": method, "seed": 3, "run_dir": str(tmp_path / "{name}"),
-        "data": {"source": "simulate", "valid_fraction": 0.3,
-                 "simulate": {"n_queries": 40, "n_sessions": 600, "n_annotated_queries": 20}},
-        "ranker": {"backbone": "mlp", "head": [16]},
-        "train": {"epochs": 1, "batch_size": 64, "method": method},
-        "evaluation": evaluation,
-        "discovery": {"n_sessions": 150, "n_bootstrap": 1}})
-    return run_pipeline(cfg, client=client).run_dir
+    return tiny_run(tmp_path, client, method, epochs=1, **evaluation)
 
 
 @pytest.fixture(scope="module")

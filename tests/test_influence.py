@@ -222,17 +222,36 @@ def test_warm_start_begins_where_the_last_fit_ended_and_ignores_a_different_mode
     assert not other.history_["warm_start"]                            # other parents: starts from scratch
 
 
-@pytest.mark.parametrize("kind", ["continuous", "categorical"])
-def test_log_prob_permuted_equals_log_prob_on_permuted_copies(kind):
-    """BAL's permutation numerator builds the design matrix once: the numbers are those of copies with r̂ reordered."""
-    rng = np.random.default_rng(3)
-    n = 400
+def _density_with_orders(kind: str, seed: int, n: int):
+    """A density of x given (r̂, h, m) fitted on n rows, the rows and three permutations of them."""
+    rng = np.random.default_rng(seed)
     frame = pd.DataFrame({R: rng.normal(size=n), "h": rng.normal(size=n), "m": rng.integers(0, 3, n)})
     frame["x"] = rng.integers(0, 4, n) if kind == "categorical" else frame[R] + rng.normal(size=n)
     density = ConditionalDensity(kind, [R, "h", "m"], 4 if kind == "categorical" else None, {"m": 3},
                                  InfluenceConfig(epochs=3), 0).fit(frame, "x")
-    orders = [rng.permutation(n) for _ in range(3)]
+    return density, frame, [rng.permutation(n) for _ in range(3)]
+
+
+@pytest.mark.parametrize("kind", ["continuous", "categorical"])
+def test_log_prob_permuted_equals_log_prob_on_permuted_copies(kind):
+    """BAL's permutation numerator builds the design matrix once: the numbers are those of copies with r̂ reordered."""
+    density, frame, orders = _density_with_orders(kind, 3, 400)
     expected = [density.log_prob(frame.assign(**{R: frame[R].to_numpy()[o]})) for o in orders]
     np.testing.assert_array_equal(density.log_prob_permuted(frame, R, orders), np.stack(expected))
     with pytest.raises(ValueError, match="not a numeric parent"):
         density.log_prob_permuted(frame, "m", orders)
+
+
+@pytest.mark.parametrize("kind", ["continuous", "categorical"])
+def test_weight_parts_from_one_design_matrix_are_the_separate_densities(kind):
+    """BAL's permutation weights read the denominator and the K permuted numerators off one design matrix per
+    chunk: the same numbers as log_prob and the mean of log_prob over copies with r̂ reordered."""
+    from wpultr.bal.influence import FeatureInfluence
+    from wpultr.bal.weights import log_mean_exp, permutation_log_weight_parts
+    density, frame, orders = _density_with_orders(kind, 5, 300)
+    estimator = FeatureInfluence("x", 2, (R, "h", "m"), density, None)
+    log_den, log_num = permutation_log_weight_parts(estimator, frame, orders)
+    r = frame[R].to_numpy()
+    np.testing.assert_array_equal(log_den, density.log_prob(frame))
+    permuted = [density.log_prob(frame.assign(**{R: r[o]})) for o in orders]
+    np.testing.assert_array_equal(log_num, log_mean_exp(np.stack(permuted), axis=0))

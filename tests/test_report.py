@@ -17,6 +17,7 @@ from wpultr.bal.weights import weight_histogram
 from wpultr.report.figures import FIGURE_KEYS
 from wpultr.report.graph_svg import evidence_label
 from wpultr.schema import CLICK
+from tiny_runs import tiny_run
 
 
 class Page(HTMLParser):
@@ -63,17 +64,7 @@ def external_sources(page: Page) -> list:
 
 
 def _run(tmp_path, client, method, **evaluation):
-    from wpultr.config import config_from_dict
-    from wpultr.pipeline.runner import run_pipeline
-    cfg = config_from_dict({
-        "name": method, "seed": 3, "run_dir": str(tmp_path / "{name}"),
-        "data": {"source": "simulate", "valid_fraction": 0.3,
-                 "simulate": {"n_queries": 40, "n_sessions": 600, "n_annotated_queries": 20}},
-        "ranker": {"backbone": "mlp", "head": [16]},
-        "train": {"epochs": 2, "batch_size": 64, "method": method},
-        "evaluation": evaluation,
-        "discovery": {"n_sessions": 150, "n_bootstrap": 1}})
-    return run_pipeline(cfg, client=client).run_dir
+    return tiny_run(tmp_path, client, method, epochs=2, **evaluation)
 
 
 @pytest.fixture(scope="module")
