@@ -12,7 +12,7 @@ from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.registry import load_ranker
-from wpultr.identifiability.truth_metrics import TRUTH_SESSIONS
+from wpultr.pipeline.layout import TRUTH_SESSIONS
 from wpultr.schema import query_key
 
 pytestmark = pytest.mark.slow

@@ -28,11 +28,10 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import expit
 
 from .metrics import CLICK_PROB_EPS, click_log_likelihood, click_perplexity
-from .pipeline.layout import BIAS, HISTORY, LEXICAL_STATE, RANKER_DIR, TRUTH_DIR
+from .pipeline.layout import BIAS, HISTORY, LEXICAL_STATE, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
 from .pipeline.rundir import read_json
 from .schema import CLICK, DOC_ID, FEATURES, POSITION, SESSION_ID, SchemaError
 
-TRUTH_SESSIONS = "truth_sessions.parquet"        # simulate.generate.TRUTH_FILES[1], under the run's TRUTH_DIR
 TRUE_CLICK_PROB = "click_prob"                   # simulate.generate.CLICK_PROB
 POINTWISE = "pointwise"
 FIT_SESSIONS = 20_000        # training sessions (a seeded sample) that CTRs and calibrations are fitted on

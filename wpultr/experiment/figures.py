@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..pipeline.layout import SESSIONS_DIR, TEST_SCORES, TRUTH_DIR
+from ..pipeline.layout import SESSIONS_DIR, TEST_SCORES, TRUTH_DIR, TRUTH_JSON
 from ..report.plots import colors as _colors, new_figure as _figure
 from ..schema import DOC_ID, LABEL, POSITION, QUERY_ID
 from .tables import SettingResults, Table
@@ -258,7 +258,7 @@ def epoch_graphs(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def true_graph(run_dir: Path) -> dict[str, Any] | None:
     """The simulator's generating graph, its relevance node renamed as discovered graphs name it."""
-    path = run_dir / TRUTH_DIR / "truth.json"
+    path = run_dir / TRUTH_DIR / TRUTH_JSON
     if not path.exists():
         return None
     try:

@@ -26,12 +26,11 @@ import pandas as pd
 from ..io.parquet import partition_paths
 from ..methods.oracle import split_test_queries
 from ..metrics import click_mse, mcc
-from ..pipeline.layout import BIAS, RANKER_DIR, TRUTH_DIR
+from ..pipeline.layout import BIAS, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
 from ..pipeline.rundir import read_json
 from ..schema import DOC_ID, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, query_key
 from .preflight import REPORT_FILE
 
-TRUTH_SESSIONS = "truth_sessions.parquet"
 POINTWISE = frozenset({"pointwise"})
 _PART, _ROW = "__partition", "__row"     # where a key row lives: partition index, row within the partition
 

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from ..pipeline.layout import SPLIT, TRUTH_DIR
+from ..pipeline.layout import SPLIT, TRUTH_DIR, TRUTH_SESSIONS
 from ..schema import MAX_LABEL, POSITION, SESSION_ID, query_key
 from .base import FitResult
 from .losses import listwise_softmax_loss, pointwise_click_loss
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from ..config import RunConfig
 
 TRUE_LABEL = "true_label"                      # as the simulator's truth tables name it
-TRUTH_SESSIONS = "truth_sessions.parquet"
 
 
 def true_labels(train: pd.DataFrame, config: "RunConfig") -> np.ndarray:

@@ -88,10 +88,9 @@ def causal_graph_figure(root: Path) -> Figure:
 # ---------------------------------------------------------------------------------------------
 def true_examination(root: Path) -> dict[int, float] | None:
     """The simulator's mean examination probability by position relative to position 1 (None: not simulated)."""
-    from ..click_metrics import TRUTH_SESSIONS
     from ..schema import POSITION
     from ..simulate.generate import EXAMINATION_PROB
-    path = root / L.TRUTH_DIR / TRUTH_SESSIONS
+    path = root / L.TRUTH_DIR / L.TRUTH_SESSIONS
     if not path.exists():
         return None
     import pandas as pd

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.baidu_writer import write_baidu_annotations, write_baidu_sessions
+from ..pipeline.layout import TRUTH_JSON, TRUTH_SESSIONS
 from ..pipeline.rundir import PARQUET, Replaces, atomic_path, holds_only
 from ..schema import (ABSTRACT_TOKENS, BUCKET, CLICK, DOC_ID, FEATURE_VECTOR_TYPE, FEATURES, LABEL, POSITION,
                       QUERY_ID, QUERY_ID_TYPE, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS)
@@ -35,7 +36,7 @@ from .truth import true_graph
 from .user_models import ModelContext, UserModel, make_user_model
 
 TRUTH_FORMAT = "wpultr.simulate.truth/1"
-TRUTH_FILES = ("truth.json", "truth_sessions.parquet", "annotations.parquet", "queries.parquet")
+TRUTH_FILES = (TRUTH_JSON, TRUTH_SESSIONS, "annotations.parquet", "queries.parquet")
 _LOG_PART = re.compile(r"part-\d{5}\.(gz|parquet)")
 # what `write` may replace under its out_dir: the directories an earlier `write` filled, nothing else
 LOG_PARTS = Replaces("a directory of simulated log parts (part-NNNNN.gz|.parquet only)",
