@@ -351,9 +351,9 @@ def measure_command(paths: list[str], out: Path) -> dict:
     with PeakRss(proc.pid) as rss:
         stdout, stderr = proc.communicate()
     seconds, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
-    shutil.rmtree(out, ignore_errors=True)
-    if proc.returncode != 0:
+    if proc.returncode != 0:     # e.g. it refused an `out` it did not write: nothing of ours there to remove
         raise RuntimeError(f"wpultr ingest: exited with {proc.returncode}\n{stderr[-4000:]}")
+    shutil.rmtree(out)           # what that ingest just wrote
     summary = json.loads(stdout)
     return {"label": "wpultr ingest", "seconds": seconds, "peak_rss": rss.peak, "load": (load_before, os.getloadavg()[0]),
             "cpu_seconds": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
