@@ -28,4 +28,4 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 sample: $(STAMP)
-	$(BIN)/python -m wpultr.simulate.sample --out data/sample
+	$(BIN)/python -m wpultr.simulate.bundled_sample --out data/sample

@@ -56,21 +56,21 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from wpultr.config import config_from_dict, set_dotted
-from wpultr.metrics import paired_test
 from wpultr.bal.weights import clip_and_normalise
-from wpultr.methods.gbdt_training import BoostingTrainer
+from wpultr.cluster import open_client
+from wpultr.config import config_from_dict, set_dotted
+from wpultr.io.letor import read_letor
 from wpultr.methods.losses import listwise_softmax_loss, weighted_softmax_loss
-from wpultr.methods.registry import get_method
-from wpultr.methods.training import Trainer, build_ranker
+from wpultr.methods.training.gbdt import BoostingTrainer
+from wpultr.methods.training.trainer import Trainer, build_ranker
+from wpultr.metrics import paired_test
 from wpultr.metrics import per_query
-from wpultr.pipeline.cluster import open_client
 from wpultr.rankers.base import score_frame
 from wpultr.schema import CLICK, DOC_ID, LABEL, POSITION, QUERY_ID, SESSION_ID
+from wpultr.schema import FEATURES
+from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
 from wpultr.simulate.user_models import click_relevance
-from wpultr.io.letor import read_letor
-from wpultr.schema import FEATURES
 from worlds import LETOR_HELD_OUT, LETOR_WORLDS, WORLDS   # bench/worlds.py: the worlds, shared with bench/discovery.py
 
 BENCH_WORLDS = {**WORLDS, **LETOR_WORLDS}

@@ -3,7 +3,7 @@
 (a) product: what `wpultr run` does with `ranker.backbone: bert` and `train.method: naive` — `build_ranker`,
     the shared `Trainer` preparing the sessions table, and `Naive.fit_trainer` running one epoch over it
     (shuffled session batches, the click loss, Adam), with the train stage's allocator policy applied
-    (`stages.map_large_allocations`; it is skipped if `wpultr.pipeline` cannot be imported);
+    (`memory.map_large_allocations`; it is skipped if `wpultr.memory` cannot be imported);
 (b) bare: a `transformers.BertModel` of the same config and the same MLP head, fed the same rows in batches of
     the same sessions (each batch padded to its longest input, built before timing), forward + BCE loss +
     backward + Adam step, under glibc's own reuse of large blocks (as a process of its own has it).
@@ -38,9 +38,9 @@ import pandas as pd
 import torch
 
 from wpultr.config import config_from_dict, read_yaml_mapping
-from wpultr.io.allocator import large_blocks_kept
+from wpultr.memory import large_blocks_kept
 from wpultr.methods.naive import Naive
-from wpultr.methods.training import Trainer, build_ranker
+from wpultr.methods.training.trainer import Trainer, build_ranker
 from wpultr.schema import ABSTRACT_TOKENS, CLICK, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS
 
 DEMO = Path(__file__).resolve().parents[1] / "pipelines" / "demo.yaml"
@@ -90,9 +90,9 @@ def run_config(name: str, device: str, batch_size: int | None, max_length: int |
 
 
 def train_stage_allocator() -> str:
-    """Apply the train stage's allocator policy, as `wpultr run` does before fitting (needs wpultr.pipeline)."""
+    """Apply the train stage's allocator policy, as `wpultr run` does before fitting (needs wpultr.memory)."""
     try:
-        from wpultr.pipeline.stages import map_large_allocations
+        from wpultr.memory import map_large_allocations
     except ImportError as error:       # a box with torch only lacking what the stages import: the policy is CPU-side
         return f"not applied ({error})"
     return "applied" if map_large_allocations() else "not glibc"
@@ -133,7 +133,7 @@ def bare_batches(inputs: dict[str, torch.Tensor], clicks: np.ndarray, sessions_p
 
 def bare_epoch(model: BareModel, optimizer: torch.optim.Optimizer, batches: list, device: torch.device) -> None:
     """One pass of the bare loop, under glibc's own policy for a process of its own (freed blocks up to 32 MiB
-    reused, io.allocator.large_blocks_kept): the train stage's policy, applied first, is process-wide."""
+    reused, memory.large_blocks_kept): the train stage's policy, applied first, is process-wide."""
     model.train()
     with large_blocks_kept():
         for ids, types, mask, clicks in batches:

@@ -40,10 +40,10 @@ import pandas as pd
 
 from bal import (METHODS, WORLDS, base_config, oracle_examination, oracle_ipw, paired_test, split_annotations,
                  test_metrics, true_examination, truth_of, with_overrides)
+from wpultr.cluster import open_client
 from wpultr.config import config_from_dict
-from wpultr.methods.registry import get_method
-from wpultr.pipeline.cluster import open_client
 from wpultr.schema import CLICK
+from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
 
 LABELS = ("LambdaMART", "Seen-only", "Oracle-IPW", "Oracle-exam", "Ceiling")

@@ -252,7 +252,7 @@ def _child_ours(spec: dict) -> dict:
     tasks themselves never import.
     """
     from wpultr.config import ClusterConfig
-    from wpultr.pipeline.cluster import open_client
+    from wpultr.cluster import open_client
 
     started = time.perf_counter()
     cluster = ClusterConfig(n_workers=spec["workers"], threads_per_worker=1, memory_limit="4GiB")
@@ -363,7 +363,7 @@ def measure_command(paths: list[str], out: Path) -> dict:
 
 def report_command(manifest: dict, decompress: dict[str, dict], run: dict) -> None:
     """The whole command's line: CPU-seconds of its process tree, start-up included, against gzip -dc."""
-    from wpultr.pipeline.cluster import IN_PROCESS_INPUT_BYTES
+    from wpultr.cluster import IN_PROCESS_INPUT_BYTES
     mb = manifest["bytes"] / 1e6
     gzip_rate = mb / decompress["gzip -dc"]["cpu_seconds"]
     on_disk = sum(Path(p).stat().st_size for p in run["paths"])

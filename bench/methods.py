@@ -29,8 +29,9 @@ import numpy as np
 import torch
 
 from wpultr.config import BaselinesConfig, RunConfig
-from wpultr.methods.registry import get_method
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.methods import get_method
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 
 METHODS = ("naive", "ipw", "regression_em", "dla", "pairwise_debias", "lightgbm_lambdarank", "lightgbm_position",
            "propensity_pairs", "propensity_lambdamart",   # PRS pairs on the MLP; PRS-LambdaMART per 50-round epoch

@@ -35,11 +35,11 @@ from pathlib import Path
 import psutil
 
 from wpultr.io.baidu_writer import write_baidu_annotations, write_baidu_sessions
-from wpultr.pipeline.layout import STAGES_DIR
 from wpultr.pipeline.stages import STAGES
+from wpultr.rundir.layout import STAGES_DIR
+from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
 from wpultr.simulate.generate import CHUNK_SESSIONS, _session_chunk, simulation_engine
-from wpultr.simulate.spec import SimulateConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 20250113

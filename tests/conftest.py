@@ -2,8 +2,8 @@
 import pytest
 import torch
 
+from wpultr.cluster import open_client
 from wpultr.config import ClusterConfig
-from wpultr.pipeline.cluster import open_client
 
 
 @pytest.fixture(scope="session")

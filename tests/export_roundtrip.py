@@ -5,7 +5,7 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from wpultr.cli import app
-from wpultr.pipeline import stages as S
+from wpultr.rundir import layout as L
 
 
 def export_and_score(run: Path, tmp: Path) -> tuple[Path, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -15,8 +15,8 @@ def export_and_score(run: Path, tmp: Path) -> tuple[Path, pd.DataFrame, pd.DataF
     exported = tmp / "model"
     out = cli.invoke(app, ["export", str(run), "--out", str(exported)])
     assert out.exit_code == 0, out.output
-    test = pd.read_parquet(run / S.TEST_SCORES)
-    source = pd.read_parquet(run / S.ANNOTATIONS)
+    test = pd.read_parquet(run / L.TEST_SCORES)
+    source = pd.read_parquet(run / L.ANNOTATIONS)
     annotations = source[source.query_id.isin(test.query_id.unique())]
     path = tmp / "annotations.parquet"
     annotations.to_parquet(path)

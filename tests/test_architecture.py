@@ -2,7 +2,9 @@
 
 Every module is parsed with `ast`; imports inside functions count (a deferred import is still a
 dependency), relative imports are resolved against the module's package. The graph must have no
-cycle, and no module may import one in a higher layer.
+cycle, and no module may import one in a higher layer; read as folders (a folder `wpultr.<pkg>` or a top-level
+module is one room, an import between rooms an arrow), no arrow may run up the table and no two rooms import
+each other, directly or around a loop.
 """
 from __future__ import annotations
 
@@ -86,6 +88,22 @@ def layer_of(name: str, table: dict[str, int]) -> int | None:
     return None if best is None else best[1]
 
 
+def room_of(name: str) -> str:
+    """The folder a module sits in: `wpultr.<pkg>` for a module of a package, the module itself at the top."""
+    return ".".join(name.split(".")[:2])
+
+
+def folder_graph() -> dict[str, dict[str, tuple[str, str]]]:
+    """{room: {room it imports: (an importing module, the module it imports)}} from the real imports."""
+    graph: dict[str, dict[str, tuple[str, str]]] = {}
+    for module, deps in sorted(import_graph().items()):
+        arrows = graph.setdefault(room_of(module), {})
+        for dep in sorted(deps):
+            if room_of(dep) != room_of(module):
+                arrows.setdefault(room_of(dep), (module, dep))
+    return graph
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's components of more than one module (each is an import cycle)."""
     index: dict[str, int] = {}
@@ -150,11 +168,36 @@ def test_no_module_imports_a_higher_layer():
     assert upward == []
 
 
+def test_every_folder_sits_on_one_layer():
+    """The table names whole folders (a room's modules share its layer), so the folder picture is the table's."""
+    table = layer_table()
+    split = [f"{m} (layer {layer_of(m, table)}) in {room_of(m)} (layer {layer_of(room_of(m), table)})"
+             for m in sorted(modules()) if layer_of(m, table) != layer_of(room_of(m), table)]
+    assert split == []
+
+
+def test_no_folder_imports_a_higher_folder():
+    """Folders as rooms, imports as arrows: none runs up the layer table, and no rooms import each other."""
+    table = layer_table()
+    graph = folder_graph()
+    upward = [f"{room} (layer {layer_of(room, table)}) imports {dep} (layer {layer_of(dep, table)}): "
+              f"{module} imports {imported}"
+              for room, arrows in graph.items() for dep, (module, imported) in arrows.items()
+              if layer_of(dep, table) > layer_of(room, table)]
+    assert upward == []
+    assert strongly_connected({room: set(arrows) for room, arrows in graph.items()}) == []
+
+
 @pytest.mark.parametrize("low, high", [("wpultr.errors", "wpultr.config"), ("wpultr.config", "wpultr.bal.method"),
                                        ("wpultr.causal.discovery", "wpultr.bal.method"),
                                        ("wpultr.bal.method", "wpultr.pipeline.stages"),
-                                       ("wpultr.pipeline.runner", "wpultr.experiment.harness")])
+                                       ("wpultr.pipeline.runner", "wpultr.experiment.harness"),
+                                       ("wpultr.experiment.harness", "wpultr.cli"),
+                                       ("wpultr.methods.base", "wpultr.bal.method"),
+                                       ("wpultr.settings.bal", "wpultr.config"),
+                                       ("wpultr.rundir.layout", "wpultr.io.tables")])
 def test_the_table_puts_the_flow_in_order(low, high):
-    """The direction the document describes: errors < config < causal < BAL < pipeline < experiment."""
+    """The direction the document describes: errors < run directory < settings < config < causal < methods < BAL
+    < pipeline < experiment < cli."""
     table = layer_table()
     assert layer_of(low, table) < layer_of(high, table)

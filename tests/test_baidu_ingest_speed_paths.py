@@ -155,7 +155,7 @@ class _RecordingLibc:
 
 
 def test_large_blocks_kept_sets_the_policy_once_and_restores_dasks(monkeypatch):
-    from wpultr.io import allocator
+    from wpultr import memory as allocator
     libc = _RecordingLibc()
     monkeypatch.setattr(allocator, "_LIBC", libc)
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
@@ -168,3 +168,16 @@ def test_large_blocks_kept_sets_the_policy_once_and_restores_dasks(monkeypatch):
         with allocator.large_blocks_kept():
             raise RuntimeError("boom")
     assert libc.calls[-1] == ("malloc_trim", 0) and allocator._active == 0
+
+
+def test_every_call_into_the_c_allocator_goes_through_the_memory_module(monkeypatch):
+    """The train stage's policy and the workers' heap trim use the one C-library handle the parse uses."""
+    from wpultr import cluster, memory
+    libc = _RecordingLibc()
+    monkeypatch.setattr(memory, "_LIBC", libc)
+    monkeypatch.setattr(pa, "set_memory_pool", lambda pool: None)   # the process keeps its Arrow pool
+    assert memory.map_large_allocations(4 << 20)
+    cluster.release_memory()
+    assert libc.calls == [("mallopt", -3, 4 << 20), ("malloc_trim", 0)]
+    monkeypatch.setattr(memory, "_LIBC", None)                       # not glibc: nothing to tune, nothing fails
+    assert not memory.map_large_allocations() and cluster.release_memory() >= 0

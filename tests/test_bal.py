@@ -6,24 +6,25 @@ import pandas as pd
 import pytest
 import torch
 
-from wpultr.bal.biases import identify_biases
+from wpultr.bal.click_model import (ClickModel, PageInputs, document_offsets, log_click_likelihood, ranker_loss,
+                                    skipped_irrelevance)
+from wpultr.bal.method import (BAL, click_model_rows, click_side_weights, fixed_graph,
+                               listwise_click_weights)
+from wpultr.bal.rows import document_pairs
+from wpultr.causal.biases import identify_biases
 from wpultr.causal.discovery import prior_violations
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
 from wpultr.config import BaselinesConfig, ConfigError, RunConfig, config_from_dict
-from wpultr.bal.method import (BAL, click_model_rows, click_side_weights, fixed_graph,
-                               listwise_click_weights)
-from wpultr.bal.config import VARIANTS, ClickModelConfig
-from wpultr.bal.rows import document_pairs
-from wpultr.bal.click_model import (ClickModel, PageInputs, document_offsets, log_click_likelihood, ranker_loss,
-                                    skipped_irrelevance)
-from wpultr.methods.registry import get_method
 from wpultr.metrics import evaluate
-from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.mlp import MLPRanker
+from wpultr.rundir import layout as L
 from wpultr.schema import BAIDU_PAGE_FEATURES, CLICK, POSITION, RELEVANCE_SCORE
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.bal import VARIANTS, ClickModelConfig
+from wpultr.settings.methods import get_method
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 from export_roundtrip import export_and_score
 from ranking_bars import random_ranker_dcg10
 
@@ -339,7 +340,7 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
     cfg = _bal_config(tmp_path, backbone)
     result = run_pipeline(cfg, client=dask_client)
     run = result.run_dir
-    history = json.loads((run / S.HISTORY).read_text())["epochs"]
+    history = json.loads((run / L.HISTORY).read_text())["epochs"]
     assert [e.get("phase") for e in history] == ["warmup", "bal", "bal"]
     features = [f.name for f in BAIDU_PAGE_FEATURES]
     for k in range(2):
@@ -362,7 +363,7 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
         # the click model's position bias, relative to position 1, recorded and shown with the graph
         profile = entry["train"]["examination_by_position"]
         assert profile["1"] == 1.0 and len(profile) >= 5 and all(v > 0 for v in profile.values())
-    bias = json.loads((run / S.BIAS).read_text())
+    bias = json.loads((run / L.BIAS).read_text())
     assert bias["epochs"][-1]["examination_by_position"] == history[-1]["train"]["examination_by_position"]
     assert "rows_in_pairs_at_two_positions" in bias["document_effects"]
     from typer.testing import CliRunner
@@ -374,7 +375,7 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
     assert bias["separability"]["set_aside"] == ["media_type"]
     assert "not corrected (fixed for the same document" in shown.output and "media_type (within-document share 0.000" \
         in shown.output
-    test = pd.read_parquet(run / S.TEST_SCORES)
+    test = pd.read_parquet(run / L.TEST_SCORES)
     if backbone == "mlp":   # the tiny BERT learns next to nothing in two epochs on 400 sessions: a smoke run only
         assert result.metrics["all"]["DCG@10"] > random_ranker_dcg10(test) + MARGIN
 
@@ -389,7 +390,7 @@ def test_fixed_graph_variant_skips_discovery(tmp_path, dask_client):
     result = run_pipeline(cfg, client=dask_client)
     graph = DiscoveredGraph.load(epoch_dir(result.run_dir, 0) / "graph.json")
     assert set(graph.nodes) == {RELEVANCE_SCORE, "position", CLICK} and graph.meta["fixed"] == "position"
-    bias = json.loads((result.run_dir / S.BIAS).read_text())
+    bias = json.loads((result.run_dir / L.BIAS).read_text())
     assert bias["graph_mode"] == "position" and bias["epochs"][0]["weights"]["confounded"] == []
 
 

@@ -12,15 +12,16 @@ import pytest
 
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
 from wpultr.config import ConfigError, RunConfig, config_from_dict
-from wpultr.methods.gbdt_training import BoostingTrainer
-from wpultr.methods.registry import get_method
+from wpultr.methods.training.gbdt import BoostingTrainer
 from wpultr.metrics import evaluate
-from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
+from wpultr.rundir import layout as L
 from wpultr.schema import CLICK, RELEVANCE_SCORE
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.methods import get_method
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 from export_roundtrip import export_and_score
 
 ROUNDS = 15
@@ -57,7 +58,7 @@ def bal_run(tmp_path_factory, dask_client):
 def test_bal_with_the_lightgbm_backbone_grows_the_booster_records_graphs_and_ranks(bal_run):
     _, result = bal_run
     run = result.run_dir
-    history = json.loads((run / S.HISTORY).read_text())["epochs"]
+    history = json.loads((run / L.HISTORY).read_text())["epochs"]
     assert [e.get("phase") for e in history] == ["warmup", "bal", "bal"]
     assert [e["train"]["rounds"] for e in history] == [ROUNDS, 2 * ROUNDS, 3 * ROUNDS]   # each epoch adds its rounds
     assert all(e["train"]["rounds_added"] == ROUNDS for e in history)
@@ -67,11 +68,11 @@ def test_bal_with_the_lightgbm_backbone_grows_the_booster_records_graphs_and_ran
         assert entry["graph_edges"] == [f"{e.source} {e.arrow()} {e.target}" for e in graph.edges]
         assert list(entry["step_seconds"]) == ["score", "graph", "weights", "click_model", "ranker"]
         assert np.isfinite(entry["train"]["loss"]) and 0 < entry["weights"]["ess_fraction"] <= 1
-    bias = json.loads((run / S.BIAS).read_text())
+    bias = json.loads((run / L.BIAS).read_text())
     assert bias["backbone"] == "lightgbm" and len(bias["epochs"]) == 2
-    saved = json.loads((run / S.RANKER_DIR / "config.json").read_text())
+    saved = json.loads((run / L.RANKER_DIR / "config.json").read_text())
     assert saved["kind"] == "lightgbm"
-    random, ideal = random_and_ideal_dcg(pd.read_parquet(run / S.TEST_SCORES))
+    random, ideal = random_and_ideal_dcg(pd.read_parquet(run / L.TEST_SCORES))
     dcg = result.metrics["all"]["DCG@10"]
     assert dcg >= random + 0.5 * (ideal - random), (dcg, random, ideal)
 
@@ -206,10 +207,10 @@ def test_lambdarank_skip_weights_scale_each_pair_by_its_skipped_row(logs):
 def test_click_reweighting_bal_with_the_lightgbm_backbone_ranks(tmp_path, dask_client, loss):
     """`train.loss: listwise` (the IPW softmax) or `lambdarank` (λ-pairs): each click divided by the page's σ(v)."""
     result = run_pipeline(lightgbm_config(tmp_path, loss=loss), client=dask_client)
-    history = json.loads((result.run_dir / S.HISTORY).read_text())["epochs"]
+    history = json.loads((result.run_dir / L.HISTORY).read_text())["epochs"]
     assert [e.get("phase") for e in history] == ["warmup", "bal", "bal"]
     assert all(np.isfinite(e["train"]["loss"]) and e["train"]["rounds_added"] == ROUNDS for e in history)
-    random, ideal = random_and_ideal_dcg(pd.read_parquet(result.run_dir / S.TEST_SCORES))
+    random, ideal = random_and_ideal_dcg(pd.read_parquet(result.run_dir / L.TEST_SCORES))
     dcg = result.metrics["all"]["DCG@10"]
     assert dcg >= random + 0.5 * (ideal - random), (dcg, random, ideal)
 

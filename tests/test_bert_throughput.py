@@ -2,7 +2,7 @@
 
 Three causes, each checked by what it does, not by a time: torch's OpenMP threads spun while waiting, taking the
 time slices their partner needed on a busy machine (3x slower; `import wpultr` makes them sleep before torch loads);
-the train stage maps every allocation of 4 MiB or more (stages.map_large_allocations) for its per-row arrays, and a
+the train stage maps every allocation of 4 MiB or more (memory.map_large_allocations) for its per-row arrays, and a
 BERT batch's activations are that large, so each batch's pages faulted in afresh (~285 000 faults, 1.1 GB zeroed,
 per batch of the demo); and every batch ran the encoder over max_length columns, not its longest input's. The
 process-wide checks run in a fresh interpreter; the bench must also run without Dask.
@@ -25,8 +25,8 @@ FAULTS_PER_BATCH = textwrap.dedent("""
     sys.path.insert(0, "bench")
     import bert_throughput as bench
     from wpultr.methods.losses import click_loss
-    from wpultr.methods.training import Trainer, build_ranker
-    from wpultr.pipeline.stages import map_large_allocations
+    from wpultr.methods.training.trainer import Trainer, build_ranker
+    from wpultr.memory import map_large_allocations
     assert map_large_allocations()
     cfg = bench.run_config("tiny", "cpu", batch_size=None, max_length=None)
     frame = bench.sessions_table(cfg.train.batch_size * 10 * 5, bench.CONFIGS["tiny"]["vocab"])

@@ -1,5 +1,5 @@
 """Bias identification on hand-built graphs: both confounder cases and page-feature biases."""
-from wpultr.bal.biases import BiasReport, ConfoundedFeature, identify_biases
+from wpultr.causal.biases import BiasReport, ConfoundedFeature, identify_biases
 from wpultr.causal.graph import BIDIRECTED, DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge
 from wpultr.schema import CLICK, RELEVANCE_SCORE
 

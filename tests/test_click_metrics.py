@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from wpultr.click_metrics import by_position, fit_logistic_calibration, position_ctr
 from wpultr.metrics import click_log_likelihood, click_perplexity
 from wpultr.pipeline.stages import heldout_session_mask
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 from tiny_runs import tiny_run
 
 
@@ -103,7 +104,7 @@ def bal_run(tmp_path_factory, dask_client):
 @pytest.mark.slow
 def test_a_run_holds_sessions_out_and_reports_their_click_metrics(bal_run):
     from wpultr.io.parquet import read_table
-    from wpultr.pipeline.layout import HELDOUT_SESSIONS_DIR, SESSIONS_DIR
+    from wpultr.rundir.layout import HELDOUT_SESSIONS_DIR, SESSIONS_DIR
     held = read_table(bal_run / HELDOUT_SESSIONS_DIR, columns=["session_id"])["session_id"].unique()
     trained = read_table(bal_run / SESSIONS_DIR, columns=["session_id"])["session_id"].unique()
     assert len(held) and not set(held) & set(trained)                       # held out of training, whole sessions
@@ -125,7 +126,7 @@ def test_a_run_holds_sessions_out_and_reports_their_click_metrics(bal_run):
 @pytest.mark.slow
 def test_wpultr_evaluate_clicks_end_to_end(bal_run, tmp_path):
     from wpultr.cli import app
-    from wpultr.pipeline.layout import HELDOUT_SESSIONS_DIR
+    from wpultr.rundir.layout import HELDOUT_SESSIONS_DIR
     stored = json.loads((bal_run / "metrics.json").read_text())["clicks"]
     result = CliRunner().invoke(app, ["evaluate", str(bal_run), "--clicks", str(bal_run / HELDOUT_SESSIONS_DIR)])
     assert result.exit_code == 0, result.output

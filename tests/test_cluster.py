@@ -18,13 +18,13 @@ import pytest
 from typer.testing import CliRunner
 
 from wpultr.cli import app
+from wpultr.cluster import open_client
 from wpultr.config import config_from_dict
 from wpultr.errors import ClusterError
-from wpultr.pipeline import stages as S
-from wpultr.pipeline.cluster import open_client
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import STAGES, Stage
 from wpultr.pipeline.status import run_status
+from wpultr.rundir import layout as L
 
 pytestmark = pytest.mark.slow
 
@@ -122,9 +122,9 @@ def test_losing_one_of_two_workers_changes_nothing(tmp_path, external_cluster, d
     assert result.ran == [s.name for s in STAGES]
     assert run_status(result.run_dir).state == "finished"
     local = run_pipeline(small_config(tmp_path, "local"), client=dask_client)
-    assert json.loads((result.run_dir / S.METRICS).read_text()) == json.loads((local.run_dir / S.METRICS).read_text())
-    pd.testing.assert_frame_equal(pd.read_parquet(result.run_dir / S.TEST_SCORES),
-                                  pd.read_parquet(local.run_dir / S.TEST_SCORES))
+    assert json.loads((result.run_dir / L.METRICS).read_text()) == json.loads((local.run_dir / L.METRICS).read_text())
+    pd.testing.assert_frame_equal(pd.read_parquet(result.run_dir / L.TEST_SCORES),
+                                  pd.read_parquet(local.run_dir / L.TEST_SCORES))
     # nothing was written relative to the workers' own directory
     assert not (external_cluster.workdir / "runs").exists()
 

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from wpultr.cli import app
 from wpultr.config import config_from_dict
-from wpultr.pipeline.layout import PER_QUERY
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.report.compare import PAGE_MARK, compare_runs
+from wpultr.rundir.layout import PER_QUERY
 
 pytestmark = pytest.mark.slow
 

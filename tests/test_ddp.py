@@ -1,4 +1,4 @@
-"""Data-parallel training (methods/distributed.py): 2 DDP ranks (gloo, loopback) against 1 process.
+"""Data-parallel training (methods/training/distributed.py): 2 DDP ranks (gloo, loopback) against 1 process.
 
 With the same global batch (`train.batch_size` 37 over 300 sessions: uneven shards and a 4-session last
 batch), the two ranks' averaged, share-scaled gradients must give the one-process model — the MLP, and a
@@ -13,15 +13,16 @@ import torch
 
 from wpultr.config import RunConfig
 from wpultr.errors import ConfigError, WpultrError
-from wpultr.io.tables import SessionPartitionWriter, to_arrow
 from wpultr.export import score_table
-from wpultr.methods.distributed import click_normaliser, fit_data_parallel, fit_streamed, shard, shard_masking
+from wpultr.io.tables import SessionPartitionWriter, to_arrow
 from wpultr.methods.naive import Naive
-from wpultr.methods.streaming import PartitionSessions, streaming_ranker
-from wpultr.methods.training import SessionLists, batches, build_ranker, list_scores
+from wpultr.methods.training.distributed import click_normaliser, fit_data_parallel, fit_streamed, shard, shard_masking
+from wpultr.methods.training.streaming import PartitionSessions, streaming_ranker
+from wpultr.methods.training.trainer import SessionLists, batches, build_ranker, list_scores
 from wpultr.rankers.base import n_rows, score_frame, take
 from wpultr.schema import FEATURES, SESSION_ID
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 
 SIM = SimulateConfig(n_queries=30, docs_per_query=10, n_sessions=300, n_annotated_queries=20,
                      results_per_page=6, vocab_size=300, n_dense_features=6)

@@ -7,15 +7,16 @@ import pytest
 from causallearn.search.ConstraintBased.PC import pc
 from scipy.special import expit
 
-from wpultr.bal.biases import identify_biases
+from wpultr.causal.biases import identify_biases
+from wpultr.causal.click_evidence import holm_adjusted
+from wpultr.causal.discover_stage import discover_epoch
 from wpultr.causal.discovery import (DiscoveryConfig, PageFeatureCIT, ci_test_spec, discover, enforce_priors,
                                      one_row_per_session, prior_knowledge, prior_violations, query_strata,
                                      sample_session_ids, validate_discovery_config)
-from wpultr.causal.click_evidence import holm_adjusted
 from wpultr.causal.graph import DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, to_text
 from wpultr.causal.parallel_pc import CITestSpec, level_tests, parallel_pc
-from wpultr.bal.discover_stage import discover_epoch, fit_page_encoder
 from wpultr.config import ConfigError
+from wpultr.features.preprocess_stage import fit_page_encoder
 from wpultr.schema import (CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature,
                            SchemaError)
 
@@ -319,7 +320,7 @@ def write_sessions(directory: Path, n_sessions: int, seed: int) -> None:
 def test_discover_stage_writes_epoch_artifacts(tmp_path, dask_client):
     sessions_dir = tmp_path / "data" / "sessions"
     write_sessions(sessions_dir, 600, seed=0)
-    from wpultr.features.encoders import PreprocessConfig
+    from wpultr.settings.discovery import PreprocessConfig
     encoder = fit_page_encoder(sessions_dir, FEATURES, PreprocessConfig(), tmp_path / "features", dask_client)
     assert (tmp_path / "features" / "page_features.json").is_file()
     assert np.all(np.diff(encoder.encoders_[POSITION].scores_) < 0)
@@ -344,7 +345,7 @@ def test_discover_stage_writes_epoch_artifacts(tmp_path, dask_client):
 def test_discover_stage_hybrid_reads_whole_sessions_for_click_tests(tmp_path, dask_client):
     sessions_dir = tmp_path / "data" / "sessions"
     write_sessions(sessions_dir, 600, seed=1)
-    from wpultr.features.encoders import PreprocessConfig
+    from wpultr.settings.discovery import PreprocessConfig
     fit_page_encoder(sessions_dir, FEATURES, PreprocessConfig(), tmp_path / "features", dask_client)
     cfg = DiscoveryConfig(n_sessions=150, ci_test="hybrid", click_rows=1500, n_bootstrap=1, max_depth=1)
     result = discover_epoch(sessions_dir, "score", FEATURES, cfg, tmp_path, 0, encoder_dir=tmp_path / "features",
@@ -433,7 +434,7 @@ def test_discover_stage_tests_page_features_within_documents_when_the_logs_have_
         table = pd.read_parquet(part)
         table[DOC_ID] = table[QUERY_ID].astype(str) + "-" + (table[SESSION_ID] * 5 + table[POSITION]).mod(4).astype(str)
         table.to_parquet(part, index=False)
-    from wpultr.features.encoders import PreprocessConfig
+    from wpultr.settings.discovery import PreprocessConfig
     fit_page_encoder(sessions_dir, FEATURES, PreprocessConfig(), tmp_path / "features", dask_client)
     cfg = DiscoveryConfig(n_sessions=150, ci_test="hybrid", click_rows=1500, n_bootstrap=1, max_depth=1)
     result = discover_epoch(sessions_dir, "score", FEATURES, cfg, tmp_path, 0, encoder_dir=tmp_path / "features",

@@ -14,10 +14,10 @@ from tests.export_roundtrip import export_and_score
 from wpultr.config import config_from_dict
 from wpultr.errors import ConfigError, ExportError
 from wpultr.export import CHECKSUMS, EXPORT_FILE, export_checksums, load_export, score_table
-from wpultr.pipeline.layout import RANKER_DIR
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.embedding import VOCABULARY_FILE, EmbeddingRanker
 from wpultr.rankers.registry import load_ranker
+from wpultr.rundir.layout import RANKER_DIR
 
 pytestmark = pytest.mark.slow
 

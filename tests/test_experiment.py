@@ -13,7 +13,7 @@ from wpultr.config import ConfigError
 from wpultr.experiment import experiment_from_dict, load_experiment, run_experiment
 from wpultr.experiment.cli import experiment as experiment_command
 from wpultr.experiment.report import write_experiment_report
-from wpultr.pipeline import stages as S
+from wpultr.rundir import layout as L
 
 REPO = Path(__file__).resolve().parents[1]
 DCG = ["DCG@1", "DCG@3", "DCG@5", "DCG@10"]
@@ -59,7 +59,7 @@ def finished(tmp_path_factory, dask_client):
 
 
 def _metrics(record) -> dict:
-    return json.loads((Path(record.run_dir) / S.METRICS).read_text())
+    return json.loads((Path(record.run_dir) / L.METRICS).read_text())
 
 
 def test_runs_and_failures_are_recorded(finished):
@@ -82,11 +82,11 @@ def test_same_seed_same_data_for_every_method(finished):
     exp, records, _ = finished
     ok = {(r.label, r.seed): Path(r.run_dir) for r in records if r.succeeded}
     for seed in (0, 1):
-        a = pd.read_parquet(ok[("Naive", seed)] / S.TEST_SCORES)
-        b = pd.read_parquet(ok[("Listwise", seed)] / S.TEST_SCORES)
+        a = pd.read_parquet(ok[("Naive", seed)] / L.TEST_SCORES)
+        b = pd.read_parquet(ok[("Listwise", seed)] / L.TEST_SCORES)
         pd.testing.assert_frame_equal(a.drop(columns="score"), b.drop(columns="score"))
-    assert not pd.read_parquet(ok[("Naive", 0)] / S.TEST_SCORES)[["query_id", "label"]].equals(
-        pd.read_parquet(ok[("Naive", 1)] / S.TEST_SCORES)[["query_id", "label"]])
+    assert not pd.read_parquet(ok[("Naive", 0)] / L.TEST_SCORES)[["query_id", "label"]].equals(
+        pd.read_parquet(ok[("Naive", 1)] / L.TEST_SCORES)[["query_id", "label"]])
 
 
 def test_table1_mean_std_match_per_run_metrics(finished):
@@ -150,12 +150,12 @@ def test_figures_and_html_report(finished):
 def test_resume_skips_finished_runs(finished, dask_client):
     exp, records, _ = finished
     ok = [r for r in records if r.succeeded]
-    stamps = {r.run_dir: (Path(r.run_dir) / S.METRICS).stat().st_mtime_ns for r in ok}
+    stamps = {r.run_dir: (Path(r.run_dir) / L.METRICS).stat().st_mtime_ns for r in ok}
     again = run_experiment(exp, dask_client)
     status = {(r.label, r.seed): r.status for r in again}
     assert [status[(r.label, r.seed)] for r in ok] == ["done"] * 4
     assert status[("Broken", 0)] == "failed"                   # failed runs are tried again
-    assert {r.run_dir: (Path(r.run_dir) / S.METRICS).stat().st_mtime_ns for r in ok} == stamps
+    assert {r.run_dir: (Path(r.run_dir) / L.METRICS).stat().st_mtime_ns for r in ok} == stamps
 
 
 def test_bad_experiment_keys_name_the_key(tmp_path):
@@ -219,8 +219,8 @@ def test_fig3_draws_every_epoch_graph(tmp_path):
                            for a, b, t in es], "sepsets": [], "pair_stability": [], "meta": {}}
         (run / f"epoch_{k}").mkdir(parents=True)
         (run / f"epoch_{k}" / "graph.json").write_text(json.dumps(graph))
-    (run / S.TRUTH_DIR).mkdir(parents=True)
-    (run / S.TRUTH_DIR / "truth.json").write_text(json.dumps({"graph": {
+    (run / L.TRUTH_DIR).mkdir(parents=True)
+    (run / L.TRUTH_DIR / "truth.json").write_text(json.dumps({"graph": {
         "nodes": ["relevance", "position", "click"], "relevance_node": "relevance",
         "edges": [{"from": "relevance", "to": "position", "type": "directed"},
                   {"from": "position", "to": "click", "type": "directed"}]}}))
@@ -270,7 +270,7 @@ def test_relative_paths_in_an_experiment_file_are_relative_to_the_file(tmp_path,
 
 
 def test_a_table_bolds_the_smallest_mean_where_lower_is_better():
-    from wpultr.experiment.tables import Column, Table
+    from wpultr.experiment.paper_tables import Column, Table
     table = Table("t", "t", [Column("all", "nDCG@10"), Column("truth", "MSE")], rows=["a", "b"],
                   lower_is_better={"MSE truth"})
     table.mean = {("a", "nDCG@10"): 0.8, ("b", "nDCG@10"): 0.7, ("a", "MSE truth"): 0.03, ("b", "MSE truth"): 0.01}

@@ -24,10 +24,11 @@ from wpultr.config import config_from_dict
 from wpultr.errors import ExportError
 from wpultr.export import (CHECKSUMS, EXPORT_FILE, LEXICAL_DIR, export_checksums, export_run, load_export,
                            read_input_table, score_table)
-from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import CONFIG_FILE, WEIGHTS_FILE
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.rundir import layout as L
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +75,7 @@ def exports(runs, tmp_path_factory) -> dict[str, Path]:
 def _input_file(run: Path, baidu_logs: Path) -> Path:
     """What a user scores: the Baidu annotation file for token runs, the run's annotation table otherwise."""
     config = yaml.safe_load((run / "config.yaml").read_text())
-    return baidu_logs / "annotations.tsv.gz" if config["data"]["source"] == "baidu" else run / S.ANNOTATIONS
+    return baidu_logs / "annotations.tsv.gz" if config["data"]["source"] == "baidu" else run / L.ANNOTATIONS
 
 
 @pytest.mark.parametrize("name", ["lexical", "bert", "lightgbm"])
@@ -92,7 +93,7 @@ def test_export_then_score_gives_the_runs_own_test_scores(name, runs, baidu_logs
                               "--batch-size", "32"])
     assert result.exit_code == 0, result.output
     mine = pd.read_parquet(out)
-    theirs = pd.read_parquet(run / S.TEST_SCORES)
+    theirs = pd.read_parquet(run / L.TEST_SCORES)
     assert len(theirs) > 0 and mine["doc_id"].notna().all()
     both = theirs.merge(mine, on=["query_id", "doc_id", "label"], suffixes=("_run", "_export"),
                         validate="one_to_one")
@@ -298,7 +299,7 @@ def test_tampered_export_is_one_export_error(case, exports, runs, tmp_path):
     source, tamper = TAMPERS[case] if case in TAMPERS else UNSEALED[case]
     model = tmp_path / "model"
     shutil.copytree(exports[source], model)
-    table = pd.read_parquet(runs[source] / S.ANNOTATIONS).head(20)
+    table = pd.read_parquet(runs[source] / L.ANNOTATIONS).head(20)
     load_export(model)  # the untouched copy loads
     tamper(model)
     if case in TAMPERS:

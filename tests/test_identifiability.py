@@ -11,14 +11,14 @@ from wpultr import metrics
 from wpultr.cli import app
 from wpultr.config import config_from_dict
 from wpultr.errors import ConfigError
-from wpultr.identifiability.graph import build_graph
+from wpultr.identifiability.factor_graph import build_graph
 from wpultr.identifiability.intervention import append_sessions, simulate_interventions
 from wpultr.identifiability.preflight import IdentifiabilityError, bias_factors, preflight, summary_entry
 from wpultr.identifiability.repair import (apply_merges, merged_mapping, plan_interventions, plan_merges,
                                            swap_cost)
+from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
 from wpultr.simulate.logging_policy import candidate_blocks, shown_order
-from wpultr.simulate.spec import SimulateConfig
 
 
 def _log(rows):

@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 from scipy.stats import norm
 
-from wpultr.bal.biases import BiasReport, ConfoundedFeature
 from wpultr.bal.influence import (ConditionalDensity, InfluenceConfig, categorical_frequencies,
-                                         fit_influence_estimators, load_influence_estimators,
-                                         save_influence_estimators)
+                                  fit_influence_estimators, load_influence_estimators,
+                                  save_influence_estimators)
+from wpultr.causal.biases import BiasReport, ConfoundedFeature
 from wpultr.schema import RELEVANCE_SCORE
 
 R = RELEVANCE_SCORE

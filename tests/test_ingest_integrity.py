@@ -126,7 +126,7 @@ def test_a_symlinked_sessions_directory_is_refused_and_its_target_kept(tmp_path,
 
 def test_a_run_whose_data_sessions_is_a_symlink_is_refused_on_resume(tmp_path, dask_client):
     from wpultr.config import RunConfig
-    from wpultr.pipeline.rundir import RunDir
+    from wpultr.rundir.files import RunDir
     from wpultr.pipeline.stages import StageContext, ingest
     foreign = tmp_path / "elsewhere"
     foreign.mkdir()
@@ -223,7 +223,7 @@ def test_evaluation_and_own_annotation_tables_refuse_a_document_judged_twice(tmp
 
 def test_the_run_stage_writes_quarantined_annotation_lines(tmp_path, dask_client):
     from wpultr.config import RunConfig
-    from wpultr.pipeline.rundir import RunDir
+    from wpultr.rundir.files import RunDir
     from wpultr.pipeline.stages import StageContext, ingest
     log = write_gz(tmp_path / "train.gz", _log(3))
     annotations = write_gz(tmp_path / "annotations.gz", [f"0\t5{SEP}6\t1\t2\t3\t0", f"0\t5{SEP}6\t1\t2\t1\t0", "x"])

@@ -17,11 +17,12 @@ from ranking_bars import random_ranker_dcg10
 from wpultr.config import ConfigError, config_from_dict
 from wpultr.methods.lbd import (ObservationModel, bernoulli_mask, click_logits, gradient_penalty, lbd_loss,
                                 softmax_click_loss)
-from wpultr.methods.lbd_config import LBDConfig
-from wpultr.methods.training import ListBatch
-from wpultr.pipeline import stages as S
+from wpultr.methods.training.trainer import ListBatch
 from wpultr.pipeline.runner import run_pipeline
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.rundir import layout as L
+from wpultr.settings.lbd import LBDConfig
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 from wpultr.simulate.user_models import EYE_TRACKING_EXAMINATION
 
 MARGIN = 2.0     # over a random ranking's DCG@10 on the test queries
@@ -175,9 +176,9 @@ def runs(tmp_path_factory, dask_client, one_torch_thread):
 def test_short_fit_beats_a_random_ranker_and_exports_exactly(method, runs, tmp_path):
     result = runs[method]
     run = result.run_dir
-    test = pd.read_parquet(run / S.TEST_SCORES)
+    test = pd.read_parquet(run / L.TEST_SCORES)
     assert result.metrics["all"]["DCG@10"] > random_ranker_dcg10(test) + MARGIN
-    bias = json.loads((run / S.BIAS).read_text())
+    bias = json.loads((run / L.BIAS).read_text())
     if method == "lbd":
         assert (bias["variant"], bias["gradient_penalty"], bias["drop_probability"]) == ("lbd", 0.01, 0.2)
         observed = bias["observation_by_position"]
@@ -191,14 +192,14 @@ def test_short_fit_beats_a_random_ranker_and_exports_exactly(method, runs, tmp_p
 def test_sweep_table_and_figure_put_each_setting_at_its_x(tmp_path):
     """`tables.sweep`: a metric against the settings' x values, mean ± std over seeds (LBD Fig. 3)."""
     from wpultr.experiment.figures import plot_sweep
-    from wpultr.experiment.tables import SettingResults, build_sweep_table
+    from wpultr.experiment.paper_tables import SettingResults, build_sweep_table
     values = {("b", "A"): [0.5, 0.7], ("a", "A"): [0.9, 0.9], ("b", "B"): [0.8, 0.8]}   # B has no run in "a"
     results: dict[str, dict] = {"a": {}, "b": {}}
     for (setting, label), per_seed in values.items():
         for seed, value in enumerate(per_seed):
             run = tmp_path / setting / label / str(seed)
             run.mkdir(parents=True)
-            (run / S.METRICS).write_text(json.dumps({"all": {"nDCG@10": value}}))
+            (run / L.METRICS).write_text(json.dumps({"all": {"nDCG@10": value}}))
             results[setting][(label, seed)] = run
     table = build_sweep_table("sweep_x", "t", {s: SettingResults(r) for s, r in results.items()}, ["A", "B", "C"],
                               "nDCG@10", {"b": 0.6, "a": 0.0}, "η")

@@ -9,7 +9,8 @@ import yaml
 from wpultr.config import ConfigError, config_from_dict, load_config
 from wpultr.errors import SchemaError
 from wpultr.io.letor import read_letor
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 from wpultr.simulate.generate import simulation_engine
 from wpultr.simulate.letor_corpus import NOT_DRAWN, TOO_SMALL
 

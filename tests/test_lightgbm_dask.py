@@ -9,8 +9,8 @@ from export_roundtrip import export_and_score
 from wpultr.config import config_from_dict
 from wpultr.methods.lightgbm_rank import LightGBMLambdaRank, LightGBMPositionLambdaRank, session_partitions
 from wpultr.metrics import evaluate
-from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
+from wpultr.rundir import layout as L
 
 SIM = {"n_queries": 30, "docs_per_query": 10, "n_sessions": 800, "n_annotated_queries": 20,
        "results_per_page": 6, "vocab_size": 100, "n_dense_features": 6, "user_model": "pbm"}
@@ -56,10 +56,10 @@ def test_auto_uses_dask_only_for_data_beyond_one_partition(dask_client, caplog):
 
 def test_dask_trained_ranker_round_trips_and_ranks_better_than_random(dask_client, tmp_path):
     run = run_pipeline(config_from_dict(_config(tmp_path, True)), client=dask_client).run_dir
-    bias = json.loads((run / S.BIAS).read_text())
+    bias = json.loads((run / L.BIAS).read_text())
     assert bias["distributed"]["engine"] == "lightgbm.dask" and bias["distributed"]["workers"] == 2
     assert bias["distributed"]["partitions"] >= 2
-    history = json.loads((run / S.HISTORY).read_text())["epochs"]
+    history = json.loads((run / L.HISTORY).read_text())["epochs"]
     assert [h["rounds"] for h in history] == [5, 10, 15, 20] and all(h["valid"] for h in history)
 
     _, annotations, mine, theirs = export_and_score(run, tmp_path)
@@ -74,8 +74,8 @@ def test_dask_trained_ranker_round_trips_and_ranks_better_than_random(dask_clien
 
 
 def test_custom_objective_boosters_stay_in_process_and_say_so(dask_client, caplog):
-    from wpultr.methods.gbdt_training import note_in_process
-    with caplog.at_level(logging.INFO, logger="wpultr.methods.gbdt_training"):
+    from wpultr.methods.training.gbdt import note_in_process
+    with caplog.at_level(logging.INFO, logger="wpultr.methods.training.gbdt"):
         asked = config_from_dict({"baselines": {"lightgbm_distributed": True}})
         assert note_in_process(asked, rows=10)
         small = config_from_dict({"data": {"partition_rows": 100}})

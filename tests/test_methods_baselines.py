@@ -17,17 +17,18 @@ from scipy.stats import spearmanr
 
 from wpultr.config import BaselinesConfig, ConfigError, RunConfig
 from wpultr.methods.base import FitResult
-from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.methods.losses import weighted_softmax_loss
-from wpultr.methods.position_propensity import (harvest_propensities, propensity_array, randpair_estimate,
-                                                resolve_propensities, simulate_randpair,
-                                                true_position_examination)
-from wpultr.methods.registry import get_method
+from wpultr.methods.propensities.position import (harvest_propensities, propensity_array, randpair_estimate,
+                                                  resolve_propensities, simulate_randpair,
+                                                  true_position_examination)
 from wpultr.metrics import evaluate
 from wpultr.rankers import registry as rankers_registry
 from wpultr.rankers.base import score_frame
+from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.rankers.registry import load_ranker
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.methods import get_method
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 from ranking_bars import random_ranker_dcg10
 
 SIM = SimulateConfig(n_queries=60, docs_per_query=12, n_sessions=3000, n_annotated_queries=30,

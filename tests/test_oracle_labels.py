@@ -9,9 +9,10 @@ import torch
 from wpultr.config import RunConfig
 from wpultr.errors import ConfigError
 from wpultr.methods.oracle import Oracle, label_loss
-from wpultr.pipeline.layout import TRUTH_DIR
 from wpultr.rankers.base import score_frame
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.rundir.layout import TRUTH_DIR
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 
 SIM = SimulateConfig(n_queries=40, docs_per_query=8, results_per_page=8, n_sessions=600, n_annotated_queries=10,
                      vocab_size=300, n_dense_features=8, user_model="pbm")

@@ -12,7 +12,8 @@ from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.registry import load_ranker
-from wpultr.pipeline.layout import TRUTH_SESSIONS
+from wpultr.rundir import layout as L
+from wpultr.rundir.layout import TRUTH_SESSIONS
 from wpultr.schema import query_key
 
 pytestmark = pytest.mark.slow
@@ -37,19 +38,19 @@ def run(tmp_path_factory, dask_client):
 
 
 def test_ingest_columns_come_from_the_schema(run):
-    assert len(partition_paths(run / S.SESSIONS_DIR)) >= 3
-    summary = json.loads((run / S.INGEST_SUMMARY).read_text())
-    assert summary["columns"] == sorted(read_table(run / S.SESSIONS_DIR).columns)
+    assert len(partition_paths(run / L.SESSIONS_DIR)) >= 3
+    summary = json.loads((run / L.INGEST_SUMMARY).read_text())
+    assert summary["columns"] == sorted(read_table(run / L.SESSIONS_DIR).columns)
 
 
 def test_discover_writes_scores_per_partition_equal_to_scoring_the_whole_table(run):
-    scores_dir = run / S.SESSION_SCORES
-    sessions_dir = run / S.SESSIONS_DIR
+    scores_dir = run / L.SESSION_SCORES
+    sessions_dir = run / L.SESSIONS_DIR
     assert scores_dir.is_dir()
     assert [p.name for p in partition_paths(scores_dir)] == [p.name for p in partition_paths(sessions_dir)]
     sessions = read_table(sessions_dir)
     written = read_table(scores_dir)
-    expected = score_frame(load_ranker(run / S.RANKER_DIR), sessions, 512)
+    expected = score_frame(load_ranker(run / L.RANKER_DIR), sessions, 512)
     np.testing.assert_array_equal(written["session_id"].to_numpy(), sessions["session_id"].to_numpy())
     np.testing.assert_allclose(written["relevance_score"].to_numpy(), expected, rtol=1e-6, atol=1e-6)
     assert (run / "epoch_0" / "graph.json").exists()      # discovery read the partitioned scores
@@ -58,19 +59,19 @@ def test_discover_writes_scores_per_partition_equal_to_scoring_the_whole_table(r
 
 def test_truth_metrics_equal_the_whole_table_computation(run):
     """MCC and click MSE from key columns + first rows equal the same numbers from the whole table in memory."""
-    sessions = read_table(run / S.SESSIONS_DIR)
-    truth = pd.read_parquet(run / S.TRUTH_DIR / TRUTH_SESSIONS,
+    sessions = read_table(run / L.SESSIONS_DIR)
+    truth = pd.read_parquet(run / L.TRUTH_DIR / TRUTH_SESSIONS,
                             columns=["session_id", "position", "examination_prob", "click_prob"])
     rows = sessions.merge(truth, on=["session_id", "position"])
     rows = rows[rows["examination_prob"] > 0].reset_index(drop=True)
-    test = json.loads((run / S.SPLIT).read_text())["test_queries"]        # left out, as the oracle leaves them
+    test = json.loads((run / L.SPLIT).read_text())["test_queries"]        # left out, as the oracle leaves them
     rows = rows[~query_key(rows).isin(test)].reset_index(drop=True)
     docs = rows.drop_duplicates(["query_id", "doc_id"]).reset_index(drop=True)
-    scores = np.asarray(score_frame(load_ranker(run / S.RANKER_DIR), docs, 64), dtype=np.float64)
+    scores = np.asarray(score_frame(load_ranker(run / L.RANKER_DIR), docs, 64), dtype=np.float64)
     predicted = 1.0 / (1.0 + np.exp(-scores))                 # naive pointwise: σ(score)
     truth_rel = (docs["click_prob"] / docs["examination_prob"]).to_numpy()
     lookup = rows.merge(docs[["query_id", "doc_id"]].assign(p=predicted), on=["query_id", "doc_id"])["p"]
-    metrics = json.loads((run / S.METRICS).read_text())["truth"]
+    metrics = json.loads((run / L.METRICS).read_text())["truth"]
     assert metrics["documents"] == len(docs) and metrics["rows"] == len(rows)
     assert metrics["MCC"] == pytest.approx(mcc(truth_rel, predicted), abs=1e-9)
     assert metrics["click_MSE"] == pytest.approx(click_mse(rows["click_prob"], lookup.to_numpy(), fit_scale=True),
@@ -79,7 +80,7 @@ def test_truth_metrics_equal_the_whole_table_computation(run):
 
 @pytest.mark.parametrize("max_sessions", [1, 57, 399, 400, 10_000, None])
 def test_sampled_sessions_read_equal_sampling_the_whole_table(run, max_sessions):
-    sessions_dir = run / S.SESSIONS_DIR
+    sessions_dir = run / L.SESSIONS_DIR
     expected = sample_sessions(read_table(sessions_dir), max_sessions, seed=11)
     got = S.read_sampled_sessions(sessions_dir, max_sessions, seed=11)
     pd.testing.assert_frame_equal(got, expected)
@@ -92,10 +93,10 @@ def test_train_stage_streams_the_partitions_with_train_streaming(tmp_path, dask_
                            evaluation={"discover_graph": False})
     result = run_pipeline(cfg, client=dask_client)
     record = json.loads((result.run_dir / "stages" / "train.json").read_text())["info"]
-    assert len(partition_paths(result.run_dir / S.SESSIONS_DIR)) >= 3
-    assert record["train_rows"] == len(read_table(result.run_dir / S.SESSIONS_DIR))
+    assert len(partition_paths(result.run_dir / L.SESSIONS_DIR)) >= 3
+    assert record["train_rows"] == len(read_table(result.run_dir / L.SESSIONS_DIR))
     assert record["identifiability"]["checked"] is False
-    history = json.loads((result.run_dir / S.HISTORY).read_text())["epochs"]
+    history = json.loads((result.run_dir / L.HISTORY).read_text())["epochs"]
     assert len(history) == 2 and all(np.isfinite(e["train"]["loss"]) for e in history)
     assert result.metrics["all"]["n_queries"] > 0
 
@@ -110,17 +111,17 @@ def test_train_stage_streams_bal_holding_only_its_own_columns(tmp_path, dask_cli
                            discovery={"n_sessions": 120, "click_rows": 600}, evaluation={"discover_graph": False})
     result = run_pipeline(cfg, client=dask_client)
     record = json.loads((result.run_dir / "stages" / "train.json").read_text())["info"]
-    assert len(partition_paths(result.run_dir / S.SESSIONS_DIR)) >= 3
-    assert record["train_rows"] == len(read_table(result.run_dir / S.SESSIONS_DIR))
+    assert len(partition_paths(result.run_dir / L.SESSIONS_DIR)) >= 3
+    assert record["train_rows"] == len(read_table(result.run_dir / L.SESSIONS_DIR))
     assert record["identifiability"]["factors"] == ["position", "media_type"]     # the pre-flight ran on the codes
     report = json.loads((result.run_dir / "train" / "identifiability.json").read_text())
-    sessions = read_table(result.run_dir / S.SESSIONS_DIR)
+    sessions = read_table(result.run_dir / L.SESSIONS_DIR)
     swaps = report["interventions"]                      # media type fixed per document: the graph is disconnected
     assert swaps and all(s["query_id"] in set(sessions["query_id"]) and s["doc_id"] in set(sessions["doc_id"]) for s in swaps)
-    history = json.loads((result.run_dir / S.HISTORY).read_text())["epochs"]
+    history = json.loads((result.run_dir / L.HISTORY).read_text())["epochs"]
     assert [e.get("phase") for e in history] == ["warmup", "bal", "bal"]
     assert all(np.isfinite(e["train"]["loss"]) for e in history)
-    bias = json.loads((result.run_dir / S.BIAS).read_text())
+    bias = json.loads((result.run_dir / L.BIAS).read_text())
     assert bias["method"] == "bal" and len(bias["epochs"]) == 2
     for k in range(2):
         graph = json.loads((result.run_dir / f"epoch_{k}" / "graph.json").read_text())

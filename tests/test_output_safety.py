@@ -31,11 +31,12 @@ from wpultr.cli_support import user_errors
 from wpultr.config import config_from_dict
 from wpultr.errors import ExportError, RunDirError
 from wpultr.export import EXPORT_FILE, export_checksums, export_run, load_export, score_table
-from wpultr.pipeline import layout as L
-from wpultr.pipeline.rundir import atomic_path
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import WEIGHTS_FILE
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.rundir import layout as L
+from wpultr.rundir.files import atomic_path
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 
 pytestmark = pytest.mark.slow
 

@@ -13,16 +13,17 @@ import torch
 
 from wpultr.config import ConfigError, RunConfig, config_from_dict
 from wpultr.methods import lambda_pairs as lp
-from wpultr.methods.joint_examination import a_matrix, expected_b, joint_examination, pair_type, unbiased_pairs
-from wpultr.methods.joint_propensity import (estimate_joint_examination, joint_swap_estimate, simulate_pair_swaps,
-                                             swap_pairs)
 from wpultr.methods.pairwise_framework import RobustObjective, unbiased_pair_loss
-from wpultr.methods.registry import get_method
+from wpultr.methods.propensities.joint_examination import a_matrix, expected_b, joint_examination, pair_type, unbiased_pairs
+from wpultr.methods.propensities.joint_swap import (estimate_joint_examination, joint_swap_estimate, simulate_pair_swaps,
+                                                    swap_pairs)
 from wpultr.metrics import evaluate
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.methods import get_method
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 from wpultr.simulate.user_models import row_skipping_reach   # θ(u) of Eq. 22 (the row-skipping user)
 from export_roundtrip import export_and_score
 from ranking_bars import random_ranker_dcg10

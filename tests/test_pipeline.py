@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from wpultr.cli import app
 from wpultr.config import ConfigError, config_from_dict
 from wpultr.metrics import evaluate
-from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import STAGES, Stage
+from wpultr.rundir import layout as L
 from ranking_bars import random_ranker_dcg10
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,22 +44,22 @@ def test_end_to_end_on_simulated_logs(tmp_path, dask_client):
     run = result.run_dir
     assert result.ran == [s.name for s in STAGES] and result.skipped == []
     for name in ("config.yaml", "versions.json", "summary.json", "metrics.json", "report.html",
-                 "ranker/model.safetensors", "ranker/config.json", S.HISTORY, S.PER_QUERY):
+                 "ranker/model.safetensors", "ranker/config.json", L.HISTORY, L.PER_QUERY):
         assert (run / name).exists(), name
     resolved = yaml.safe_load((run / "config.yaml").read_text())
     assert resolved["seed"] == 3 and resolved["train"]["epochs"] == 2
     metrics = json.loads((run / "metrics.json").read_text())
     for group in ("all", "high", "tail"):
         assert group in metrics
-    per_query = pd.read_parquet(run / S.PER_QUERY)
+    per_query = pd.read_parquet(run / L.PER_QUERY)
     for k in KS:                                        # the summary is the mean of the per-query table
         assert metrics["all"][k] == pytest.approx(per_query[k].mean())
-    assert metrics["all"]["DCG@10"] > random_ranker_dcg10(pd.read_parquet(run / S.TEST_SCORES)) + MARGIN
-    assert metrics["all"]["n_queries"] == len(json.loads((run / S.SPLIT).read_text())["test_queries"])
+    assert metrics["all"]["DCG@10"] > random_ranker_dcg10(pd.read_parquet(run / L.TEST_SCORES)) + MARGIN
+    assert metrics["all"]["n_queries"] == len(json.loads((run / L.SPLIT).read_text())["test_queries"])
     assert "DCG@10" in (run / "report.html").read_text()
-    assert (run / S.TRUTH_DIR / "truth.json").exists()
+    assert (run / L.TRUTH_DIR / "truth.json").exists()
     # the Bradley–Terry position scores and the graph under the trained ranker's scores are in the run
-    assert (run / S.PAGE_ENCODER / "page_features.json").exists()
+    assert (run / L.PAGE_ENCODER / "page_features.json").exists()
     scores = json.loads((run / "stages" / "preprocess.json").read_text())["info"]["position_scores"]
     assert scores["1"] > scores["10"]
     graph = json.loads((run / "epoch_0" / "graph.json").read_text())
@@ -83,7 +83,7 @@ def test_resume_after_a_stage_dies(tmp_path, dask_client):
     assert result.skipped == ["ingest", "featurize", "preprocess", "split"]
     assert result.ran == ["train", "discover", "evaluate", "report"]
     assert (run / "stages" / "ingest.json").read_text() == ingest_record  # not redone
-    assert result.metrics["all"]["DCG@10"] > random_ranker_dcg10(pd.read_parquet(run / S.TEST_SCORES)) + MARGIN
+    assert result.metrics["all"]["DCG@10"] > random_ranker_dcg10(pd.read_parquet(run / L.TEST_SCORES)) + MARGIN
 
 
 def test_resume_refuses_a_changed_config(tmp_path, dask_client):
@@ -112,7 +112,7 @@ def test_bert_naive_on_the_baidu_sample_via_cli(tmp_path):
     assert result.exit_code == 0, result.output
     assert "report:" in result.output
     run = tmp_path / "bert"
-    ingest = json.loads((run / S.INGEST_SUMMARY).read_text())
+    ingest = json.loads((run / L.INGEST_SUMMARY).read_text())
     assert ingest["sessions"] == manifest["sessions_readable"]
     assert ingest["quarantined"] == manifest["quarantined_lines"]
     shown = CliRunner().invoke(app, ["evaluate", str(run)])

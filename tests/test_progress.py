@@ -5,7 +5,7 @@ import pytest
 
 from wpultr.config import config_from_dict
 from wpultr.methods.losses import click_loss
-from wpultr.methods.training import Trainer, build_ranker
+from wpultr.methods.training.trainer import Trainer, build_ranker
 from wpultr.progress import progress, progress_enabled
 from wpultr.simulate import simulate
 

@@ -9,18 +9,19 @@ import torch
 
 from wpultr.config import BaselinesConfig, ConfigError, RunConfig, config_from_dict
 from wpultr.methods import lambda_pairs as lp
-from wpultr.methods.losses import pair_terms
-from wpultr.methods.position_propensity import propensity_array
-from wpultr.methods.pair_weights import pair_weights, resolve_pair_weights, weight_table
 from wpultr.methods.lambda_pairs import lambda_objective
+from wpultr.methods.losses import pair_terms
+from wpultr.methods.propensities.pair_weights import pair_weights, resolve_pair_weights, weight_table
+from wpultr.methods.propensities.position import propensity_array
 from wpultr.methods.propensity_pairs import weighted_pair_loss
-from wpultr.methods.registry import get_method
-from wpultr.methods.training import SessionLists, batches
+from wpultr.methods.training.trainer import SessionLists, batches
 from wpultr.metrics import evaluate
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.methods import get_method
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 from export_roundtrip import export_and_score
 from ranking_bars import random_ranker_dcg10
 from finite_differences import central_grad, central_hess_diag

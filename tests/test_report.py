@@ -9,7 +9,6 @@ import pytest
 from scipy.special import logit
 
 from wpultr.bal.click_model import ClickModel, examination_table, page_inputs
-from wpultr.bal.config import ClickModelConfig
 from wpultr.bal.node_columns import NodeColumns
 from wpultr.bal.rows import RAW_POSITION, TrainingRows
 from wpultr.bal.separability import unchecked
@@ -17,6 +16,7 @@ from wpultr.bal.weights import weight_histogram
 from wpultr.report.figures import FIGURE_KEYS
 from wpultr.report.graph_svg import evidence_label
 from wpultr.schema import CLICK
+from wpultr.settings.bal import ClickModelConfig
 from tiny_runs import tiny_run
 
 

@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 from wpultr.cli import app
 from wpultr.config import config_from_dict
 from wpultr.errors import RunDirError
-from wpultr.pipeline.layout import MARKER
 from wpultr.pipeline.run_lock import RunLocked, lock_path, read_lock, run_lock
-from wpultr.pipeline.rundir import RunDir
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import Stage
+from wpultr.rundir.files import RunDir
+from wpultr.rundir.layout import MARKER
 
 CLI = "from wpultr.cli import app; app()"
 # A run that holds its directory until told to go on: its one stage says it started, then waits for a file.
@@ -29,7 +29,7 @@ import sys, time
 from pathlib import Path
 from distributed import Client
 from wpultr.config import load_config
-from wpultr.pipeline.rundir import RunDir
+from wpultr.rundir.files import RunDir
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import Stage
 config, signals = sys.argv[1], Path(sys.argv[2])

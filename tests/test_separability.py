@@ -4,12 +4,13 @@ import pandas as pd
 import pytest
 import torch
 
-from wpultr.bal.biases import BiasReport, ConfoundedFeature
 from wpultr.bal.method import BAL
 from wpultr.bal.separability import separability, within_document_share
+from wpultr.causal.biases import BiasReport, ConfoundedFeature
 from wpultr.config import ConfigError, RunConfig, config_from_dict
 from wpultr.schema import BAIDU_PAGE_FEATURES, CLICK, RELEVANCE_SCORE
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 
 
 def _anova_share(pairs, values, categorical):

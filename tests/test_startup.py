@@ -9,12 +9,12 @@ import pytest
 from distributed import get_task_stream
 from typer.testing import CliRunner
 
+from wpultr import cluster
 from wpultr.cli import app
 from wpultr.config import config_from_dict
-from wpultr.pipeline import cluster
-from wpultr.pipeline.layout import STAGE_NAMES
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import STAGES
+from wpultr.rundir.layout import STAGE_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_LOG = REPO / "data" / "sample" / "train" / "part-00000.gz"

@@ -17,11 +17,11 @@ from wpultr.config import ConfigError, config_from_dict, load_config
 from wpultr.errors import RunDirError
 from wpultr.io.baidu import read_baidu_annotations
 from wpultr.io.tables import read_annotations_table
-from wpultr.pipeline.layout import INGEST_SUMMARY, MARKER, SPLIT
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import STAGES, Stage
+from wpultr.rundir.layout import INGEST_SUMMARY, MARKER, SPLIT
+from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-from wpultr.simulate.spec import SimulateConfig
 
 SIM = {"n_queries": 20, "n_sessions": 120, "n_annotated_queries": 10}
 

@@ -22,9 +22,9 @@ from wpultr.cli import app
 from wpultr.config import config_from_dict
 from wpultr.errors import ConfigError
 from wpultr.export import EXPORT_FILE
-from wpultr.pipeline import layout as L
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import STAGES
+from wpultr.rundir import layout as L
 
 SIM = {"n_queries": 16, "docs_per_query": 8, "n_sessions": 160, "n_annotated_queries": 10,
        "results_per_page": 6, "n_dense_features": 4}

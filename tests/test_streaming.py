@@ -1,4 +1,4 @@
-"""Training streamed from Parquet partitions (methods/streaming.py) against the in-memory trainer.
+"""Training streamed from Parquet partitions (methods/training/streaming.py) against the in-memory trainer.
 
 The partitions are written by ingest's own `SessionPartitionWriter`: one partition (where the streamed
 order is the in-memory order, so the trained model must be the same), small partitions (a batch then
@@ -11,18 +11,19 @@ import numpy as np
 import pytest
 import torch
 
+from wpultr.bal.method import BAL, streamed_columns
 from wpultr.config import RunConfig
 from wpultr.errors import ConfigError
+from wpultr.io.parquet import column_table, partition_paths
 from wpultr.io.tables import SessionPartitionWriter, to_arrow
-from wpultr.methods.distributed import fit_streamed
 from wpultr.methods.naive import Naive
-from wpultr.bal.method import BAL, streamed_columns
-from wpultr.methods.streaming import (PartitionSessions, column_table, feature_moments, streaming_ranker,
-                                      streaming_trainer)
-from wpultr.methods.training import build_ranker, list_scores
-from wpultr.io.parquet import partition_paths
+from wpultr.methods.training.distributed import fit_streamed
+from wpultr.methods.training.streaming import (PartitionSessions, feature_moments, streaming_ranker,
+                                               streaming_trainer)
+from wpultr.methods.training.trainer import build_ranker, list_scores
 from wpultr.schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, SESSION_ID, ids_as_text
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 
 SIM = SimulateConfig(n_queries=30, docs_per_query=10, n_sessions=300, n_annotated_queries=20,
                      results_per_page=6, vocab_size=300, n_dense_features=6)

@@ -14,7 +14,7 @@ import torch
 from wpultr.config import config_from_dict
 from wpultr.io.parquet import read_table
 from wpultr.methods.base import get_method
-from wpultr.methods.training import Trainer, build_ranker
+from wpultr.methods.training.trainer import Trainer, build_ranker
 from wpultr.pipeline import stages as S
 from wpultr.rankers.mlp import FEATURE_INPUT, feature_matrix
 from wpultr.schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, SchemaError, \
@@ -142,7 +142,7 @@ def test_the_train_stage_keeps_query_tokens_as_objects_for_bert_only():
 
 FREED_BLOCKS = """
 import sys, numpy as np, psutil
-from wpultr.pipeline.stages import map_large_allocations
+from wpultr.memory import map_large_allocations
 mapped = map_large_allocations() if sys.argv[1] == "map" else None
 rss = lambda: psutil.Process().memory_info().rss
 big = np.ones(30 << 17); del big              # a freed 30 MiB block: glibc raises its mmap threshold to it
@@ -202,7 +202,7 @@ def test_workers_hand_their_freed_heap_back_between_stages():
     shared cluster carries earlier tests' arenas and leftovers (once, late in a full CI run, a worker grew 125 MB and
     released 2 MB), which would make the figures about those tests rather than the release."""
     from wpultr.config import ClusterConfig
-    from wpultr.pipeline.cluster import open_client, release_worker_memory
+    from wpultr.cluster import open_client, release_worker_memory
     with open_client(ClusterConfig(n_workers=2, threads_per_worker=1, memory_limit="2GiB")) as client:
         retained = sum(client.run(_retain_freed_blocks).values())
         assert retained >= 100 << 20                   # of 2 x 190 MiB freed; a reused arena may hold less
@@ -214,7 +214,7 @@ def test_workers_hand_their_freed_heap_back_between_stages():
 def test_document_codes_equal_factorising_the_query_document_texts(query_ids):
     """The identifiability preflight codes (query_id, doc_id) from the two columns' codes: the same codes, in the
     same order, as factorising one "query<TAB>doc" string per row (what it built before, 0.46 GB at 1.25 M rows)."""
-    from wpultr.identifiability.graph import document_codes
+    from wpultr.identifiability.factor_graph import document_codes
     rng = np.random.default_rng(4)
     query = rng.integers(0, 40, size=3000)
     frame = pd.DataFrame({QUERY_ID: query if query_ids == "integers" else [f"q{q}" for q in query],
@@ -245,7 +245,7 @@ def _sessions_log(n_sessions: int, seed: int) -> pd.DataFrame:
 def test_the_identifiability_graph_is_the_same_from_chunks_of_any_size(monkeypatch):
     """The IG reads a log through its condensed impressions, built a chunk of rows at a time: every chunk size
     gives the IG of the whole-table group-by (nodes, impressions, clicks, document pairs, components)."""
-    from wpultr.identifiability import graph as G
+    from wpultr.identifiability import factor_graph as G
     frame = _sessions_log(400, 5)
     whole = G.build_graph(frame, ["position", "media_type"])
     pairs = frame.groupby([QUERY_ID, DOC_ID, POSITION, "media_type"], dropna=False).size()
@@ -263,7 +263,7 @@ def test_the_identifiability_graph_is_the_same_from_chunks_of_any_size(monkeypat
 
 
 def test_merges_apply_by_factor_values_including_a_missing_one():
-    from wpultr.identifiability.graph import build_graph
+    from wpultr.identifiability.factor_graph import build_graph
     from wpultr.identifiability.repair import apply_merges
     frame = _sessions_log(200, 6)
     ig = build_graph(frame, ["media_type"])

@@ -16,7 +16,8 @@ from wpultr.features.encoders import PageFeatureEncoder
 from wpultr.report.html import click_edges_section
 from wpultr.schema import (BAIDU_PAGE_FEATURES, CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID,
                            query_document_pairs)
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
 from wpultr.simulate.generate import TRUE_LABEL
 
 NAMES = [RELEVANCE_SCORE] + [f.name for f in BAIDU_PAGE_FEATURES] + [CLICK]

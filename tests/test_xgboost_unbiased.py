@@ -24,19 +24,19 @@ from typer.testing import CliRunner
 from wpultr.cli import app
 from wpultr.config import config_from_dict
 from wpultr.errors import ConfigError, ExportError
-from wpultr.identifiability.preflight import REPORT_FILE as IDENTIFIABILITY_REPORT
-from wpultr.methods import registry
-from wpultr.methods.registry import get_method
-from wpultr.methods.xgboost_config import XGBoostConfig
+from wpultr.methods.training.trainer import SessionLists
 from wpultr.methods.xgboost_rank import Groups
-from wpultr.methods.training import SessionLists
-from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import CONFIG_FILE, WEIGHTS_FILE
 from wpultr.rankers.registry import load_ranker
 from wpultr.rankers.xgboost import MODEL_JSON_FILE
+from wpultr.rundir import layout as L
 from wpultr.schema import POSITION, SESSION_ID
-from wpultr.simulate import SimulateConfig, simulate
+from wpultr.settings import methods as registry
+from wpultr.settings.methods import get_method
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.settings.xgboost import XGBoostConfig
+from wpultr.simulate import simulate
 from export_roundtrip import export_and_score
 from ranking_bars import random_ranker_dcg10
 
@@ -75,22 +75,22 @@ def fit(frame: pd.DataFrame, valid: pd.DataFrame | None, **section):
 def test_a_run_trains_the_booster_learns_position_bias_and_ranks(xgb_run):
     _, result = xgb_run
     run = result.run_dir
-    saved = json.loads((run / S.RANKER_DIR / CONFIG_FILE).read_text())
+    saved = json.loads((run / L.RANKER_DIR / CONFIG_FILE).read_text())
     assert saved["kind"] == "xgboost"
-    bias = json.loads((run / S.BIAS).read_text())
+    bias = json.loads((run / L.BIAS).read_text())
     assert bias["method"] == "xgboost_unbiased" and bias["params"]["lambdarank_unbiased"] is True
     assert bias["lambdarank_param"]["lambdarank_unbiased"] == 1       # as XGBoost itself reports it
     assert bias["position_gap_sessions"] == 0
-    identifiability = json.loads((run / IDENTIFIABILITY_REPORT).read_text())
+    identifiability = json.loads((run / L.IDENTIFIABILITY).read_text())
     assert identifiability["checked"] and identifiability["factors"] == [POSITION]   # it models position
     t_plus = bias["position_bias_t_plus"]
     assert sorted(map(int, t_plus)) == list(range(1, 9))            # one ratio per logged position
     assert t_plus["1"] == 1.0 and t_plus["8"] < 0.5 * t_plus["2"]     # PBM: clicks thin out down the page
-    history = json.loads((run / S.HISTORY).read_text())["epochs"]
+    history = json.loads((run / L.HISTORY).read_text())["epochs"]
     assert [h["rounds"] for h in history][:3] == [10, 20, 30] and all(h["valid"] for h in history)
     assert 1 <= bias["best_rounds"] <= bias["rounds"] <= XGB["rounds"]
-    assert load_ranker(run / S.RANKER_DIR).booster.num_boosted_rounds() == bias["best_rounds"]
-    test = pd.read_parquet(run / S.TEST_SCORES)
+    assert load_ranker(run / L.RANKER_DIR).booster.num_boosted_rounds() == bias["best_rounds"]
+    test = pd.read_parquet(run / L.TEST_SCORES)
     assert result.metrics["all"]["DCG@10"] > random_ranker_dcg10(test) + MARGIN
 
 
@@ -141,7 +141,7 @@ TAMPERS = {
 def test_a_tampered_xgboost_ranker_is_one_export_error(case, xgb_run, tmp_path):
     _, result = xgb_run
     ranker = tmp_path / "ranker"
-    shutil.copytree(result.run_dir / S.RANKER_DIR, ranker)
+    shutil.copytree(result.run_dir / L.RANKER_DIR, ranker)
     load_ranker(ranker)                                   # the untouched copy loads
     tamper, expected = TAMPERS[case]
     tamper(ranker)
@@ -157,7 +157,7 @@ def test_wpultr_score_refuses_a_tampered_xgboost_export_in_one_line(xgb_run, tmp
     exported = tmp_path / "model"
     assert CliRunner().invoke(app, ["export", str(result.run_dir), "--out", str(exported)]).exit_code == 0
     _tamper_model_json(exported, b'{"learner": "not a model at all"}')
-    out = CliRunner().invoke(app, ["score", str(exported), str(result.run_dir / S.ANNOTATIONS),
+    out = CliRunner().invoke(app, ["score", str(exported), str(result.run_dir / L.ANNOTATIONS),
                                    "--out", str(tmp_path / "s.parquet")])
     assert out.exit_code == 2
     last = out.output.strip().splitlines()[-1]

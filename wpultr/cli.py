@@ -79,8 +79,8 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
            scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler (used "
                                                                "whatever the input's size)")):
     """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line.
-    Less than 50 MB of input (pipeline.cluster.IN_PROCESS_INPUT_BYTES) is read in this process, with no cluster."""
-    from .pipeline.cluster import client_for_input
+    Less than 50 MB of input (cluster.IN_PROCESS_INPUT_BYTES) is read in this process, with no cluster."""
+    from .cluster import client_for_input
     from .schema import page_features_from_config
     if fmt not in ("auto", "baidu", "table"):
         raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'auto', 'baidu', 'table'")
@@ -121,8 +121,8 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
                                                                "and perplexity of the run's click models on them")):
     """Print the metrics of a run's ranker: its held-out queries, another annotation table, or (label-free) how
     well its click models predict the clicks of held-out sessions."""
-    from .pipeline import layout as L
-    from .pipeline.rundir import read_json
+    from .rundir import layout as L
+    from .rundir.files import read_json
     from .storage import readable_run_dir
     include = (L.CONFIG_FILE, L.RANKER_DIR, L.METRICS, L.LEXICAL_STATE)
     if clicks is not None:   # what the click models are read and fitted from
@@ -139,7 +139,7 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
         import yaml
         from .config import config_from_dict
         from .io.parquet import read_table
-        from .pipeline.stages import evaluate_ranker
+        from .evaluation import evaluate_ranker
         cfg = config_from_dict(yaml.safe_load((run / L.CONFIG_FILE).read_text()))
         if annotations.suffix == ".parquet":
             table = read_table(annotations)
@@ -162,8 +162,8 @@ def _click_metrics_text(run: Path, clicks: Path) -> str:
     import yaml
     from .click_metrics import perplexity_table
     from .config import config_from_dict
-    from .pipeline import layout as L
-    from .pipeline.rundir import RunDir
+    from .rundir import layout as L
+    from .rundir.files import RunDir
     from .pipeline.stages import heldout_click_metrics
     if not clicks.exists():
         raise FileNotFoundError(f"--clicks: {clicks}: no such file or directory")
@@ -198,7 +198,7 @@ def score(model: str = typer.Argument(..., help="an exported ranker (wpultr expo
           batch_size: int = typer.Option(1024, help="rows scored at once")):
     """Score a table with a saved ranker (loading never unpickles)."""
     from .export import SCORES, read_input_table, score_table
-    from .pipeline.rundir import check_output, write_parquet
+    from .rundir.files import check_output, write_parquet
     from .storage import is_url
     inputs = (None if is_url(model) else model, input_)
     check_output(out, SCORES, inputs, "--out")      # before the scoring, so a refused --out costs nothing
@@ -215,7 +215,7 @@ def compare(runs: List[str] = typer.Argument(..., help="finished run directories
                                                                       "differences plotted (an existing file is "
                                                                       "replaced only if `wpultr compare` wrote it)")):
     """Runs' metrics side by side on the test queries they share, with paired t-tests against the first run."""
-    from .pipeline.rundir import check_output
+    from .rundir.files import check_output
     from .report.compare import PAGE, compare_runs, format_text, write_html
     from .storage import is_url
     inputs = [r for r in runs if not is_url(r)]
@@ -233,7 +233,7 @@ def status(path: str = typer.Argument(..., help="a run directory (a path or an f
                                                 "directory"),
            as_json: bool = typer.Option(False, "--json", help="print the status as JSON")):
     """Stages done, running, failed or died (with times) of a run; the state of every run of an experiment."""
-    from .pipeline.layout import MARKER
+    from .rundir.layout import MARKER
     from .pipeline.status import format_status, status_of
     from .storage import is_url
     # a run directory (its marker) never loads the experiment code, which imports the config (Dask, SciPy)

@@ -28,8 +28,8 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import expit
 
 from .metrics import CLICK_PROB_EPS, click_log_likelihood, click_perplexity
-from .pipeline.layout import BIAS, HISTORY, LEXICAL_STATE, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
-from .pipeline.rundir import read_json
+from .rundir.files import read_json
+from .rundir.layout import BIAS, HISTORY, LEXICAL_STATE, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
 from .schema import CLICK, DOC_ID, FEATURES, POSITION, SESSION_ID, SchemaError
 
 TRUE_CLICK_PROB = "click_prob"                   # simulate.generate.CLICK_PROB

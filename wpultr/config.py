@@ -30,16 +30,16 @@ from typing import Any, ClassVar, Literal, Mapping
 
 import yaml
 
-from .bal.config import BalConfig
-from .causal.discovery_config import DiscoveryConfig
 from .errors import ConfigError, SchemaError, brief, cut, require
-from .identifiability.config import IdentifiabilityConfig
-from .methods.registry import METHODS, check_installed
-from .methods.lbd_config import LBDConfig
-from .methods.pairwise_config import PairwiseConfig
-from .methods.xgboost_config import XGBoostConfig
 from .schema import BAIDU_PAGE_FEATURES, page_features_from_config
-from .simulate.spec import SimulateConfig
+from .settings.bal import BalConfig
+from .settings.discovery import DiscoveryConfig
+from .settings.identifiability import IdentifiabilityConfig
+from .settings.lbd import LBDConfig
+from .settings.methods import METHODS, check_installed
+from .settings.pairwise import PairwiseConfig
+from .settings.simulate import SimulateConfig
+from .settings.xgboost import XGBoostConfig
 from .storage import check_url, is_url, working_copy_dir
 
 __all__ = ["BERT_SPECIAL_TOKENS", "BaselinesConfig", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
@@ -294,7 +294,7 @@ def head_training_bytes(head: list[int]) -> int:
 class TrainConfig:
     KEY: ClassVar[str] = "train"
 
-    method: str = "naive"                 # a name of wpultr.methods.registry.METHODS
+    method: str = "naive"                 # a name of wpultr.settings.methods.METHODS
     loss: Literal["pointwise", "listwise", "lambdarank"] = "pointwise"   # lambdarank: LightGBM backbone only
     epochs: int = 3
     warmup_epochs: int = 0                # BAL §4.1 warm-up: naive click loss (+ masked LM for BERT)
@@ -305,9 +305,9 @@ class TrainConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     device: Literal["cpu", "cuda", "auto"] = "auto"
-    streaming: bool = False               # batches streamed from the sessions' Parquet partitions (methods/streaming;
+    streaming: bool = False               # batches streamed from the sessions' Parquet partitions (methods/training/streaming;
     #                                       naive, and bal with the mlp backbone)
-    processes: int = 1                    # > 1: data-parallel DDP ranks on loopback (methods/distributed)
+    processes: int = 1                    # > 1: data-parallel DDP ranks on loopback (methods/training/distributed)
 
     def __post_init__(self) -> None:
         k = self.KEY

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError, ExportError, SchemaError
-from .pipeline.rundir import (Replaces, atomic_path, file_sha256, holds_only, is_run_dir, parquet_columns,
-                              read_json)
+from .rundir.files import (Replaces, atomic_path, file_sha256, holds_only, is_run_dir, parquet_columns,
+                           read_json)
 from .schema import DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS
 
 EXPORT_FILE = "export.json"
@@ -63,7 +63,7 @@ def export_run(run_dir: str | Path, out: str | Path) -> str | Path:
 
 def _export_local(run_dir: str | Path, out: Path) -> Path:
     """`export_run` into the local directory `out`."""
-    from .pipeline import layout as L
+    from .rundir import layout as L
     from .rankers.base import CONFIG_FILE
     from .storage import is_url, readable_run_dir
     source = str(run_dir).rstrip("/") if is_url(run_dir) else None
@@ -196,7 +196,7 @@ def _load_local(model_dir: Path) -> ExportedModel:
 def _lexical_dir(model_dir: Path) -> Path | None:
     """Where the ranker's lexical feature state is: the export's lexical/, or, for a run's own ranker/, the
     run's data/featured state (export copies it from there); None when the ranker reads no lexical features."""
-    from .pipeline.layout import LEXICAL_STATE, RANKER_DIR
+    from .rundir.layout import LEXICAL_STATE, RANKER_DIR
     if (model_dir / LEXICAL_DIR).exists():
         return model_dir / LEXICAL_DIR
     run = model_dir.resolve().parent

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
 from .errors import ConfigError, RunDirError, WpultrError
-from .pipeline.layout import MARKER
-from .pipeline.rundir import Replaces, atomic_path
+from .rundir.files import Replaces, atomic_path
+from .rundir.layout import MARKER
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 SYNC_MANIFEST = ".wpultr-sync.json"       # in a working copy: what it last sent or received, never uploaded

@@ -1,2 +1,3 @@
-"""BAL (WWW 2024) in one place: the method, its settings, the biases read off the graph, the influence
-estimators and importance weights, the weighted click model, the discover stage and its CLI."""
+"""BAL (WWW 2024): the method, its training rows, the influence estimators and importance weights,
+the weighted click model and its CLI (its settings are `settings.bal`; the biases read off a graph and the discover
+stage, which every graph-learning run uses, are in `causal`)."""

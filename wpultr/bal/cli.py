@@ -1,8 +1,8 @@
 """`wpultr discover …` and `wpultr graph …` (mounted by the top-level CLI, wpultr/cli.py).
 
 * `discover`: one epoch of BAL §3.1's causal discovery from a sessions table on disk — fit the
-  page-feature encoder (`discover_stage.fit_page_encoder`), sample, run PC and write epoch_<k>/graph.json +
-  biases.json (`discover_stage.discover_epoch`).
+  page-feature encoder (`features.preprocess_stage.fit_page_encoder`), sample, run PC and write epoch_<k>/graph.json +
+  biases.json (`causal.discover_stage.discover_epoch`).
 * `graph show / diff`: look at the graphs a run discovered (the run directory may be an fsspec URL).
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import typer
 
 from ..causal.graph import diff_graphs, epoch_dir, load_epoch_graph, render, to_dot, to_text
 from ..cli_support import nest, parse_sets, user_errors
-from ..pipeline.layout import BIAS
-from ..pipeline.rundir import PNG, Replaces, holding
+from ..rundir.files import PNG, Replaces, holding
+from ..rundir.layout import BIAS, BIASES_FILE, EPOCH_PREFIX, GRAPH_FILE
 from ..storage import is_url, readable_run_dir, write_bytes
 
 graph_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -33,7 +33,7 @@ class GraphFormat(str, Enum):
 
 
 def _bias_lines(graph) -> list[str]:
-    from .biases import identify_biases      # pulls the schema (pandas): only when a graph is shown
+    from ..causal.biases import identify_biases      # pulls the schema (pandas): only when a graph is shown
     report = identify_biases(graph)
     lines = ["", f"click parents: {', '.join(report.click_parents) or '(none)'}",
              f"page-feature biases (x -> click): {', '.join(report.page_feature_biases) or '(none)'}"]
@@ -69,7 +69,7 @@ def _set_aside_lines(bias: dict[str, Any]) -> list[str]:
                         for x in record["set_aside"])]
 
 
-_GRAPH_FILES = ("epoch_*", BIAS)      # what `wpultr graph` reads of a run at a URL
+_GRAPH_FILES = (f"{EPOCH_PREFIX}*", BIAS)      # what `wpultr graph` reads of a run at a URL
 
 
 # what `graph show --output` may replace: a file of the format it writes, as an earlier `graph show` wrote it
@@ -160,9 +160,10 @@ def discover_command(
     """Discover the click model's causal graph (BAL §3.1) and its biases from a sessions table."""
     from ..errors import ConfigError
     from ..features.encoders import ENCODER_JSON, PageFeatureEncoder
-    from ..pipeline.cluster import open_client
+    from ..cluster import open_client
     from ..schema import page_features_from_config
-    from .discover_stage import BIASES_FILE, discover_epoch, fit_page_encoder
+    from ..causal.discover_stage import discover_epoch
+    from ..features.preprocess_stage import fit_page_encoder
     cfg = _discover_config(config, set_)
     if scheduler:
         cfg.cluster.scheduler = scheduler
@@ -189,6 +190,6 @@ def discover_command(
     target = epoch_dir(out, epoch)
     typer.echo(f"epoch {epoch}\n{to_text(result.graph)}")
     typer.echo("\n".join(_bias_lines(result.graph)))
-    typer.echo(json.dumps({"graph": str(target / "graph.json"), "biases": str(target / BIASES_FILE),
+    typer.echo(json.dumps({"graph": str(target / GRAPH_FILE), "biases": str(target / BIASES_FILE),
                            "tests": result.graph.meta["pc"]["tests"],
                            "seconds": result.graph.meta["pc"]["seconds"]}))

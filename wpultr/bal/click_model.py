@@ -28,7 +28,7 @@ from scipy.special import expit
 
 from ..rankers.mlp import mlp
 from ..schema import CLICK, row_spans
-from .config import ClickModelConfig
+from ..settings.bal import ClickModelConfig
 
 if TYPE_CHECKING:
     from .rows import TrainingRows

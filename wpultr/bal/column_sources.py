@@ -55,7 +55,7 @@ class FrameColumns:
 
 
 class PartitionColumns:
-    """The columns of a sessions directory's Parquet partitions (`methods.streaming.column_table`: text ids as
+    """The columns of a sessions directory's Parquet partitions (`io.parquet.column_table`: text ids as
     int32 codes), read one load at a time; `overrides` replace a column's values (the identifiability pre-flight's
     merged bias factors)."""
 
@@ -75,7 +75,7 @@ class PartitionColumns:
         return self._n_rows
 
     def load(self, columns: Sequence[str]) -> pd.DataFrame:
-        from ..methods.streaming import column_table
+        from ..io.parquet import column_table
         held = set(self._columns)
         wanted = [c for c in dict.fromkeys(columns) if c in held]
         read = [c for c in wanted if c not in self.overrides]

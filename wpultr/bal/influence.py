@@ -44,9 +44,9 @@ import torch
 from safetensors.numpy import load_file, save_file
 from torch import nn
 
+from ..causal.biases import BiasReport
 from ..schema import CLICK, RELEVANCE_SCORE, FeatureKind
-from .biases import BiasReport
-from .weighting_config import InfluenceConfig
+from ..settings.bal_weighting import InfluenceConfig
 
 DENSITY_FORMAT = "wpultr.conditional_density/1"
 INFLUENCE_FORMAT = "wpultr.influence_estimators/1"

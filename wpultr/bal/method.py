@@ -26,10 +26,10 @@ the influence estimators are refitted on the same rows, warm-started from the pr
 The ranker first gets BAL's warm-up (naive click loss, plus masked LM for BERT; `train.warmup_epochs`).
 With `ranker.backbone: lightgbm` (beyond the paper) the ranker is a LightGBM booster: warm-up and step 6
 each add `ranker.lightgbm.rounds_per_epoch` trees fitted to the gradient and Hessian of the same losses
-in r̂ (`gbdt_objectives`, `gbdt_training`).
+in r̂ (`gbdt_objectives`, `training.gbdt`).
 With `train.streaming` (MLP backbone) the ranker's inputs stay in the Parquet partitions (`fit_streamed`): BAL
 holds the per-row columns it reads itself (`streamed_columns`) and its per-row arrays, and steps 1 and 6 read the
-features unit by unit (`methods.streaming`).
+features unit by unit (`methods.training.streaming`).
 Every epoch's graph, biases, weight diagnostics, losses and validation metrics are recorded.
 """
 from __future__ import annotations
@@ -43,13 +43,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..causal.biases import BiasReport, identify_biases
 from ..causal.discovery import ReusableTests, discover
 from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
 from ..methods.base import FitResult
 from ..methods.losses import weighted_softmax_loss
-from ..methods.training import Trainer, build_ranker
+from ..methods.training.trainer import Trainer, build_ranker
 from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature
-from .biases import BiasReport, identify_biases
 from .click_model import ClickModel, examination_table, page_inputs, ranker_loss, skipped_irrelevance
 from .influence import FeatureInfluence, fit_influence_estimators
 from .rows import GraphRows, TrainingRows, discovery_seed
@@ -147,7 +147,7 @@ def _current_client() -> Any:
     """The Dask client the pipeline runs on, if any: discovery spreads its CI tests over it.
 
     Without one (BAL fitted outside a pipeline) discovery runs serially here, and says so."""
-    from ..pipeline.cluster import current_client
+    from ..cluster import current_client
     client = current_client()
     if client is None:
         log.warning("BAL: no Dask client found; causal discovery runs its CI tests serially in this process")
@@ -164,7 +164,7 @@ class BAL:
             trainer = self.booster_trainer(train, valid, config)
             trainer.warm_up()
         else:
-            from ..methods.warmup import warm_up     # here: it imports transformers, which a booster never needs
+            from ..methods.training.warmup import warm_up     # here: it imports transformers, which a booster never needs
             trainer = Trainer(build_ranker(config, train), train, valid, config)
             warm_up(trainer)
         return self.epochs(trainer, TrainingRows.build(train, config), config)
@@ -181,7 +181,7 @@ class BAL:
         output from then on. The ranker is warmed up, scored and trained unit by unit, each batch gathering its
         rows' weights and page logits."""
         from ..io.parquet import column_names, partition_paths
-        from ..methods.streaming import streaming_trainer
+        from ..methods.training.streaming import streaming_trainer
         from .column_sources import PartitionColumns
         source = PartitionColumns([str(p) for p in partition_paths(directory)],
                                   streamed_columns(config, column_names(directory)))
@@ -264,7 +264,7 @@ class BAL:
             raise ConfigError("train.warmup_epochs: BAL with ranker.backbone 'lightgbm' needs >= 1 (an empty booster "
                               "gives every result the same r̂, leaving discovery nothing to test), got "
                               f"{config.train.warmup_epochs}")
-        from ..methods.gbdt_training import BoostingTrainer
+        from ..methods.training.gbdt import BoostingTrainer
         return BoostingTrainer(train, valid, config)
 
     @staticmethod

@@ -18,7 +18,7 @@ import pandas as pd
 from ..causal.discovery import click_row_mask, one_row_per_session, sample_session_ids
 from ..causal.within_document_ci import DOCUMENT_CODE
 from ..features.encoders import CategoricalEncoder, PageFeatureEncoder, session_spans
-from ..methods.position_propensity import share_shown_at_several_positions
+from ..methods.propensities.position import share_shown_at_several_positions
 from ..schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, FeatureKind, PageFeature, \
     page_features_from_config, query_document_pairs
 from .column_sources import ColumnSource, as_column_source

@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from ..schema import CHUNK_ROWS, RELEVANCE_SCORE, row_spans
+from ..settings.bal_weighting import WeightConfig
 from .influence import FeatureInfluence
-from .weighting_config import WeightConfig
 
 QUANTILE_COPY_ROWS = 1 << 20      # above this, summaries find quantiles by chunked order statistics, not a sorted copy
 

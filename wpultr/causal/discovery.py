@@ -38,9 +38,10 @@ from causallearn.graph.GraphNode import GraphNode
 from causallearn.utils.PCUtils.BackgroundKnowledge import BackgroundKnowledge
 
 from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, SchemaError
+from ..settings.bal import BalConfig
+from ..settings.discovery import DiscoveryConfig, validate_discovery_config
 from .click_ci import ClickCITest
 from .click_evidence import click_evidence, decide_per_graph
-from .discovery_config import DiscoveryConfig, validate_discovery_config
 from .graph import (BIDIRECTED, DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, PairStability,
                     edges_from_matrix, sepsets_from_causallearn)
 from .hybrid_ci import HybridCIT, resample_sessions, stack_click_rows
@@ -48,7 +49,6 @@ from .near_determinism import find_near_deterministic
 from .page_feature_cit import PageFeatureCIT
 from .parallel_pc import PCRun, CITestSpec, p_values_without, parallel_pc, test_nodes
 from .within_document_ci import DOCUMENT_CODE, within_document_share
-from ..bal.config import BalConfig
 
 log = logging.getLogger(__name__)
 DEFAULT_MIN_SHARE = next(f.default for f in fields(BalConfig) if f.name == "min_within_document_share")

@@ -19,15 +19,15 @@ from typing import Any, Iterable
 from causallearn.graph.Endpoint import Endpoint
 
 from ..errors import WpultrError
-from ..pipeline.rundir import write_json
+from ..rundir.files import write_json
+from ..rundir.layout import EPOCH_PREFIX, GRAPH_FILE
 
 DIRECTED = "directed"
 UNDIRECTED = "undirected"
 BIDIRECTED = "bidirected"
 EDGE_TYPES = (DIRECTED, UNDIRECTED, BIDIRECTED)
 GRAPH_FORMAT = "wpultr.graph/1"
-GRAPH_FILE = "graph.json"
-_EPOCH_DIR = re.compile(r"^epoch_(\d+)$")
+_EPOCH_DIR = re.compile(rf"^{EPOCH_PREFIX}(\d+)$")
 
 
 class GraphFileError(WpultrError, ValueError):
@@ -388,7 +388,7 @@ def render(graph: DiscoveredGraph, fmt: str) -> bytes:
 # Where graphs live in a run directory
 # ---------------------------------------------------------------------------------------------
 def epoch_dir(run_dir: str | Path, epoch: int) -> Path:
-    return Path(run_dir) / f"epoch_{epoch}"
+    return Path(run_dir) / f"{EPOCH_PREFIX}{epoch}"
 
 
 def graph_epochs(run_dir: str | Path) -> list[int]:

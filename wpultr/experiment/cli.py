@@ -34,7 +34,7 @@ def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pip
         write_records(exp, records)
     else:
         from ..config import ClusterConfig, config_from_dict
-        from ..pipeline.cluster import open_client
+        from ..cluster import open_client
         base_cluster = config_from_dict({k: v for k, v in exp.base.items() if k == "cluster"}).cluster
         cluster = ClusterConfig(scheduler=scheduler or base_cluster.scheduler,
                                 n_workers=workers or base_cluster.n_workers,

@@ -31,10 +31,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..pipeline.layout import SESSIONS_DIR, TEST_SCORES, TRUTH_DIR, TRUTH_JSON
 from ..report.plots import colors as _colors, new_figure as _figure
+from ..rundir.layout import EPOCH_PREFIX, GRAPH_FILE, SESSIONS_DIR, TEST_SCORES, TRUTH_DIR, TRUTH_JSON
 from ..schema import DOC_ID, LABEL, POSITION, QUERY_ID
-from .tables import SettingResults, Table
+from .paper_tables import SettingResults, Table
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ _DOC_KEY = "_doc"
 
 
 def save(fig, path: Path) -> Path:
-    from ..pipeline.rundir import PNG, atomic_path
+    from ..rundir.files import PNG, atomic_path
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path, PNG) as tmp:
         fig.savefig(tmp, format="png")
@@ -237,14 +237,13 @@ def plot_sweep(table: Table, path: Path, metric: str, x_label: str, title: str =
 # ---------------------------------------------------------------------------------------------
 # Fig. 3
 # ---------------------------------------------------------------------------------------------
-_EPOCH = "epoch_"
 
 
 def epoch_graphs(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     """(title, graph JSON) for each epoch_<k>/graph.json of a run, ascending k."""
     found = []
-    for path in run_dir.glob(f"{_EPOCH}*/graph.json"):
-        suffix = path.parent.name[len(_EPOCH):]
+    for path in run_dir.glob(f"{EPOCH_PREFIX}*/{GRAPH_FILE}"):
+        suffix = path.parent.name[len(EPOCH_PREFIX):]
         if suffix.isdigit():
             found.append((int(suffix), path))
     graphs = []

@@ -1,4 +1,4 @@
-"""Running an experiment: every (setting, method, seed) of an `Experiment` (see spec.py) as a Dask task.
+"""Running an experiment: every (setting, method, seed) of an `Experiment` (see experiment/spec.py) as a Dask task.
 
 Runs go to the cluster as tasks (at most `parallel` at once); inside a worker a task calls
 `run_pipeline(cfg, client=worker_client())`, so the run's own data-parallel stages use the same cluster.
@@ -23,8 +23,8 @@ from .spec import EXPERIMENT_FILE, FAILURE_FILE, RUNS_CSV, RUNS_JSON, Experiment
 
 def is_finished(spec: RunSpec) -> bool:
     """Every stage of the run is done and its config computes what this experiment's would (`cluster.*` aside)."""
-    from ..pipeline.rundir import RunDir
-    from ..pipeline.layout import CONFIG_FILE
+    from ..rundir.files import RunDir
+    from ..rundir.layout import CONFIG_FILE
     from ..pipeline.stages import STAGES
     if spec.config is None:
         return False
@@ -138,7 +138,7 @@ def _run_name(spec: RunSpec) -> str:
 
 
 def write_resolved_experiment(exp: Experiment) -> Path:
-    from ..pipeline.rundir import write_text
+    from ..rundir.files import write_text
     values = to_dict(exp.spec)
     values.update(name=exp.name, out_dir=str(exp.out_dir), base=exp.base)
     path = exp.out_dir / EXPERIMENT_FILE
@@ -148,7 +148,7 @@ def write_resolved_experiment(exp: Experiment) -> Path:
 
 def write_records(exp: Experiment, records: Sequence[RunRecord]) -> None:
     import pandas as pd
-    from ..pipeline.rundir import write_text
+    from ..rundir.files import write_text
     rows = [vars(r) for r in records]
     write_text(exp.out_dir / RUNS_JSON, json.dumps(rows, indent=2) + "\n")
     write_text(exp.out_dir / RUNS_CSV, pd.DataFrame(rows, columns=list(RunRecord.__dataclass_fields__))

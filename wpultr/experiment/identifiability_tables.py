@@ -15,8 +15,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import figures as F
+from .paper_tables import SettingColumn, SettingResults, Table
 from .spec import Experiment, RunRecord
-from .tables import SettingColumn, SettingResults, Table
 
 TRUTH = "truth"
 

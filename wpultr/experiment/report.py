@@ -20,12 +20,13 @@ from typing import Any, Sequence
 import pandas as pd
 import yaml
 
-from ..pipeline.rundir import write_text
 from ..report.html import page, png_img
+from ..rundir.files import write_text
+from ..rundir.layout import REPORT
 from . import figures as F
 from .identifiability_tables import identifiability_tables
+from .paper_tables import TITLES, SettingResults, Table, build_sweep_table, build_table, clear_cache, table_columns
 from .spec import EXPERIMENT_FILE, Experiment, RunRecord, slug
-from .tables import TITLES, SettingResults, Table, build_sweep_table, build_table, clear_cache, table_columns
 
 REPORT_FILE = "report.html"
 TABLES_MD = "tables.md"
@@ -161,7 +162,7 @@ def _runs_table(exp: Experiment, records: Sequence[RunRecord]) -> str:
     rows = []
     for r in records:
         link = Path(os.path.relpath(r.run_dir, exp.out_dir))
-        report = link / "report.html"
+        report = link / REPORT
         cell = f"<a href='{html.escape(str(report))}'>{html.escape(str(link))}</a>" if r.succeeded else \
             html.escape(str(link))
         seconds = f"{r.seconds:.1f}" if r.seconds is not None else ""

@@ -24,21 +24,13 @@ import pandas as pd
 from safetensors.numpy import load_file, save_file
 
 from ..schema import CHUNK_ROWS, SESSION_ID, FeatureKind, PageFeature, SchemaError, row_spans
+from ..settings.discovery import PreprocessConfig
 from .bradley_terry import BradleyTerryEncoder, PairCounts, pair_counts
 
 UNKNOWN_CODE = 0
 ENCODER_JSON = "page_features.json"
 EMBEDDINGS_FILE = "embeddings.safetensors"
 ENCODER_FORMAT = "wpultr.page_feature_encoder/1"
-
-
-@dataclass
-class PreprocessConfig:
-    """Page-feature preprocessing settings (run config key `discovery.preprocess`)."""
-
-    bradley_terry_ridge: float = 1e-2   # ridge on the Bradley–Terry scores (per-pair mean likelihood)
-    embedding_dim: int = 8              # width of each categorical feature's embedding table
-    seed: int = 0                       # seed of the embedding tables' initial values
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import typer
 import yaml
 
 from ..cli_support import user_errors
-from ..pipeline.layout import CONFIG_FILE, SESSIONS_DIR
+from ..rundir.layout import CONFIG_FILE, SESSIONS_DIR
 from ..storage import readable_run_dir
 
 identifiability_app = typer.Typer(add_completion=False, no_args_is_help=True,

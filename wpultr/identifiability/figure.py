@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..pipeline.rundir import PNG, atomic_path
-from .graph import IdentifiabilityGraph
+from ..rundir.files import PNG, atomic_path
+from .factor_graph import IdentifiabilityGraph
 
 MAX_LABELLED_NODES = 60
 

@@ -6,9 +6,8 @@ import html
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.layout import METRICS
-from ..pipeline.rundir import read_json
-from .preflight import FIGURE_FILE, REPORT_FILE
+from ..rundir.files import read_json
+from ..rundir.layout import IDENTIFIABILITY, IDENTIFIABILITY_FIGURE, METRICS
 
 
 def _rows(header: list[str], rows: list[list[Any]]) -> str:
@@ -20,7 +19,7 @@ def _rows(header: list[str], rows: list[list[Any]]) -> str:
 def section(run_root: Path) -> str:
     """HTML of the section, or '' when the train stage recorded no check."""
     run_root = Path(run_root)
-    path = run_root / REPORT_FILE
+    path = run_root / IDENTIFIABILITY
     if not path.exists():
         return ""
     report = read_json(path)
@@ -44,7 +43,7 @@ def section(run_root: Path) -> str:
         if report.get("merges"):
             body += "<h3>Merges that connect it (Eq. 7–8, MST)</h3>" + _rows(
                 ["merge", "with", "cost"], [[m["a"], m["b"], m["cost"]] for m in report["merges"]])
-        figure = run_root / FIGURE_FILE
+        figure = run_root / IDENTIFIABILITY_FIGURE
         if figure.exists():
             data = base64.b64encode(figure.read_bytes()).decode()
             body += f"<p><img alt='identifiability graph' src='data:image/png;base64,{data}'></p>"

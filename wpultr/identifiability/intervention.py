@@ -16,8 +16,8 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..schema import POSITION, SESSION_ID
+from ..settings.simulate import SimulateConfig
 from ..simulate.generate import _session_chunk, simulation_engine
-from ..simulate.spec import SimulateConfig
 from .repair import Swap
 
 _STREAMS = ("presentation", "logging", "page", "clicks")

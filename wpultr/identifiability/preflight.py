@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..errors import ConfigError, WpultrError
+from ..rundir.layout import IDENTIFIABILITY_FIGURE
 from ..schema import POSITION, SESSION_ID, page_features_from_config
-from .graph import IdentifiabilityGraph, build_graph
+from .factor_graph import IdentifiabilityGraph, build_graph
 from .repair import apply_merges, mapping_table, merged_mapping, plan_interventions, plan_merges
 
 if TYPE_CHECKING:
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REPORT_FILE = "train/identifiability.json"     # in the run directory
-FIGURE_FILE = "train/identifiability.png"
 POSITION_METHODS = frozenset({"ipw", "regression_em", "dla", "pairwise_debias", "lightgbm_position", "lbd",
                               "propensity_pairs", "propensity_lambdamart", "pairwise_framework",
                               "robust_lambdamart", "unbiased_lambdamart",
@@ -102,8 +101,8 @@ def preflight(frame: pd.DataFrame, cfg: "RunConfig", run_root: Path | None = Non
               "action": "none"}
     if run_root is not None:
         from .figure import plot_graph
-        plot_graph(ig, Path(run_root) / FIGURE_FILE)
-        report["figure"] = FIGURE_FILE
+        plot_graph(ig, Path(run_root) / IDENTIFIABILITY_FIGURE)
+        report["figure"] = IDENTIFIABILITY_FIGURE
     if ig.connected:
         return frame, report
     message = (f"identifiability: the bias factors ({', '.join(factors)}) of method {method!r} form "

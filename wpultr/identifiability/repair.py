@@ -40,7 +40,7 @@ from scipy import sparse
 from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
 from scipy.spatial.distance import cdist
 
-from .graph import DOC, IdentifiabilityGraph
+from .factor_graph import DOC, IdentifiabilityGraph
 
 POSITION_WEIGHT = 10.0        # Appendix C.3: position × 10 in the bias feature, so positions merge last
 _EPS = 1e-9                   # keeps a zero weight an edge for scipy's MST (0 means "no edge" there)

@@ -26,10 +26,9 @@ import pandas as pd
 from ..io.parquet import partition_paths
 from ..methods.oracle import split_test_queries
 from ..metrics import click_mse, mcc
-from ..pipeline.layout import BIAS, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
-from ..pipeline.rundir import read_json
+from ..rundir.files import read_json
+from ..rundir.layout import BIAS, IDENTIFIABILITY, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
 from ..schema import DOC_ID, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, query_key
-from .preflight import REPORT_FILE
 
 POINTWISE = frozenset({"pointwise"})
 _PART, _ROW = "__partition", "__row"     # where a key row lives: partition index, row within the partition
@@ -63,7 +62,7 @@ def _full_rows(parts: list[Path], where: pd.DataFrame) -> pd.DataFrame:
 
 
 def _position_map(run_root: Path) -> dict[int, int]:
-    path = run_root / REPORT_FILE
+    path = run_root / IDENTIFIABILITY
     if not path.exists():
         return {}
     report = read_json(path)

@@ -60,13 +60,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..memory import large_blocks_kept
+from ..rundir.layout import ANNOTATIONS_FILE
 from ..schema import (ABSTRACT_TOKENS, BAIDU_ANNOTATION_FIELDS, BAIDU_BEHAVIOUR_COLUMNS, BAIDU_MAX_POSITION,
                       BAIDU_MEDIA_TYPE_DASH, BAIDU_N_RESULT_FIELDS, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS,
                       CLICK, DOC_ID, LABEL, MAX_LABEL, MEDIA_TYPE, N_BUCKETS, POSITION, QUERY_ID, QUERY_TOKENS,
                       QUERY_ID_MAX_DIGITS, TITLE_TOKENS, TOKEN_TYPE, SchemaError, baidu_annotations_arrow_schema,
                       baidu_sessions_arrow_schema)
 from ..storage import is_file, open_input, size   # inputs may be fsspec URLs
-from .allocator import large_blocks_kept
 from .baidu_kernels import count_newlines, field_starts, gather, parse_plain_decimals, parse_tokens
 from .quarantine import (REASONS, IngestSummary, QuarantineRecord, QuarantineWriter, quarantine_frame,
                          quarantine_table, raw_text)
@@ -716,7 +717,7 @@ def _ingest_file(path: str, file_index: int, sessions_dir: str, quarantine_dir: 
     quarantine_path = Path(quarantine_dir) / f"part-{file_index:05d}.parquet"
     quarantine = QuarantineWriter(quarantine_path)
     try:
-        with large_blocks_kept():   # glibc reuses the freed multi-MB blocks (see allocator.py)
+        with large_blocks_kept():   # glibc reuses the freed multi-MB blocks (see memory.py)
             for tables in _row_groups(parser.chunks(), quarantine):
                 partitions.write(pa.concat_tables(tables))
         partitions.close()
@@ -898,8 +899,8 @@ def ingest_baidu_annotations(path: str | Path, out_dir: str | Path, chunk_bytes:
     """Write out_dir/annotations.parquet and out_dir/quarantine/annotations.parquet; return the summary."""
     out_dir = Path(out_dir)
     table, records, reader, mapped = _read_annotations(str(path), chunk_bytes)
-    write_table_atomic(table, out_dir / "annotations.parquet")
-    write_table_atomic(quarantine_table(records), out_dir / QUARANTINE_SUBDIR / "annotations.parquet")
+    write_table_atomic(table, out_dir / ANNOTATIONS_FILE)
+    write_table_atomic(quarantine_table(records), out_dir / QUARANTINE_SUBDIR / ANNOTATIONS_FILE)
     summary = IngestSummary(files=1, lines=reader.lines, results=table.num_rows,
                             bytes_read=size(path), bytes_uncompressed=reader.bytes_uncompressed,
                             damaged_files=[str(path)] if reader.damage else [],

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..pipeline.rundir import atomic_path
+from ..rundir.files import atomic_path
 from ..schema import (BAIDU_ANNOTATION_FIELDS, BAIDU_MAX_POSITION, BAIDU_MEDIA_TYPE_DASH, BAIDU_RESULT_FIELDS,
                       BAIDU_TOKEN_SEP, BUCKET, CLICK, DOC_ID, LABEL, MAX_LABEL, MEDIA_TYPE, N_BUCKETS, POSITION,
                       QUERY_ID, QUERY_ID_MAX_DIGITS, QUERY_REFORMULATION, QUERY_TOKENS, SESSION_ID, TOKEN_COLUMNS,

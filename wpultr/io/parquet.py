@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -12,8 +12,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..errors import RunDirError
-from ..pipeline.layout import INGEST_MARKER
-from ..schema import SESSION_ID
+from ..rundir.layout import INGEST_MARKER
+from ..schema import ID_TEXT, SESSION_ID, IdText
 
 
 def check_ingest_complete(directory: str | Path) -> None:
@@ -100,3 +100,44 @@ def sample_sessions(df: pd.DataFrame, max_sessions: int | None, seed: int) -> pd
         return df
     keep = np.random.default_rng(seed).choice(ids, size=max_sessions, replace=False)
     return df[df[SESSION_ID].isin(keep)].reset_index(drop=True)
+
+
+def column_table(paths: Sequence[str | Path], columns: Sequence[str], codes: Sequence[str] = ()) -> pd.DataFrame:
+    """`columns` of every row of the partitions `paths`, in order, one partition read at a time; each `codes`
+    column (text ids: query_id, doc_id) as int32 codes shared by all partitions and ordered as the values sort
+    (nulls last), so ties broken by id fall as they would on the text, while a log's per-row memory stays a few
+    bytes a column rather than a Python string a row. The codes' values are read first, alone."""
+    codes = [c for c in codes if c in columns]
+    levels: dict[str, set] = {c: set() for c in codes}
+    for path in paths if codes else ():
+        table = pq.read_table(path, columns=codes)
+        for name in codes:
+            levels[name].update(dictionary(table.column(name)).dictionary.to_pylist())
+    ordered = {name: sorted(values, key=lambda v: (v is None, v)) for name, values in levels.items()}
+    ranks = {name: {v: i for i, v in enumerate(values)} for name, values in ordered.items()}
+    n_rows = row_count(paths)
+    out: dict[str, np.ndarray] = {}
+    start = 0
+    for path in paths:              # filled in place: never the partitions' frames and their concatenation at once
+        table = pq.read_table(path, columns=list(columns))
+        for name in columns:
+            if name in ranks:
+                encoded = dictionary(table.column(name))
+                mapping = np.array([ranks[name][v] for v in encoded.dictionary.to_pylist()], dtype=np.int32)
+                values = mapping[encoded.indices.to_numpy()]
+            else:
+                values = table.column(name).to_numpy()
+            if name not in out:
+                out[name] = np.empty(n_rows, dtype=values.dtype)
+            elif np.result_type(out[name], values) != out[name].dtype:   # nulls in an integer column: floats
+                out[name] = out[name].astype(np.result_type(out[name], values))
+            out[name][start: start + len(values)] = values
+        start += table.num_rows
+    frame = pd.DataFrame(out, copy=False) if out else pd.DataFrame(columns=list(columns))
+    frame.attrs[ID_TEXT] = IdText(ordered)              # the text of each code, for what a user reads
+    return frame
+
+
+def dictionary(column: Any) -> Any:
+    """A (chunked) Arrow column as one dictionary array, a null its own entry."""
+    return column.combine_chunks().dictionary_encode(null_encoding="encode")

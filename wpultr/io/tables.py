@@ -20,8 +20,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..pipeline.layout import INGEST_MARKER
-from ..pipeline.rundir import Replaces, atomic_path, holds_only, write_json
+from ..rundir.files import Replaces, atomic_path, holds_only, write_json
+from ..rundir.layout import INGEST_MARKER
 from ..schema import (ABSTRACT_TOKENS, ANNOTATION_CORE_FIELDS, ANNOTATION_OPTIONAL_FIELDS, FEATURES, QUERY_ID,
                       QUERY_TOKENS, SESSION_CORE_FIELDS, SESSION_ID, SESSION_OPTIONAL_FIELDS,
                       TITLE_TOKENS, PageFeature, SchemaError, coerce_annotations, coerce_sessions)
@@ -390,7 +390,7 @@ def ingest_tables(paths: Sequence[str | Path], out_dir: str | Path, page_feature
 def map_files(client: Any, task: Any, files: Sequence[str], postfix: Any, **kwargs: Any) -> list[Any]:
     """`task(file, its index, **kwargs)` for every file: one Dask task each on `client` (under a progress bar with
     `postfix`), or one after another in this process when `client` is None (a small ingest,
-    `pipeline.cluster.client_for_input`)."""
+    `cluster.client_for_input`)."""
     if client is None:
         return [task(f, i, **kwargs) for i, f in enumerate(files)]
     from ..progress import gather

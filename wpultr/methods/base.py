@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..rankers.base import Ranker, score_frame
-from .registry import METHODS, get_method  # the registry lives apart (torch-free) and is re-exported
+from ..settings.methods import METHODS, get_method  # the registry lives apart (torch-free) and is re-exported
 
 __all__ = ["FitResult", "Method", "METHODS", "get_method", "score"]
 

@@ -32,9 +32,9 @@ import torch
 from ..rankers.base import resolve_device
 from .base import FitResult
 from .losses import dla_losses
-from .position_propensity import as_table, setting
-from .training import ListBatch, SessionLists, Trainer, build_ranker
-from .warmup import warm_up
+from .propensities.position import as_table, setting
+from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
+from .training.warmup import warm_up
 
 if TYPE_CHECKING:
     from ..config import RunConfig

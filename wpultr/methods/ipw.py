@@ -22,9 +22,9 @@ import torch
 
 from .base import FitResult
 from .losses import pointwise_click_loss, weighted_softmax_loss
-from .position_propensity import as_table, propensity_array, resolve_propensities, setting
-from .training import ListBatch, SessionLists, Trainer, build_ranker
-from .warmup import warm_up
+from .propensities.position import as_table, propensity_array, resolve_propensities, setting
+from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
+from .training.warmup import warm_up
 
 if TYPE_CHECKING:
     from ..config import RunConfig

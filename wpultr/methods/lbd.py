@@ -22,7 +22,7 @@ Eq. 2 as printed in the paper lacks the log (−Σ c_i softmax(log ĉ)_i); the t
 based on softmax cross entropy" following DLA [4], and the authors' code uses ULTRA's softmax cross entropy,
 so the cross entropy is what is implemented here.
 
-Ablations (§6.1) are `lbd.variant`: `lips` (t = 0), `ber` (λ = 0), `unlimited` (λ = t = 0); see lbd_config.py.
+Ablations (§6.1) are `lbd.variant`: `lips` (t = 0), `ber` (λ = 0), `unlimited` (λ = t = 0); see settings/lbd.py.
 The observation model reads the sessions' dense `features` column whatever the ranker's backbone.
 """
 from __future__ import annotations
@@ -38,8 +38,8 @@ import torch.nn.functional as F
 from ..rankers.mlp import feature_matrix, mlp
 from ..schema import FEATURES, SchemaError
 from .base import FitResult
-from .training import ListBatch, SessionLists, Trainer, build_ranker
-from .warmup import warm_up
+from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
+from .training.warmup import warm_up
 
 if TYPE_CHECKING:
     from ..config import RunConfig

@@ -36,8 +36,8 @@ from ..metrics import evaluate as evaluate_scores
 from ..rankers.lightgbm import LightGBMRanker
 from ..rankers.mlp import feature_matrix
 from .base import FitResult
-from .position_propensity import setting
-from .training import SessionLists
+from .propensities.position import setting
+from .training.trainer import SessionLists
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -122,7 +122,7 @@ def wants_dask(config: "RunConfig", client: Any, rows: int) -> bool:
     """Whether `baselines.lightgbm_distributed` puts a booster of `rows` training rows on the Dask cluster: true
     always, false never, auto when `client` has >= 2 workers, the rows exceed one ingest partition and this is
     not itself a worker's task."""
-    from ..pipeline.cluster import inside_worker, n_workers
+    from ..cluster import inside_worker, n_workers
     mode = setting(config, "lightgbm_distributed")
     if mode is True or mode is False:
         return mode
@@ -211,7 +211,7 @@ class LightGBMLambdaRank:
     # ------------------------------------------------------------------ lightgbm.dask
     def dask_client(self, config: "RunConfig", rows: int) -> Any:
         """The Dask client to train on (`baselines.lightgbm_distributed`), or None to train in this process."""
-        from ..pipeline.cluster import current_client
+        from ..cluster import current_client
         mode = setting(config, "lightgbm_distributed")
         if mode is False:
             return None
@@ -236,7 +236,7 @@ class LightGBMLambdaRank:
 
         params = self.params(config)
         rounds = _positive_int(config, "lightgbm_rounds")
-        from ..pipeline.cluster import n_workers
+        from ..cluster import n_workers
         n_parts = max(n_workers(client), math.ceil(len(x) / config.data.partition_rows))
         bounds = session_partitions(groups, n_parts)
         starts = np.r_[0, np.cumsum(groups)]

@@ -16,7 +16,7 @@ from .losses import click_loss
 
 if TYPE_CHECKING:
     from ..config import RunConfig
-    from .training import Trainer
+    from .training.trainer import Trainer
 
 
 class Naive:
@@ -30,12 +30,12 @@ class Naive:
         if config.ranker.backbone == "lightgbm":
             return self.fit_booster(train, valid, config)
         if config.train.streaming:
-            raise ConfigError("train.streaming: true streams the sessions' partitions (methods.distributed."
+            raise ConfigError("train.streaming: true streams the sessions' partitions (methods.training.distributed."
                               "fit_streamed), not an in-memory table; set train.streaming: false to fit this one")
         if config.train.processes > 1:   # DDP ranks on loopback, each on its shard of every batch
-            from .distributed import fit_data_parallel
+            from .training.distributed import fit_data_parallel
             return fit_data_parallel(train, valid, config)
-        from .warmup import warmed_up_trainer   # here: it imports transformers, which a booster never needs
+        from .training.warmup import warmed_up_trainer   # here: it imports transformers, which a booster never needs
         return self.fit_trainer(warmed_up_trainer(train, valid, config), config)
 
     def fit_trainer(self, trainer: "Trainer", config: "RunConfig") -> FitResult:
@@ -48,7 +48,7 @@ class Naive:
 
     def fit_booster(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         """The naive click loss as a LightGBM custom objective, `ranker.lightgbm.rounds_per_epoch` trees per epoch."""
-        from .gbdt_training import BoostingTrainer
+        from .training.gbdt import BoostingTrainer
         trainer = BoostingTrainer(train, valid, config)
         trainer.warm_up()
         ranker = trainer.fit(*trainer.naive_objective(config.train.loss))

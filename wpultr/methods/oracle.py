@@ -23,11 +23,11 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from ..pipeline.layout import SPLIT, TRUTH_DIR, TRUTH_SESSIONS
+from ..rundir.layout import SPLIT, TRUTH_DIR, TRUTH_SESSIONS
 from ..schema import MAX_LABEL, POSITION, SESSION_ID, query_key
 from .base import FitResult
 from .losses import listwise_softmax_loss, pointwise_click_loss
-from .training import LossFn, Trainer, build_ranker
+from .training.trainer import LossFn, Trainer, build_ranker
 
 if TYPE_CHECKING:
     from ..config import RunConfig

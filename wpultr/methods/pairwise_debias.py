@@ -34,9 +34,9 @@ import torch
 
 from .base import FitResult
 from .losses import pair_terms
-from .position_propensity import as_table, setting
-from .training import ListBatch
-from .warmup import warmed_up_trainer
+from .propensities.position import as_table, setting
+from .training.trainer import ListBatch
+from .training.warmup import warmed_up_trainer
 
 if TYPE_CHECKING:
     from ..config import RunConfig

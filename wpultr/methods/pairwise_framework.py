@@ -29,9 +29,9 @@ import torch.nn.functional as F
 from ..schema import POSITION
 from . import lambda_pairs as lp
 from .base import FitResult
-from .joint_examination import joint_examination, unbiased_pairs
-from .position_propensity import as_table, propensity_array, resolve_propensities, setting
-from .training import ListBatch
+from .propensities.joint_examination import joint_examination, unbiased_pairs
+from .propensities.position import as_table, propensity_array, resolve_propensities, setting
+from .training.trainer import ListBatch
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -110,7 +110,7 @@ class PairwiseFramework:
     name = "pairwise_framework"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        from .warmup import warmed_up_trainer   # here: it imports transformers, which the booster never needs
+        from .training.warmup import warmed_up_trainer   # here: it imports transformers, which the booster never needs
         trainer = warmed_up_trainer(train, valid, config)
         n_positions = int(trainer.lists.positions.max())
         theta, psi, record = examination(train, config, n_positions)
@@ -135,7 +135,7 @@ class RobustUnbiasedLambdaMART:
     name = "robust_lambdamart"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        from .gbdt_training import BoostingTrainer
+        from .training.gbdt import BoostingTrainer
         trainer = BoostingTrainer(train, valid, config)
         positions = trainer.in_dataset_order(train[POSITION].to_numpy()).astype(np.int64)
         start = time.perf_counter()
@@ -165,7 +165,7 @@ class UnbiasedLambdaMART:
     name = "unbiased_lambdamart"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        from .gbdt_training import BoostingTrainer
+        from .training.gbdt import BoostingTrainer
         trainer = BoostingTrainer(train, valid, config)
         positions = trainer.in_dataset_order(train[POSITION].to_numpy()).astype(np.int64)
         n_positions = int(positions.max())

@@ -10,7 +10,7 @@ ranking, and w from `baselines.pair_weighting` (`pair_weights`; PRS: min(γ, θ_
 default, hence the name; IPS, PNS and naive weights give the comparisons). Each round the booster gets the
 gradient and Newton diagonal of Σ w |ΔNDCG| log(1 + e^{−σ(s_i − s_j)}) with |ΔNDCG| held at the round's
 ranking (`lambda_pairs`), σ = 1. Trees and epochs follow `ranker.lightgbm` and `train.epochs` as for the
-booster-backed Naive (`gbdt_training.BoostingTrainer`); the result is a `LightGBMRanker`.
+booster-backed Naive (`training.gbdt.BoostingTrainer`); the result is a `LightGBMRanker`.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from ..schema import POSITION
 from . import lambda_pairs as lp
 from .base import FitResult
 from .lambda_pairs import lambda_objective
-from .pair_weights import resolve_pair_weights
+from .propensities.pair_weights import resolve_pair_weights
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -34,7 +34,7 @@ class PropensityLambdaMART:
     name = "propensity_lambdamart"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        from .gbdt_training import BoostingTrainer
+        from .training.gbdt import BoostingTrainer
         trainer = BoostingTrainer(train, valid, config)
         positions = trainer.in_dataset_order(train[POSITION].to_numpy()).astype(np.int64)
         table, info = resolve_pair_weights(train, config, int(positions.max()))

@@ -18,9 +18,9 @@ import torch
 
 from .base import FitResult
 from .losses import pair_terms
-from .pair_weights import resolve_pair_weights
-from .training import ListBatch, SessionLists, Trainer, build_ranker
-from .warmup import warm_up
+from .propensities.pair_weights import resolve_pair_weights
+from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
+from .training.warmup import warm_up
 
 if TYPE_CHECKING:
     from ..config import RunConfig

@@ -31,9 +31,9 @@ import torch
 
 from .base import FitResult
 from .losses import pointwise_click_loss, regression_em_posteriors
-from .position_propensity import as_table, relative_to_first, setting
-from .training import ListBatch
-from .warmup import warmed_up_trainer
+from .propensities.position import as_table, relative_to_first, setting
+from .training.trainer import ListBatch
+from .training.warmup import warmed_up_trainer
 
 if TYPE_CHECKING:
     from ..config import RunConfig

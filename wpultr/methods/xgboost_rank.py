@@ -14,7 +14,7 @@ ingest) gives its later results XGBoost positions one up from the logged ones; t
 `lambdarank_pair_method: topk` the biases of the first `lambdarank_num_pair_per_sample` positions are learned, with
 `mean` those of the first 32 (XGBoost's bound).
 
-Clicks are the labels. Boosting stops as `xgboost.early_stopping` says (xgboost_config): every `eval_every` rounds
+Clicks are the labels. Boosting stops as `xgboost.early_stopping` says (settings/xgboost.py): every `eval_every` rounds
 `train.select_metric` is computed (wpultr's metrics) on the validation annotations or on held-out sessions' clicks,
 and after `early_stopping_rounds` rounds without improvement the booster is cut to its best round. The learned
 t+/t- are recorded in `train/bias.json` by logged position. The trained booster is returned as a
@@ -38,7 +38,7 @@ from ..rankers.mlp import feature_matrix
 from ..rankers.xgboost import XGBoostRanker, import_xgboost
 from ..schema import LABEL, QUERY_ID
 from .base import FitResult
-from .training import SessionLists
+from .training.trainer import SessionLists
 
 if TYPE_CHECKING:
     from ..config import RunConfig

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 from ..errors import RunDirError, cut
 from ..processes import process_started
-from .layout import RUN_LOCK
+from ..rundir.layout import RUN_LOCK
 
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 _WRITE_GRACE_S = 5.0        # a lock file still empty or half written this long after its creation was left so

@@ -16,13 +16,13 @@ from typing import Any, Sequence
 
 import yaml
 
+from ..cluster import WorkerWatch, n_workers, open_client, release_worker_memory, scheduler_address
 from ..config import ConfigError, RunConfig, changed_keys, check_machine, config_from_dict, dump_config, to_dict
+from ..rundir.files import RunDir, package_versions, read_json, write_json, write_text
+from ..rundir.layout import CONFIG_FILE, MARKER, METRICS, REPORT, STAGES_DIR, SUMMARY_FILE, VERSIONS_FILE
 from ..storage import WorkingCopy
 from . import status
-from .cluster import WorkerWatch, n_workers, open_client, release_worker_memory, scheduler_address
-from .layout import CONFIG_FILE, MARKER, METRICS, REPORT, STAGES_DIR, SUMMARY_FILE, VERSIONS_FILE
 from .run_lock import run_lock
-from .rundir import RunDir, package_versions, read_json, write_json, write_text
 from .stages import STAGES, Stage, StageContext
 
 log = logging.getLogger(__name__)

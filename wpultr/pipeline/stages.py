@@ -18,12 +18,13 @@ import pandas as pd
 
 from ..config import RunConfig
 from ..io.parquet import column_names, partition_paths, read_table, row_count, table_to_pandas
-from ..schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_KEY, SESSION_ID, page_features_from_config, \
+from ..rundir.files import RunDir, read_json, write_json, write_parquet
+from ..rundir.layout import (ANNOTATIONS, ANNOTATIONS_FILE, BIAS, BIASES_FILE, FEATURED_ANNOTATIONS,
+                             FEATURED_SESSIONS_DIR, GRAPH_FILE, HELDOUT_SESSIONS_DIR, HISTORY, IDENTIFIABILITY,
+                             INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
+                             SESSIONS_DIR, SESSION_SCORES, SPLIT, TEST_SCORES, TRUTH_DIR)
+from ..schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, SESSION_ID, page_features_from_config, \
     query_key
-from .layout import (ANNOTATIONS, BIAS, FEATURED_ANNOTATIONS, FEATURED_SESSIONS_DIR, HELDOUT_SESSIONS_DIR,  # noqa: F401
-                     HISTORY, INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
-                     SESSION_SCORES, SESSIONS_DIR, SPLIT, TEST_SCORES, TRUTH_DIR)
-from .rundir import RunDir, read_json, write_json, write_parquet
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
         logs.write(raw, fmt="parquet")
         summary = ingest_tables(sorted(glob.glob(str(raw / "train" / "*.parquet"))), sessions_dir,
                                 page_features, ctx.client, data.partition_rows, key="run_dir").to_dict()
-        annotations = read_table(raw / "annotations.parquet")
+        annotations = read_table(raw / ANNOTATIONS_FILE)
         _copy_truth(raw, run.path(TRUTH_DIR))
         write_parquet(run.path(ANNOTATIONS), annotations)
     elif data.source == "baidu":
@@ -106,7 +107,7 @@ def _expand(patterns: list[str], key: str) -> list[str]:
 
 def _copy_truth(raw: Path, truth: Path) -> None:
     import shutil
-    from .rundir import atomic_path
+    from ..rundir.files import atomic_path
     with atomic_path(truth) as tmp:
         shutil.copytree(raw / "truth", tmp)
 
@@ -160,7 +161,7 @@ def _training_tables(run: RunDir) -> tuple[Path, Path]:
 # ---------------------------------------------------------------------------------------------
 def preprocess(ctx: StageContext) -> dict[str, Any]:
     """Fit the page-feature encoder (Bradley–Terry scores, vocabularies, standardisation) over all partitions."""
-    from ..bal.discover_stage import fit_page_encoder
+    from ..features.preprocess_stage import fit_page_encoder
     cfg = ctx.config
     features = page_features_from_config(cfg.data.page_features, "data.page_features")
     encoder = fit_page_encoder(ctx.run.path(SESSIONS_DIR), features, cfg.discovery.preprocess,
@@ -208,7 +209,7 @@ def hold_out_sessions(run: RunDir, fraction: float, seed: int) -> int:
     Each partition is rewritten only after its held-out rows are written, so a rerun finds them there."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from .rundir import atomic_path
+    from ..rundir.files import atomic_path
 
     def write(path: Path, table: pa.Table) -> None:
         with atomic_path(path) as tmp:
@@ -239,15 +240,16 @@ def train(ctx: StageContext) -> dict[str, Any]:
     """Fit the configured method on the click logs, selecting epochs on the validation queries."""
     from ..methods.base import get_method
     cfg, run = ctx.config, ctx.run
+    from ..memory import map_large_allocations
     map_large_allocations()
     sessions_path, annotations_path = _training_tables(run)
     annotations = read_table(annotations_path)
     valid = _annotation_split(run, annotations, "valid")
-    from ..identifiability.preflight import REPORT_FILE, preflight, summary_entry
+    from ..identifiability.preflight import preflight, summary_entry
     if cfg.train.streaming and cfg.train.method == "bal":   # BAL's own columns in memory, the ranker's streamed
         result, identifiability, n_rows = _fit_bal_streamed(sessions_path, valid, cfg, run)
     elif cfg.train.streaming:   # naive (checked by the config): batches streamed from the partitions
-        from ..methods.distributed import fit_streamed
+        from ..methods.training.distributed import fit_streamed
         result = fit_streamed(sessions_path, valid if len(valid) else None, cfg)
         identifiability = {"checked": False, "reason": f"method {cfg.train.method!r} models no bias factor"}
         n_rows = row_count(partition_paths(sessions_path))
@@ -257,13 +259,13 @@ def train(ctx: StageContext) -> dict[str, Any]:
         sessions, identifiability = preflight(sessions, cfg, run.root)   # warn | merge | fail | intervene
         result = get_method(cfg.train.method).fit(sessions, valid if len(valid) else None, cfg)
         n_rows = len(sessions)
-    from .rundir import atomic_path
+    from ..rundir.files import atomic_path
     with atomic_path(run.path(RANKER_DIR)) as tmp:
         result.ranker.save(tmp)
     write_json(run.path(HISTORY), {"method": cfg.train.method, "epochs": result.history})
     write_json(run.path(BIAS), result.bias)
     _write_graphs(run, result)
-    write_json(run.path(REPORT_FILE), identifiability)
+    write_json(run.path(IDENTIFIABILITY), identifiability)
     return {"train_rows": int(n_rows), "valid_rows": int(len(valid)),
             "identifiability": summary_entry(identifiability)}
 
@@ -292,28 +294,6 @@ def _fit_bal_streamed(sessions_path: Path, valid: pd.DataFrame, cfg: RunConfig, 
     result = BAL().fit_streamed(sessions_path, valid if len(valid) else None, cfg, prepare=checked,
                                 prepare_columns=needed)
     return result, report, row_count(partition_paths(sessions_path))
-
-
-M_MMAP_THRESHOLD = -3                 # glibc's mallopt parameter number (malloc.h)
-MMAP_THRESHOLD_BYTES = 4 << 20        # per-row arrays of a large log are far above it; a training batch's far below
-
-
-def map_large_allocations(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
-    """Give every allocation of `threshold` bytes or more its own mapping, returned to the OS when freed (glibc's
-    mallopt; False where there is none). By default glibc raises that threshold to 32 MiB as large blocks are freed,
-    so the train stage's per-row temporaries (scoring chunks, weights, preflight codes) land on a heap that never
-    shrinks: measured +0.4 GB of resident memory at 0.5 M shown results. Arrow's buffers (the partitions the stage
-    reads) go to the same allocator: its default mimalloc pool kept 0.43 GB of freed pages after reading BAL's
-    columns of 20 M rows (0.86 GB of arrays), glibc's none. Numbers computed are unchanged."""
-    import pyarrow as pa
-    pa.set_memory_pool(pa.system_memory_pool())
-    import ctypes
-    import ctypes.util
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):   # not glibc (macOS, musl without mallopt): nothing to tune
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, int(threshold)))
 
 
 def training_columns(cfg: RunConfig, available: list[str]) -> list[str]:
@@ -363,11 +343,11 @@ def read_sampled_sessions(directory: Path, max_sessions: int | None, seed: int,
 
 def _write_graphs(run: RunDir, result) -> None:
     """Each epoch's learned graph as epoch_<k>/graph.json and its biases as epoch_<k>/biases.json."""
-    from ..bal.biases import identify_biases
-    from ..causal.graph import GRAPH_FILE, epoch_dir
+    from ..causal.biases import identify_biases
+    from ..causal.graph import epoch_dir
     for k, graph in enumerate(result.graphs):
         out = epoch_dir(run.root, k)
-        write_json(out / "biases.json", identify_biases(graph).to_dict())
+        write_json(out / BIASES_FILE, identify_biases(graph).to_dict())
         graph.save(out / GRAPH_FILE)
 
 
@@ -375,7 +355,7 @@ def _write_graphs(run: RunDir, result) -> None:
 def discover(ctx: StageContext) -> dict[str, Any]:
     """The click model's graph under the trained ranker's scores (epoch 0), unless training learned its own."""
     from ..causal.graph import graph_epochs
-    from ..bal.discover_stage import discover_epoch
+    from ..causal.discover_stage import discover_epoch
     cfg, run = ctx.config, ctx.run
     if graph_epochs(run.root):
         return {"skipped": f"training wrote graphs for epochs {graph_epochs(run.root)}"}
@@ -420,6 +400,7 @@ def evaluate(ctx: StageContext) -> dict[str, Any]:
     cfg, run = ctx.config, ctx.run
     _, annotations_path = _training_tables(run)
     test = _annotation_split(run, read_table(annotations_path), "test")
+    from ..evaluation import evaluate_ranker
     metrics, table, scores = evaluate_ranker(run.path(RANKER_DIR), test, cfg)
     from ..identifiability.truth_metrics import truth_metrics   # MCC, click MSE (simulated logs)
     truth = truth_metrics(run.root, _training_tables(run)[0], cfg.train.batch_size)
@@ -445,22 +426,6 @@ def heldout_click_metrics(run: RunDir, heldout_path: Path, cfg: RunConfig) -> di
         from ..io.parquet import sample_sessions
         heldout = sample_sessions(read_table(heldout_path), HELDOUT_SESSIONS, cfg.seed).reset_index(drop=True)
     return click_metrics(run.root, heldout, train, cfg.train.batch_size)
-
-
-def evaluate_ranker(ranker_dir: Path, annotations: pd.DataFrame, cfg: RunConfig):
-    """Score `annotations` with the ranker saved in `ranker_dir`: (metrics dict, per-query table, scores)."""
-    from ..methods.base import score
-    from ..metrics import evaluate as evaluate_scores, per_query
-    from ..rankers.registry import load_ranker
-    ranker = load_ranker(ranker_dir)
-    scored = annotations.copy()
-    scored["score"] = score(ranker, annotations, batch_size=cfg.train.batch_size)
-    ks = tuple(cfg.evaluation.ks)
-    metrics = evaluate_scores(scored, "score", ks=ks)
-    table = per_query(scored, "score", ks=ks)
-    scored[QUERY_KEY] = query_key(scored)
-    keep = [c for c in (QUERY_ID, QUERY_KEY, "doc_id", "label", "bucket", "score") if c in scored.columns]
-    return metrics, table, scored[keep]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunDirError
+from ..rundir.files import write_json
+from ..rundir.layout import CONFIG_FILE, MARKER, STAGE_NAMES, STAGES_DIR
 from ..storage import is_url, readable_run_dir
-from .layout import CONFIG_FILE, MARKER, STAGE_NAMES, STAGES_DIR
 from .run_lock import holder_alive, process_record, read_lock
-from .rundir import write_json
 
 RUNNING_SUFFIX = ".running"
 FAILED_SUFFIX = ".failed"
@@ -141,7 +141,9 @@ def _run_name(root: Path) -> str | None:
     return values.get("name") if isinstance(values, dict) else None
 
 
-def is_run_dir(path: Path) -> bool:
+def has_run_files(path: Path) -> bool:
+    """`path` holds any file a run writes (marker, config or stage records): what `wpultr status` shows as a run,
+    however far it got; `rundir.files.is_run_dir` asks more, a readable marker, before anything is replaced."""
     return (path / MARKER).is_file() or (path / CONFIG_FILE).is_file() or (path / STAGES_DIR).is_dir()
 
 
@@ -181,7 +183,7 @@ def status_of(path: str | Path) -> RunStatus:
     root = Path(path)
     if not root.is_dir():
         raise RunDirError(f"{root}: no such directory (give a run directory or an experiment directory)")
-    if is_run_dir(root):
+    if has_run_files(root):
         return run_status(root)
     raise RunDirError(f"{root}: neither a run directory (config.yaml, stages/) nor an experiment directory "
                       f"(experiment.yaml)")

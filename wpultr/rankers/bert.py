@@ -27,7 +27,7 @@ from transformers import BertForMaskedLM
 
 from ..config import BERT_SPECIAL_TOKENS, MAX_BERT_HEADS, MAX_BERT_HIDDEN, MAX_BERT_LAYERS, MAX_TOKENS
 from ..errors import ExportError
-from ..io.allocator import large_blocks_kept
+from ..memory import large_blocks_kept
 from ..schema import ABSTRACT_TOKENS, QUERY_TOKENS, TITLE_TOKENS, SchemaError
 from .base import Arg, Inputs, Ranker, check_args
 from .mlp import MAX_LAYERS, MAX_WIDTH, mlp
@@ -201,7 +201,7 @@ class BertRanker(Ranker):
             p.requires_grad_(not self.freeze_encoder)
 
     def batch_allocations(self) -> ContextManager[None]:
-        """Freed blocks of up to 32 MiB kept in the heap while batches run (io.allocator): each of a batch's
+        """Freed blocks of up to 32 MiB kept in the heap while batches run (memory.large_blocks_kept): each of a batch's
         activations is megabytes, and under the train stage's policy (large blocks mapped) or a Dask worker's each
         was a fresh mmap faulted in again every batch — 1.1 GB zeroed per batch of the demo, a quarter of its CPU."""
         return large_blocks_kept()
@@ -252,7 +252,7 @@ class BertRanker(Ranker):
         of the chosen 80% become [MASK], 10% a random id, 10% stay; labels hold the chosen ids, IGNORE_INDEX elsewhere.
 
         The draws are three (rows, max_length) CPU tensors from `generator`, so rows [a, b) of one batch's masking
-        are what a DDP rank holding those rows of it takes (methods/distributed: the ranks mask as one process)."""
+        are what a DDP rank holding those rows of it takes (methods/training/distributed: the ranks mask as one process)."""
         if CLS_VECTORS in inputs:
             raise ValueError("masked-LM warm-up needs token inputs; it cannot run in cache_embeddings mode")
         ids = inputs[INPUT_IDS]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ExportError
-from ..methods.registry import install_hint
+from ..settings.methods import install_hint
 from .base import Arg
 from .booster import BoosterRanker
 from .mlp import MAX_FEATURES

@@ -17,8 +17,8 @@ import pandas as pd
 
 from ..errors import RunDirError
 from ..metrics import paired_test
-from ..pipeline.layout import PER_QUERY
-from ..pipeline.rundir import Replaces, atomic_path, holding
+from ..rundir.files import Replaces, atomic_path, holding
+from ..rundir.layout import PER_QUERY
 from ..schema import BUCKET, QUERY_ID, QUERY_KEY
 from ..storage import readable_run_dir
 

@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..pipeline import layout as L
-from ..pipeline.rundir import read_json
+from ..rundir import layout as L
+from ..rundir.files import read_json
 from .plots import colors, new_figure, png_bytes
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..pipeline import layout as L
-from ..pipeline.rundir import RunDir, read_json, write_text
+from ..rundir import layout as L
+from ..rundir.files import RunDir, read_json, write_text
 
 if TYPE_CHECKING:
     from .figures import Figure

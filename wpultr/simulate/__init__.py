@@ -1,7 +1,7 @@
 """Whole-page click simulator with known truth: corpus, logging policy, page features, user models, true graph.
 
-`simulate(cfg, seed)` returns SimulatedLogs; `python -m wpultr.simulate.sample` writes the bundled sample.
-Attributes load on first use, so importing the config (which needs only SimulateConfig) stays light.
+`simulate(cfg, seed)` returns SimulatedLogs; `python -m wpultr.simulate.bundled_sample` writes the bundled sample.
+Attributes load on first use; the `data.simulate` section itself is `wpultr.settings.simulate`.
 """
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "SimulateConfig": ".spec",
-    "validate_simulate_config": ".spec",
     "simulate": ".generate",
     "SimulatedLogs": ".generate",
     "USER_MODELS": ".user_models",

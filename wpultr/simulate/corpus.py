@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..schema import BAIDU_TOKEN_SEP, MAX_LABEL, N_BUCKETS, TOKEN_TYPE
-from .spec import SimulateConfig
+from ..settings.simulate import SimulateConfig
 
 LABEL_PROBS = np.array([0.35, 0.30, 0.18, 0.11, 0.06])      # grades 0..4 (bad .. perfect)
 TITLE_TERM_PROB = np.array([0.10, 0.30, 0.50, 0.70, 0.90])  # chance a query term is in the title, by grade

@@ -21,22 +21,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.baidu_writer import write_baidu_annotations, write_baidu_sessions
-from ..pipeline.layout import TRUTH_JSON, TRUTH_SESSIONS
-from ..pipeline.rundir import PARQUET, Replaces, atomic_path, holds_only
+from ..rundir.files import PARQUET, Replaces, atomic_path, holds_only
+from ..rundir.layout import ANNOTATIONS_FILE, TRUTH_JSON, TRUTH_SESSIONS
 from ..schema import (ABSTRACT_TOKENS, BUCKET, CLICK, DOC_ID, FEATURE_VECTOR_TYPE, FEATURES, LABEL, POSITION,
                       QUERY_ID, QUERY_ID_TYPE, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS)
+from ..settings.simulate import MEDIA_TYPE_NAMES, SimulateConfig, validate_simulate_config
 from .corpus import Corpus, build_corpus
 from .letor_corpus import build_letor_corpus
 from .logging_policy import candidate_blocks, logging_scores, shown_order
 from .onehot_corpus import build_onehot_corpus
 from .page import (MEDIA_TYPE, SERP_HEIGHT, SERP_MAX_SHOW_HEIGHT, Page, build_page, context_columns,
                    draw_context_scales, presented_media)
-from .spec import MEDIA_TYPE_NAMES, SimulateConfig, validate_simulate_config
 from .truth import true_graph
 from .user_models import ModelContext, UserModel, make_user_model
 
 TRUTH_FORMAT = "wpultr.simulate.truth/1"
-TRUTH_FILES = (TRUTH_JSON, TRUTH_SESSIONS, "annotations.parquet", "queries.parquet")
+TRUTH_FILES = (TRUTH_JSON, TRUTH_SESSIONS, ANNOTATIONS_FILE, "queries.parquet")
 _LOG_PART = re.compile(r"part-\d{5}\.(gz|parquet)")
 # what `write` may replace under its out_dir: the directories an earlier `write` filled, nothing else
 LOG_PARTS = Replaces("a directory of simulated log parts (part-NNNNN.gz|.parquet only)",
@@ -257,9 +257,9 @@ class SimulatedLogs:
             write_baidu_annotations(self.annotation_table, out_dir / "annotations.tsv.gz")
             written.append("annotations.tsv.gz")
         else:
-            with atomic_path(out_dir / "annotations.parquet", PARQUET) as tmp:
+            with atomic_path(out_dir / ANNOTATIONS_FILE, PARQUET) as tmp:
                 pq.write_table(self.annotation_table, tmp)
-            written.append("annotations.parquet")
+            written.append(ANNOTATIONS_FILE)
         with atomic_path(out_dir / "truth", TRUTH) as truth:
             truth.mkdir()
             (truth / TRUTH_FILES[0]).write_text(json.dumps(self.truth, indent=2) + "\n")

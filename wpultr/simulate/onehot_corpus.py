@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..schema import TOKEN_TYPE
+from ..settings.simulate import SimulateConfig
 from .corpus import LABEL_PROBS, Corpus, draw_media_types, frequency_buckets
 from .logging_policy import block_sizes
-from .spec import SimulateConfig
 
 # The paper's designs for 10 positions (0-based), K = 1..4 components: Figure 5, as its published datasets have them.
 PAPER_DESIGNS = {1: [range(0, 10)], 2: [range(0, 4), range(4, 10)], 3: [range(0, 4), range(4, 7), range(7, 10)],

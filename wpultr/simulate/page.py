@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schema import BAIDU_PAGE_FEATURES, POSITION
+from ..settings.simulate import SimulateConfig
 from .corpus import Corpus
-from .spec import SimulateConfig
 
 MEDIA_TYPE = "media_type"
 SERP_HEIGHT = "serp_height"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..schema import CLICK, FEATURES, POSITION
+from ..settings.simulate import SimulateConfig
 from .page import MEDIA_TYPE, SERP_HEIGHT, SERP_MAX_SHOW_HEIGHT, context_columns
-from .spec import SimulateConfig
 from .user_models import UserModel
 
 TRUE_RELEVANCE = "relevance"

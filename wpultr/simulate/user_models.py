@@ -8,7 +8,7 @@ and draw clicks in that order, while `probabilities` gives their exact marginals
 Context bias factors act the same way in every model: a result the user reaches is read with the
 product of its context levels' scales (page.context_scale), so examination is scaled by it.
 Parameters come from `data.simulate.user_model_params`; each model's keys and defaults are documented in
-user_model_params.py (checked there, so the config can check them without importing the models).
+settings/user_model.py (checked there, so the config can check them without importing the models).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from ..schema import FEATURES, MAX_LABEL, POSITION
+from ..settings.user_model import MEDIA_TYPE_NAMES, USER_MODEL_PARAMS, Param, resolve_user_model_params
 from .page import MEDIA_TYPE, SERP_MAX_SHOW_HEIGHT, Page
-from .user_model_params import MEDIA_TYPE_NAMES, USER_MODEL_PARAMS, Param, resolve_user_model_params
 
 
 class UserModel(Protocol):
@@ -226,7 +226,7 @@ def row_skipping_reach(k: int, columns: int, skip_row: float, continue_prob: flo
     """θ(u) of 004 Eq. (22) for ranks 1..k on a grid of `columns` (C_v = C for every rank), indexed from 0.
 
     Before each row the user skips it with probability γ = `skip_row`, else reads on with C = `continue_prob`.
-    Also the row-skipping examination model of the pairwise framework (`methods.joint_examination`).
+    Also the row-skipping examination model of the pairwise framework (`methods.propensities.joint_examination`).
     """
     rank = np.arange(k)
     row, col = rank // columns, rank % columns

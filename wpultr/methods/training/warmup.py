@@ -1,5 +1,5 @@
 """The warm-up every method gives its ranker before its own loss (BAL §4.1): masked-LM on the result texts
-plus the naive click loss (Eq. 3); it runs on the shared trainer (training.py).
+plus the naive click loss (Eq. 3); it runs on the shared trainer (trainer.py).
 
 For the BERT backbone each step adds the masked-LM loss of the batch's texts (weight
 `train.mlm_weight`); the dense MLP has no text, so its warm-up is the naive click loss alone.
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import torch
 
-from ..rankers.base import take
-from ..rankers.bert import CLS_VECTORS, BertRanker
-from .losses import click_loss
-from .training import ListBatch, Trainer, build_ranker
+from ...rankers.base import take
+from ...rankers.bert import CLS_VECTORS, BertRanker
+from ..losses import click_loss
+from .trainer import ListBatch, Trainer, build_ranker
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
+    from ...config import RunConfig
 
 
 def warm_up(trainer: Trainer, epochs: int | None = None) -> None:

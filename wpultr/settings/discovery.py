@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from ..errors import require
-from ..features.encoders import PreprocessConfig
+
+
+@dataclass
+class PreprocessConfig:
+    """Page-feature preprocessing settings (run config key `discovery.preprocess`)."""
+
+    bradley_terry_ridge: float = 1e-2   # ridge on the Bradley–Terry scores (per-pair mean likelihood)
+    embedding_dim: int = 8              # width of each categorical feature's embedding table
+    seed: int = 0                       # seed of the embedding tables' initial values
 
 
 @dataclass

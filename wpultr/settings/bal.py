@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from ..errors import require
-from .weighting_config import InfluenceConfig, WeightConfig
+from .bal_weighting import InfluenceConfig, WeightConfig
 
 VARIANTS: dict[str, dict[str, object]] = {
     "bal": {"graph": "discovered", "features": None},

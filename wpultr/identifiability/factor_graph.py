@@ -144,7 +144,7 @@ def condensed_impressions(frame: pd.DataFrame, factors: Sequence[str], chunk_row
 
 def _as_text(column: pd.Series) -> pd.Series:
     """An id column as its text, so 1 and "1" are the same id; integer codes (a streamed BAL's ids,
-    `methods.streaming.column_table`) are kept as they are: their text would tell them apart no better, and a
+    `io.parquet.column_table`) are kept as they are: their text would tell them apart no better, and a
     Python string per row of a large log costs gigabytes."""
     return column if pd.api.types.is_integer_dtype(column) else column.astype(str)
 

@@ -1,4 +1,4 @@
-"""`python -m wpultr.simulate.sample --out data/sample`: the bundled sample in the Baidu-ULTR layout.
+"""`python -m wpultr.simulate.bundled_sample --out data/sample`: the bundled sample in the Baidu-ULTR layout.
 
 Simulates a few thousand sessions with a fixed seed, writes them as three gzip session logs plus the
 annotation file and the truth, then damages a handful of lines of documented kinds at deterministic
@@ -21,15 +21,15 @@ import numpy as np
 
 from ..errors import WpultrError
 from ..io.baidu_writer import write_gzip
-from ..pipeline.rundir import Replaces, atomic_path, file_sha256, holds_only, read_json
+from ..rundir.files import Replaces, atomic_path, file_sha256, holds_only, read_json
 from ..schema import BAIDU_MAX_POSITION, BAIDU_N_RESULT_FIELDS, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS
+from ..settings.simulate import SimulateConfig
 from .generate import simulate
-from .spec import SimulateConfig
 
 SAMPLE_SEED = 20240513
 SAMPLE_CONFIG = SimulateConfig(n_queries=300, docs_per_query=20, n_sessions=3000, n_annotated_queries=100)
 SESSIONS_PER_FILE = 1000
-COMMAND = "python -m wpultr.simulate.sample --out data/sample"
+COMMAND = "python -m wpultr.simulate.bundled_sample --out data/sample"
 MANIFEST = "MANIFEST.json"
 _FIELD = {name: i for i, name in enumerate(BAIDU_RESULT_FIELDS) if name is not None}
 _TAB = b"\t"
@@ -201,7 +201,7 @@ def write_sample(out: str | Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m wpultr.simulate.sample", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m wpultr.simulate.bundled_sample", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path,
                         help="directory to write the sample to (an earlier sample there is replaced)")
     args = parser.parse_args(argv)

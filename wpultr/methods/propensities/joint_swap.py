@@ -7,9 +7,9 @@ whatever their relevance, and the swap makes which pair sits where independent o
 
     ψ(k1, k2) / ψ(1, 2) = [P_noswap(c_k1 c_k2) + P_swap(c_k1 c_k2)] / [P_swap(c_1 c_2) + P_noswap(c_1 c_2)]
 
-(Eq. 19 with both arms' co-clicks, as the RandPair estimate in position_propensity uses both arms), and
+(Eq. 19 with both arms' co-clicks, as the RandPair estimate in propensities/position.py uses both arms), and
 ψ(1, 2) = θ(2) when position 1 is always examined (Eq. 20). θ̂(2) comes from a RandPair experiment.
-The sessions are simulated by `position_propensity.simulate_swaps`, the path RandPair itself runs on.
+The sessions are simulated by `propensities.position.simulate_swaps`, the path RandPair itself runs on.
 """
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..errors import ConfigError
-from ..schema import CLICK, POSITION, SESSION_ID, SchemaError
-from .position_propensity import RANDPAIR_SWAPPED, randpair_estimate, simulate_randpair, simulate_swaps
+from ...errors import ConfigError
+from ...schema import CLICK, POSITION, SESSION_ID, SchemaError
+from .position import RANDPAIR_SWAPPED, randpair_estimate, simulate_randpair, simulate_swaps
 
 if TYPE_CHECKING:
-    from ..simulate.spec import SimulateConfig
+    from ...settings.simulate import SimulateConfig
 
 SWAP_K1 = "swap_k1"          # the position swapped with position 1
 SWAP_K2 = "swap_k2"          # the position swapped with position 2

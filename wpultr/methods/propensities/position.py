@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from ..config import BaselinesConfig
-from ..errors import ConfigError
-from ..schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, SchemaError, query_document_pairs, \
+from ...config import BaselinesConfig
+from ...errors import ConfigError
+from ...schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, SchemaError, query_document_pairs, \
     row_spans
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
-    from ..simulate.spec import SimulateConfig
+    from ...config import RunConfig
+    from ...settings.simulate import SimulateConfig
 
 # Columns a sessions table carries for sessions of a RandPair experiment.
 RANDPAIR = "randpair"                    # the position swapped with position 1 (2..K); 0 outside the experiment
@@ -177,9 +177,9 @@ def simulate_swaps(cfg: "SimulateConfig", seed: int, n_sessions: int, draw: Swap
     and the columns to record; with probability 1/2 (`randpair_swapped`) the results at pivots[:, t] and
     partners[:, t] trade places for every t. `stream` tags the experiment's own SeedSequence.
     """
-    from ..simulate.generate import simulation_engine
-    from ..simulate.logging_policy import logging_scores, shown_order
-    from ..simulate.page import build_page, presented_media
+    from ...simulate.generate import simulation_engine
+    from ...simulate.logging_policy import logging_scores, shown_order
+    from ...simulate.page import build_page, presented_media
 
     engine = simulation_engine(cfg, seed)
     corpus, model, context_scales = engine.corpus, engine.model, engine.context_scales

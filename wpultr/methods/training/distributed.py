@@ -22,7 +22,7 @@ Launch, either way:
     (the same entry as below, as subprocesses with torchrun's environment variables);
   * torchrun, on one or several machines (each rank sees the same files):
         torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
-            -m wpultr.methods.distributed run.yaml --sessions runs/x/data/featured_sessions \\
+            -m wpultr.methods.training.distributed run.yaml --sessions runs/x/data/featured_sessions \\
             --valid valid.parquet --out model/
     `--sessions` is a Parquet file or partition directory (streamed when `train.streaming: true`);
     rank 0 writes the ranker (config.json + model.safetensors) and history.json under `--out`.
@@ -48,14 +48,14 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..rankers.base import Inputs, Ranker, take
-from .base import FitResult
-from .losses import click_loss
-from .registry import get_method
-from .training import ListBatch, LossFn, Trainer, build_ranker, list_scores
+from ...rankers.base import Inputs, Ranker, take
+from ...settings.methods import get_method
+from ..base import FitResult
+from ..losses import click_loss
+from .trainer import ListBatch, LossFn, Trainer, build_ranker, list_scores
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
+    from ...config import RunConfig
 
 HISTORY_FILE = "history.json"
 RANKER_SUBDIR = "ranker"
@@ -102,7 +102,7 @@ def shard_masking(ranker: Ranker, batch: ListBatch, inputs: Inputs, rank: int, w
     """The masking one process draws from `generator` for global batch `batch` (BertRanker.mlm_masking of its
     rows of `inputs`, or of its own prepared rows), cut to rank `rank`'s shard: every rank draws the whole
     batch's, so all keep one process's draws and know the batch's masked-token count without communicating."""
-    from ..rankers.bert import IGNORE_INDEX
+    from ...rankers.bert import IGNORE_INDEX
     part = shard_sessions(len(batch.rows), rank, world)
     first = int(batch.mask[: part.start].sum())      # the shard's rows are a contiguous run of the batch's
     mine = slice(first, first + int(batch.mask[part].sum()))
@@ -218,7 +218,7 @@ def fit_rank(sessions: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig")
         from .streaming import streaming_trainer
         trainer = streaming_trainer(sessions, valid, cfg, DataParallelTrainer)
     else:
-        from ..io.parquet import read_table, sample_sessions
+        from ...io.parquet import read_table, sample_sessions
         train = sample_sessions(read_table(sessions), cfg.data.max_sessions, cfg.seed)
         trainer = DataParallelTrainer(build_ranker(cfg, train), train, valid, cfg)
         if cfg.train.warmup_epochs:   # only then: the warm-up imports transformers (seconds per rank)
@@ -239,14 +239,14 @@ def fit_streamed(sessions_dir: str | Path, valid: pd.DataFrame | None, cfg: "Run
 # ---------------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     """One rank, launched by torchrun (or `fit_data_parallel`): RANK, WORLD_SIZE, MASTER_ADDR/PORT from the env."""
-    parser = argparse.ArgumentParser(prog="python -m wpultr.methods.distributed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m wpultr.methods.training.distributed", description=__doc__.splitlines()[0])
     parser.add_argument("config", help="run config (YAML)")
     parser.add_argument("--sessions", required=True, help="sessions table: a Parquet file or partition directory")
     parser.add_argument("--valid", help="validation annotations (Parquet) that pick the best epoch")
     parser.add_argument("--out", required=True, help="directory rank 0 writes the ranker and history.json into")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, repeatable")
     args = parser.parse_args(argv)
-    from ..config import load_config, parse_overrides
+    from ...config import load_config, parse_overrides
     cfg = load_config(args.config, parse_overrides(args.set))
     cfg.train.device = "cpu"   # gloo reduces CPU tensors
     valid = pd.read_parquet(args.valid) if args.valid else None
@@ -273,9 +273,9 @@ def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame |
                       processes: int | None = None) -> FitResult:
     """Train with `processes` (default `train.processes`) DDP ranks on loopback, started as subprocesses
     (so it works inside a Dask worker too); a rank's failure stops the others and raises with its stderr."""
-    from ..config import dump_config
-    from ..errors import WpultrError
-    from ..rankers.registry import load_ranker
+    from ...config import dump_config
+    from ...errors import WpultrError
+    from ...rankers.registry import load_ranker
     n = processes or cfg.train.processes
     with tempfile.TemporaryDirectory(prefix="wpultr-ddp-") as tmp:
         work = Path(tmp)

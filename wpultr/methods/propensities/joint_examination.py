@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .pairwise_config import JOINT_MODELS
+from ...settings.pairwise import JOINT_MODELS
 
 
 def _row_skipping_factor(n: int, columns: int, skip_row: float, continue_prob: float) -> np.ndarray:

@@ -24,16 +24,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..metrics import evaluate as evaluate_scores
-from ..rankers.lightgbm import LightGBMRanker
-from ..rankers.mlp import feature_matrix
-from ..schema import CLICK
-from . import gbdt_objectives as obj
-from .lambda_pairs import GradHess, Loss, lambda_objective, session_pairs
-from .training import SessionLists
+from ...metrics import evaluate as evaluate_scores
+from ...rankers.lightgbm import LightGBMRanker
+from ...rankers.mlp import feature_matrix
+from ...schema import CLICK
+from .. import gbdt_objectives as obj
+from ..lambda_pairs import GradHess, Loss, lambda_objective, session_pairs
+from .trainer import SessionLists
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
+    from ...config import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ def booster_params(cfg: "RunConfig") -> dict[str, Any]:
 
 def note_in_process(cfg: "RunConfig", rows: int) -> bool:
     """Log (and say True) when `baselines.lightgbm_distributed` would put this booster on Dask; it stays here."""
-    from ..pipeline.cluster import current_client
-    from .lightgbm_rank import wants_dask
+    from ...cluster import current_client
+    from ..lightgbm_rank import wants_dask
     mode = cfg.baselines.lightgbm_distributed
     wanted = wants_dask(cfg, current_client() if mode is not False else None, rows)
     if wanted:

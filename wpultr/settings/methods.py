@@ -27,6 +27,8 @@ METHODS: dict[str, str] = {
     "oracle": "oracle:Oracle",                               # the ranker trained on the simulator's true labels
 }
 # name -> (the optional package it imports, the wpultr extra that installs it)
+METHODS_PACKAGE = "wpultr.methods"   # the names above are relative to it, looked up by name (no import upward)
+
 EXTRAS: dict[str, tuple[str, str]] = {"xgboost_unbiased": ("xgboost", "xgboost")}
 
 
@@ -56,4 +58,4 @@ def get_method(name: str) -> Any:
         raise ConfigError(f"train.method: {name!r} is not allowed; allowed values: {', '.join(sorted(METHODS))}")
     check_installed(name)
     module, cls = METHODS[name].split(":")
-    return getattr(import_module(module if module.startswith(".") else f".{module}", __package__), cls)()
+    return getattr(import_module(module if module.startswith(".") else f".{module}", METHODS_PACKAGE), cls)()

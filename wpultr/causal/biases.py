@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
-from ..causal.graph import DiscoveredGraph
 from ..columns import CLICK, RELEVANCE_SCORE
+from .graph import DiscoveredGraph
 
 
 @dataclass(frozen=True)

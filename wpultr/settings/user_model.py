@@ -1,6 +1,6 @@
 """The user models' parameters: names, defaults, accepted values and meaning, and their check.
 
-Below both the simulator config (spec.py validates `data.simulate.user_model_params` with it) and the
+Below both the simulator config (settings/simulate.py validates `data.simulate.user_model_params` with it) and the
 models themselves (user_models.py takes each model's PARAMS from here), so neither imports the other.
 """
 from __future__ import annotations

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .position_propensity import as_table, propensity_array, resolve_propensities, setting
+from .position import as_table, propensity_array, resolve_propensities, setting
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..config import RunConfig
+    from ...config import RunConfig
 
 WEIGHTINGS = ("prs", "pns", "ips", "naive")
 
@@ -59,7 +59,7 @@ def pair_weights(kind: str, theta_i: np.ndarray, theta_j: np.ndarray, gamma: flo
 
 def weight_table(kind: str, theta: np.ndarray, gamma: float) -> np.ndarray:
     """(K+1, K+1) table W[k_i, k_j] of pair weights by (clicked position, non-clicked position); `theta` is
-    indexed by position (index 0 unused, as `position_propensity.propensity_array` returns it)."""
+    indexed by position (index 0 unused, as `propensities.position.propensity_array` returns it)."""
     theta = np.asarray(theta, dtype=np.float64)
     return np.broadcast_to(pair_weights(kind, theta[:, None], theta[None, :], gamma), (len(theta),) * 2).copy()
 

@@ -14,8 +14,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from ..config import ClusterConfig
-from ..errors import ClusterError
+from .config import ClusterConfig
+from .errors import ClusterError
 
 if TYPE_CHECKING:     # distributed is imported where a client is made: a command that needs none starts without it
     from distributed import Client
@@ -83,7 +83,7 @@ def client_for_input(cfg: ClusterConfig, inputs: Sequence[str]) -> Iterator[Clie
 
 def _input_bytes(path: str) -> int:
     """Bytes of an input as stored; 0 for one that cannot be read (the ingest itself then says why, at once)."""
-    from ..storage import size
+    from .storage import size
     try:
         return size(path)
     except (OSError, ValueError):
@@ -93,18 +93,14 @@ def _input_bytes(path: str) -> int:
 def release_memory() -> int:
     """Hand this process's freed memory back to the OS (Python's cycles collected, Arrow's pool released, glibc's
     heap trimmed); returns the resident bytes released (0 where nothing could be measured). Nothing in use moves."""
-    import ctypes
-    import ctypes.util
     import gc
     import psutil
     import pyarrow as pa
+    from .memory import trim_heap
     before = psutil.Process().memory_info().rss
     gc.collect()
     pa.default_memory_pool().release_unused()
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):      # not glibc: the collection and Arrow's release still ran
-        pass
+    trim_heap()      # not glibc: the collection and Arrow's release still ran
     return max(0, before - psutil.Process().memory_info().rss)
 
 

@@ -1,7 +1,6 @@
-"""The preprocess and discover stages as functions from files to files (the runner wires them in).
+"""The discover stage as a function from files to files (the runner wires it in; the preprocess stage that
+fits its encoder is `features.preprocess_stage`).
 
-* `fit_page_encoder`: sessions Parquet directory → `<out_dir>/page_features.json` + embeddings
-  (Bradley–Terry score tables, vocabularies, standardisation), fitted over all partitions on Dask.
 * `discover_epoch`: sessions directory + relevance scores + fitted encoder → `epoch_<k>/graph.json`,
   `biases.json` and `sample.parquet` (the sampled rows PC saw, before encoding; the hybrid test's click
   rows, whole sessions, are counted in graph.json, not written). Every file is
@@ -9,7 +8,6 @@
 """
 from __future__ import annotations
 
-from functools import reduce
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,46 +17,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from ..causal.discovery import (DEFAULT_MIN_SHARE, DiscoveryConfig, DiscoveryResult, discover, one_row_per_session,
-                                sample_click_rows, sample_session_ids)
-from ..causal.within_document_ci import DOCUMENT_CODE
-from ..causal.graph import GRAPH_FILE, epoch_dir
-from ..features.encoders import PageFeatureEncoder, PreprocessConfig
+from ..features.encoders import PageFeatureEncoder
 from ..io.parquet import partition_paths, read_table
-from ..pipeline.rundir import atomic_path, write_json, write_parquet
+from ..rundir.files import write_json, write_parquet
+from ..rundir.layout import BIASES_FILE, GRAPH_FILE, SAMPLE_FILE
 from ..schema import (CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, PageFeature, SchemaError,
                       query_document_pairs)
 from .biases import identify_biases
-
-BIASES_FILE = "biases.json"
-SAMPLE_FILE = "sample.parquet"
-
-
-def _summarise_partition(path: str, encoder: PageFeatureEncoder, columns: list[str]) -> dict[str, Any]:
-    present = ds.dataset(path, format="parquet").schema.names
-    missing = [c for c in columns if c not in present]
-    if missing:
-        raise SchemaError(f"{path}: missing column(s) {missing}; present: {present}")
-    return encoder.summarise(pd.read_parquet(path, columns=columns))
-
-
-def fit_page_encoder(sessions_dir: str | Path, page_features: Sequence[PageFeature], cfg: PreprocessConfig,
-                     out_dir: str | Path, client: Any = None) -> PageFeatureEncoder:
-    """Fit the page-feature encoder from every partition's mergeable statistics; save it into `out_dir`."""
-    parts = [str(p) for p in partition_paths(sessions_dir)]
-    if not parts:
-        raise FileNotFoundError(f"{sessions_dir}: table directory holds no Parquet partitions")
-    columns = list(dict.fromkeys([SESSION_ID, POSITION] + [f.name for f in page_features]))
-    encoder = PageFeatureEncoder(page_features, cfg)
-    if client is not None:
-        summaries = client.gather(client.map(_summarise_partition, parts, encoder=encoder, columns=columns))
-    else:
-        summaries = [_summarise_partition(p, encoder, columns) for p in parts]
-    encoder.fit_summary(reduce(PageFeatureEncoder.merge_summaries, summaries))
-    with atomic_path(out_dir) as tmp:
-        encoder.save(tmp)
-    return encoder
-
+from .discovery import (DEFAULT_MIN_SHARE, DiscoveryConfig, DiscoveryResult, discover, one_row_per_session,
+                        sample_click_rows, sample_session_ids)
+from .graph import epoch_dir
+from .within_document_ci import DOCUMENT_CODE
 
 def _read_sessions(sessions_dir: str | Path, columns: list[str], session_ids: np.ndarray) -> pd.DataFrame:
     """Rows of the chosen sessions only (pushed down to the Parquet scan)."""

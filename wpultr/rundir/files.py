@@ -28,7 +28,7 @@ if TYPE_CHECKING:    # only an annotation here: the read-only commands start wit
     import pandas as pd
 
 from ..errors import RunDirError
-from .layout import CONFIG_FILE, MARKER, VERSIONS_FILE
+from .layout import CONFIG_FILE, MARKER, STAGES_DIR, VERSIONS_FILE
 
 MARKER_FORMAT = 1
 _PACKAGES = ("wpultr", "numpy", "pandas", "pyarrow", "dask", "distributed", "causal-learn", "torch",
@@ -315,7 +315,7 @@ class RunDir:
         return self.root.joinpath(*parts)
 
     def _marker(self, stage: str) -> Path:
-        return self.path("stages", f"{stage}.json")
+        return self.path(STAGES_DIR, f"{stage}.json")
 
     def is_done(self, stage: str, outputs: list[str]) -> bool:
         """A stage is done when its completion record exists and every declared output is on disk."""

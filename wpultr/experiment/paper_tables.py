@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import paired_test
-from ..pipeline.layout import METRICS, PER_QUERY
-from ..pipeline.rundir import read_json
+from ..rundir.files import read_json
+from ..rundir.layout import METRICS, PER_QUERY
 
 BETTER, WORSE = "↑", "↓"
 
@@ -159,7 +159,7 @@ class Table:
         return (f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{note}")
 
     def write(self, directory: Path) -> tuple[Path, Path]:
-        from ..pipeline.rundir import write_text
+        from ..rundir.files import write_text
         md, csv = directory / f"{self.name}.md", directory / f"{self.name}.csv"
         write_text(md, self.to_markdown())
         write_text(csv, self.frame().to_csv(index=False))

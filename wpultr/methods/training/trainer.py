@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..metrics import evaluate as evaluate_scores
-from ..progress import progress
-from ..rankers.base import Inputs, Ranker, resolve_device, score_inputs, take
-from ..schema import CLICK, POSITION, SESSION_ID, SchemaError
+from ...metrics import evaluate as evaluate_scores
+from ...progress import progress
+from ...rankers.base import Inputs, Ranker, resolve_device, score_inputs, take
+from ...schema import CLICK, POSITION, SESSION_ID, SchemaError
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
+    from ...config import RunConfig
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,16 +118,16 @@ def build_ranker(cfg: "RunConfig", train: pd.DataFrame) -> Ranker:
     torch.manual_seed(cfg.seed)
     r = cfg.ranker
     if r.backbone == "mlp":
-        from ..rankers.mlp import MLPRanker
+        from ...rankers.mlp import MLPRanker
         return MLPRanker.for_table(train, r.head, r.dropout)
     if r.backbone == "embedding":
-        from ..rankers.embedding import EmbeddingRanker
+        from ...rankers.embedding import EmbeddingRanker
         return EmbeddingRanker.for_table(train)
     if r.backbone == "lightgbm":   # a booster has no parameters for this trainer: bal and naive boost it instead
-        from ..errors import ConfigError
+        from ...errors import ConfigError
         raise ConfigError(f"ranker.backbone: 'lightgbm' trains with train.method 'bal' or 'naive' only, got "
                           f"train.method {cfg.train.method!r}; use backbone 'mlp' or 'bert' for it")
-    from ..rankers.bert import BertRanker
+    from ...rankers.bert import BertRanker
     b = r.bert
     tiny = {"hidden_size": b.hidden_size, "num_hidden_layers": b.num_hidden_layers,
             "num_attention_heads": b.num_attention_heads, "intermediate_size": b.intermediate_size}

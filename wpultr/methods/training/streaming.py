@@ -7,7 +7,7 @@ within each partition, from the trainer's generator, and cuts the resulting sequ
 exactly the in-memory order (`training.batches`): the same permutation of the same sessions, sorted
 by session id. Memory holds one partition (plus fewer than a batch of sessions carried over).
 
-Rows are numbered over the partitions' concatenation in path order (`column_table`'s order): a method's
+Rows are numbered over the partitions' concatenation in path order (`io.parquet.column_table`'s order): a method's
 per-row arrays in that numbering (BAL's importance weights and page logits) reach each batch as (B, K)
 extras, and `scores` returns the ranker's score of every row in it, one unit's inputs in memory at a time.
 
@@ -27,14 +27,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from ..errors import ConfigError
-from ..io.parquet import partition_paths, row_count, table_to_pandas
-from ..rankers.base import Ranker, score_inputs, take
-from ..schema import CLICK, FEATURES, ID_TEXT, POSITION, SESSION_ID, IdText
-from .training import ListBatch, SessionLists, Trainer
+from ...errors import ConfigError
+from ...io.parquet import partition_paths, row_count, table_to_pandas
+from ...rankers.base import Ranker, score_inputs, take
+from ...schema import CLICK, FEATURES, POSITION, SESSION_ID
+from .trainer import ListBatch, SessionLists, Trainer
 
 if TYPE_CHECKING:
-    from ..config import RunConfig
+    from ...config import RunConfig
 
 # The columns the naive click losses and the MLP ranker read; nothing else of a partition is loaded.
 MLP_COLUMNS = (SESSION_ID, POSITION, CLICK, FEATURES)
@@ -93,7 +93,7 @@ class PartitionSessions(torch.utils.data.IterableDataset):
               extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
         """One pass: unit order, then session order within each unit, drawn from `rng`; batches on `device`.
 
-        `extras` are per-row arrays over the partitions' concatenation (the order `column_table` reads them in),
+        `extras` are per-row arrays over the partitions' concatenation (the order `io.parquet.column_table` reads them in),
         laid out per batch as (B, K) tensors, 0 in padding, as the in-memory trainer's extras are."""
         pieces: list[Piece] = []
         held = 0
@@ -124,46 +124,6 @@ class PartitionSessions(torch.utils.data.IterableDataset):
             frame = self.read_unit(unit)
             out[offset: offset + len(frame)] = score_inputs(ranker, ranker.prepare(frame), rows_per_pass)
         return out
-
-def column_table(paths: Sequence[str | Path], columns: Sequence[str], codes: Sequence[str] = ()) -> pd.DataFrame:
-    """`columns` of every row of the partitions `paths`, in order, one partition read at a time; each `codes`
-    column (text ids: query_id, doc_id) as int32 codes shared by all partitions and ordered as the values sort
-    (nulls last), so ties broken by id fall as they would on the text, while a log's per-row memory stays a few
-    bytes a column rather than a Python string a row. The codes' values are read first, alone."""
-    codes = [c for c in codes if c in columns]
-    levels: dict[str, set] = {c: set() for c in codes}
-    for path in paths if codes else ():
-        table = pq.read_table(path, columns=codes)
-        for name in codes:
-            levels[name].update(dictionary(table.column(name)).dictionary.to_pylist())
-    ordered = {name: sorted(values, key=lambda v: (v is None, v)) for name, values in levels.items()}
-    ranks = {name: {v: i for i, v in enumerate(values)} for name, values in ordered.items()}
-    n_rows = row_count(paths)
-    out: dict[str, np.ndarray] = {}
-    start = 0
-    for path in paths:              # filled in place: never the partitions' frames and their concatenation at once
-        table = pq.read_table(path, columns=list(columns))
-        for name in columns:
-            if name in ranks:
-                encoded = dictionary(table.column(name))
-                mapping = np.array([ranks[name][v] for v in encoded.dictionary.to_pylist()], dtype=np.int32)
-                values = mapping[encoded.indices.to_numpy()]
-            else:
-                values = table.column(name).to_numpy()
-            if name not in out:
-                out[name] = np.empty(n_rows, dtype=values.dtype)
-            elif np.result_type(out[name], values) != out[name].dtype:   # nulls in an integer column: floats
-                out[name] = out[name].astype(np.result_type(out[name], values))
-            out[name][start: start + len(values)] = values
-        start += table.num_rows
-    frame = pd.DataFrame(out, copy=False) if out else pd.DataFrame(columns=list(columns))
-    frame.attrs[ID_TEXT] = IdText(ordered)              # the text of each code, for what a user reads
-    return frame
-
-
-def dictionary(column: Any) -> Any:
-    """A (chunked) Arrow column as one dictionary array, a null its own entry."""
-    return column.combine_chunks().dictionary_encode(null_encoding="encode")
 
 
 Piece = tuple[SessionLists, dict[str, torch.Tensor], np.ndarray, int]   # lists, inputs, sessions, first row
@@ -207,7 +167,7 @@ def assemble(pieces: Sequence[Piece], device: torch.device, extras: dict[str, np
 def feature_moments(paths: Sequence[str | Path]) -> tuple[int, np.ndarray, np.ndarray]:
     """(width, mean, population std) of the `features` vectors over all partitions, merged partition by
     partition (Chan et al.'s pairwise update of count, mean and sum of squared deviations, in float64)."""
-    from ..rankers.mlp import feature_matrix
+    from ...rankers.mlp import feature_matrix
     n, mean, m2 = 0, None, None
     for path in paths:
         matrix = feature_matrix(pd.read_parquet(path, columns=[FEATURES]), str(path)).astype(np.float64)
@@ -236,7 +196,7 @@ def streaming_ranker(cfg: "RunConfig", directory: str | Path) -> Ranker:
     if cfg.ranker.backbone != "mlp":
         raise ConfigError(f"train.streaming: true trains ranker.backbone 'mlp' only (its standardisation merges "
                           f"over partitions), got {cfg.ranker.backbone!r}; set train.streaming: false")
-    from ..rankers.mlp import MLPRanker
+    from ...rankers.mlp import MLPRanker
     width, mean, std = feature_moments(partition_paths(directory))
     torch.manual_seed(cfg.seed)   # the same initial weights as training.build_ranker
     ranker = MLPRanker(width, cfg.ranker.head, cfg.ranker.dropout)

@@ -1,0 +1,1 @@
+"""Position and joint examination propensities, and the pair weights made from them, that the baselines estimate."""
