@@ -279,6 +279,7 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         start = time.perf_counter()
         result = get_method(cfg.train.method).fit(train, valid, cfg)
         out["per_query"][label] = measured(result.ranker)
+        save_per_query(args, world, seed, label, out["per_query"][label])
         trained = [e["seconds"] for e in result.history if e.get("phase") != "warmup" and "seconds" in e]
         out["seconds"][label] = float(np.mean(trained)) if trained else float("nan")
         steps = [e["step_seconds"] for e in result.history if e.get("step_seconds")]
@@ -317,6 +318,7 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         result = get_method(overrides["train.method"]).fit(unbiased, valid,
                                                           config_from_dict(with_overrides(values, overrides)))
         out["per_query"][fam["ceiling"]] = measured(result.ranker)
+        save_per_query(args, world, seed, fam["ceiling"], out["per_query"][fam["ceiling"]])
     # the reweighted step with the true examination, for each family that ran a reweighting BAL
     for name, boosted, reweighting in (("Oracle-IPW", False, ("BAL-list",)),
                                        ("Oracle-IPW-GBDT", True, ("BAL-GBDT-lambda-click", "BAL-GBDT-lambda-both"))):
@@ -340,6 +342,37 @@ def rival_of(seed: dict[str, Any], rival: str) -> str | None:
     """The method `rival` ("A|B": the better of those that ran, by mean DCG@10) names on one seed's tables."""
     ran = [m for m in rival.split("|") if m in seed["per_query"]]
     return max(ran, key=lambda m: seed["per_query"][m]["DCG@10"].mean()) if ran else None
+
+
+def save_per_query(args: argparse.Namespace, world: str, seed: int, label: str, table: pd.DataFrame) -> None:
+    """With --per-query-dir: this method's per-query test metrics as soon as it is scored, so runs split over
+    processes or machines (or cut short) can be joined and tested later (`--join`)."""
+    if args.per_query_dir:
+        directory = Path(args.per_query_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        table.to_csv(directory / f"{world}__seed{seed}__{label}.csv", index=False)
+
+
+def joined_seeds(directory: Path) -> dict[str, list[dict[str, Any]]]:
+    """The per-seed results `save_per_query` wrote, by world and seed, each family's best baseline chosen as
+    `one_seed` chooses it (seconds and steps are not saved: a joined run reports quality only)."""
+    found: dict[str, dict[int, dict[str, pd.DataFrame]]] = {}
+    for path in sorted(directory.glob("*__seed*__*.csv")):
+        world, seed, label = path.stem.split("__")
+        found.setdefault(world, {}).setdefault(int(seed[4:]), {})[label] = pd.read_csv(path, dtype={QUERY_ID: str})
+    seeds: dict[str, list[dict[str, Any]]] = {}
+    for world, by_seed in found.items():
+        for seed in sorted(by_seed):
+            per_query = by_seed[seed]
+            best = {}
+            for name, fam in FAMILIES.items():
+                ran = [m for m in fam["baselines"] if m in per_query]
+                if ran:
+                    best[name] = max(ran, key=lambda m: per_query[m]["DCG@10"].mean())
+            seeds.setdefault(world, []).append({"per_query": per_query, "best": best, "seconds": {}, "steps": {},
+                                                "graphs": {}, "examination": {}, "seed": seed,
+                                                "true_examination": np.full(1, np.nan)})
+    return seeds
 
 
 def rival_report(seeds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -371,7 +404,8 @@ def rival_report(seeds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     labels = list(seeds[0]["per_query"])
-    print(f"\n## world: {world} ({len(seeds)} seeds, {args.sessions} sessions, {args.epochs} epochs after 1 warm-up)")
+    size = "joined from --per-query-dir runs" if args.join else f"{args.sessions} sessions, {args.epochs} epochs after 1 warm-up"
+    print(f"\n## world: {world} ({len(seeds)} seeds, {size})")
     print("| method | " + " | ".join(METRICS) + " | better / worse than its family's best baseline (seeds) |")
     print("|---" * (len(METRICS) + 2) + "|")
     summary: dict[str, Any] = {"methods": {}}
@@ -399,7 +433,7 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
             continue
         shares = []
         for s in seeds:
-            if fam not in s["best"]:
+            if fam not in s["best"] or FAMILIES[fam]["ceiling"] not in s["per_query"]:
                 continue
             base = s["per_query"][s["best"][fam]]["DCG@10"].mean()
             gap = s["per_query"][FAMILIES[fam]["ceiling"]]["DCG@10"].mean() - base
@@ -451,7 +485,18 @@ def main() -> None:
     parser.add_argument("--no-references", action="store_true",
                         help="skip the Oracle and the ceilings (timing runs: seconds per epoch only)")
     parser.add_argument("--no-oracle", action="store_true", help="skip the Oracle (the ceilings still run)")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
+    parser.add_argument("--per-query-dir", help="write each method's per-query test metrics here as it is scored")
+    parser.add_argument("--join", help="no training: join the per-query tables of earlier --per-query-dir runs "
+                                       "(any number of processes or machines) and report over all their seeds")
     args = parser.parse_args()
+    if args.join:
+        for world, joined in joined_seeds(Path(args.join)).items():
+            complete = [s for s in joined if all(label in s["per_query"] for label in joined[0]["per_query"])]
+            print(f"\n### {world}: seeds {[s['seed'] for s in joined]} ({len(complete)} with every method)")
+            rival_report(joined)
+            report(world, complete, args)
+        return
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in args.methods if m not in METHODS] + [w for w in args.worlds.split(",")
                                                                if w not in BENCH_WORLDS]
@@ -460,10 +505,10 @@ def main() -> None:
     worlds = args.worlds.split(",")
     seeds: dict[str, list[dict[str, Any]]] = {world: [] for world in worlds}
     with open_client():
-        for seed in range(args.seeds):                   # seed by seed across the worlds: a cut run stays even
+        for seed in range(args.first_seed, args.first_seed + args.seeds):   # seed by seed across the worlds: a cut run stays even
             for world in worlds:
                 seeds[world].append(one_seed(world, seed, args))
-                if seed + 1 < args.seeds:                # the paired tests so far, in case the run is cut short
+                if seed + 1 < args.first_seed + args.seeds:                # the paired tests so far, in case the run is cut short
                     print(f"\n### {world}: after {seed + 1} seed(s)", end="")
                     rival_report(seeds[world])
     summary = {world: report(world, seeds[world], args) for world in worlds}
