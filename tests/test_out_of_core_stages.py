@@ -15,7 +15,7 @@ from wpultr.rankers.registry import load_ranker
 from wpultr.pipeline.layout import TRUTH_SESSIONS
 from wpultr.schema import query_key
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def small_run_config(tmp, name: str, seed: int, n_sessions: int, **sections):

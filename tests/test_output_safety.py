@@ -37,7 +37,7 @@ from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import WEIGHTS_FILE
 from wpultr.simulate import SimulateConfig, simulate
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 SIM = {"n_queries": 16, "docs_per_query": 8, "n_sessions": 160, "n_annotated_queries": 10,
        "results_per_page": 6, "vocab_size": 120, "n_dense_features": 4}
