@@ -22,7 +22,6 @@ from wpultr.schema import CLICK, RELEVANCE_SCORE
 from wpultr.settings.methods import get_method
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-from export_roundtrip import export_and_score
 
 ROUNDS = 15
 WORLD = {"n_queries": 60, "docs_per_query": 12, "results_per_page": 8, "n_sessions": 1500,
@@ -54,7 +53,7 @@ def bal_run(tmp_path_factory, dask_client):
     return tmp, run_pipeline(lightgbm_config(tmp), client=dask_client)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_bal_with_the_lightgbm_backbone_grows_the_booster_records_graphs_and_ranks(bal_run):
     _, result = bal_run
     run = result.run_dir
@@ -77,20 +76,6 @@ def test_bal_with_the_lightgbm_backbone_grows_the_booster_records_graphs_and_ran
     assert dcg >= random + 0.5 * (ideal - random), (dcg, random, ideal)
 
 
-@pytest.mark.slow
-def test_exported_lightgbm_bal_ranker_scores_as_the_run_evaluated(bal_run):
-    tmp, result = bal_run
-    run = result.run_dir
-    exported, annotations, mine, theirs = export_and_score(run, tmp)
-    assert {"config.json", "model.safetensors", "model.txt", "export.json"} <= {p.name for p in exported.iterdir()}
-    assert mine["score"].std() > 0
-    np.testing.assert_array_equal(mine["score"].to_numpy(), theirs["score"].to_numpy())
-    # LightGBM's own model text gives the same scores as the safetensors copy
-    text_ranker = LightGBMRanker.load(exported)
-    np.testing.assert_allclose(score_frame(text_ranker, annotations),
-                               pd.read_parquet(tmp / "scores.parquet")["score"].to_numpy(), rtol=0, atol=0)
-
-
 # --------------------------------------------------------------------------------------------- Naive
 SIM = SimulateConfig(**WORLD)
 
@@ -110,7 +95,7 @@ def naive_config(loss: str) -> RunConfig:
     return cfg
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("loss", ["pointwise", "listwise", "lambdarank"])
 def test_naive_with_the_lightgbm_backbone_boosts_its_click_loss_and_ranks(logs, loss):
     result = get_method("naive").fit(logs.sessions, logs.annotations, naive_config(loss))
@@ -202,7 +187,7 @@ def test_lambdarank_skip_weights_scale_each_pair_by_its_skipped_row(logs):
     assert half[1](f) == pytest.approx(0.5 * trainer.lambda_objective(ones)[1](f))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("loss", ["listwise", "lambdarank"])
 def test_click_reweighting_bal_with_the_lightgbm_backbone_ranks(tmp_path, dask_client, loss):
     """`train.loss: listwise` (the IPW softmax) or `lambdarank` (λ-pairs): each click divided by the page's σ(v)."""
@@ -215,7 +200,7 @@ def test_click_reweighting_bal_with_the_lightgbm_backbone_ranks(tmp_path, dask_c
     assert dcg >= random + 0.5 * (ideal - random), (dcg, random, ideal)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_bal_with_the_lightgbm_backbone_is_the_same_booster_for_the_same_seed(tmp_path, logs, dask_client):
     """A fixed seed gives the same booster whatever the process did before: the click model's initial weights
     come from the epoch's seed, not from torch's global stream (which no booster run seeds)."""

@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # One epoch of the demo's tiny BERT (ranker and train sections of pipelines/demo.yaml, through the bench's table
@@ -40,6 +42,7 @@ FAULTS_PER_BATCH = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_bert_batches_reuse_memory_under_the_train_stage_allocator_policy():
     out = subprocess.run([sys.executable, "-c", FAULTS_PER_BATCH], cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
@@ -69,6 +72,7 @@ BLOCKED_RUN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_bench_runs_without_dask_and_reports_both_paths():
     out = subprocess.run([sys.executable, "-c", BLOCKED_RUN, ",".join(ABSENT), "--rows", "160", "--batch-size", "4",
                           "--repeats", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -129,6 +133,7 @@ AT_TORCH_IMPORT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_torch_loads_with_openmp_threads_that_sleep_while_waiting_unless_the_user_chose():
     import os
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}

@@ -45,6 +45,7 @@ def test_set_overrides_nest_into_config_sections():
         parse_sets(["train.epochs"])
 
 
+@pytest.mark.e2e
 def test_bal_without_a_dask_client_says_it_runs_discovery_serially():
     """In a fresh process (no client of another test around) the serial fallback is a logged warning."""
     code = ("import logging; logging.basicConfig(level=logging.WARNING); "

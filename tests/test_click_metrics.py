@@ -101,7 +101,7 @@ def bal_run(tmp_path_factory, dask_client):
     return _run(tmp_path_factory.mktemp("clicks"), dask_client, "bal", heldout_sessions=0.25)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_run_holds_sessions_out_and_reports_their_click_metrics(bal_run):
     from wpultr.io.parquet import read_table
     from wpultr.rundir.layout import HELDOUT_SESSIONS_DIR, SESSIONS_DIR
@@ -123,7 +123,7 @@ def test_a_run_holds_sessions_out_and_reports_their_click_metrics(bal_run):
     assert "Click metrics on held-out sessions" in report and "<td>truth</td>" in report
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_wpultr_evaluate_clicks_end_to_end(bal_run, tmp_path):
     from wpultr.cli import app
     from wpultr.rundir.layout import HELDOUT_SESSIONS_DIR
@@ -147,7 +147,7 @@ def test_wpultr_evaluate_clicks_end_to_end(bal_run, tmp_path):
     assert bad.exit_code == 2 and "position" in bad.output
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", ["dla", "regression_em"])
 def test_a_position_based_method_gets_its_click_model(tmp_path, dask_client, method):
     run = _run(tmp_path, dask_client, method, heldout_sessions=0.25, discover_graph=False)

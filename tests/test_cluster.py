@@ -26,7 +26,7 @@ from wpultr.pipeline.stages import STAGES, Stage
 from wpultr.pipeline.status import run_status
 from wpultr.rundir import layout as L
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def free_port() -> int:

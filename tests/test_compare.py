@@ -16,7 +16,7 @@ from wpultr.pipeline.runner import run_pipeline
 from wpultr.report.compare import PAGE_MARK, compare_runs
 from wpultr.rundir.layout import PER_QUERY
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def tiny_run(client, root: Path, name: str, method: str, seed: int = 3, n_queries: int = 30) -> str:

@@ -67,6 +67,7 @@ def assert_same_model(a, b, skip=()):
     assert b.bias["best_epoch"] == a.bias["best_epoch"]
 
 
+@pytest.mark.e2e
 def test_two_ranks_train_the_one_process_model(logs):
     one = Naive().fit(logs.sessions, logs.annotations, config("pointwise", 1))
     two = Naive().fit(logs.sessions, logs.annotations, config("pointwise", 2))
@@ -74,6 +75,7 @@ def test_two_ranks_train_the_one_process_model(logs):
     assert_same_model(one, two)
 
 
+@pytest.mark.e2e
 def test_two_ranks_streaming_partitions_train_the_one_process_model(logs, tmp_path):
     writer = SessionPartitionWriter(tmp_path, 0, 200)
     writer.write(to_arrow(logs.sessions.sort_values(SESSION_ID, kind="stable")))
@@ -83,6 +85,7 @@ def test_two_ranks_streaming_partitions_train_the_one_process_model(logs, tmp_pa
     assert_same_model(one, two, skip={"net.2.bias"})   # listwise: blind to a shift of the scores (test_streaming)
 
 
+@pytest.mark.e2e
 def test_two_ranks_train_the_one_process_bert_through_its_masked_lm_warm_up(logs, tmp_path):
     one = Naive().fit(logs.sessions, logs.annotations, bert_config(1))
     two = Naive().fit(logs.sessions, logs.annotations, bert_config(2))
@@ -140,6 +143,7 @@ def test_a_streamed_batch_shard_keeps_only_its_own_prepared_rows(logs, tmp_path)
             torch.testing.assert_close(torch.cat([list_scores(ranker, {}, p) for p in parts]), whole)
 
 
+@pytest.mark.e2e
 def test_a_failing_rank_is_one_error_not_a_hang(logs):
     with pytest.raises(WpultrError, match=r"DDP rank \d of 2 failed: .*needs a dense 'features' column"):
         fit_data_parallel(logs.sessions.drop(columns=[FEATURES]), None, config("pointwise", 2))

@@ -60,6 +60,7 @@ def causallearn_kci_spec(categorical, seed) -> CITestSpec:
     return ci_test_spec(reference, categorical=categorical, seed=seed)
 
 
+@pytest.mark.e2e
 def test_parallel_pc_returns_exactly_the_serial_graph_kci(dask_client):
     """Our PC (level-parallel on Dask, cached KCI) against causal-learn's serial pc with its own KCI."""
     data = whole_page_rows(250, seed=1).to_numpy()
@@ -156,6 +157,7 @@ def test_tasks_keep_a_conditioning_set_together_and_cover_every_test_once():
     assert len(_task_parts(tests[:12], 8)) > 1                 # one big group is still spread out
 
 
+@pytest.mark.e2e
 def test_parallel_pc_equals_causallearn_builtin_tests_on_several_datasets(dask_client):
     datasets = [linear_dag_data(400, 8, seed) for seed in range(3)]
     names = [f"x{i}" for i in range(8)]
@@ -186,6 +188,7 @@ def test_categorical_node_is_tested_as_a_category():
     assert codes[0] != pytest.approx(codes[1], abs=1e-6)
 
 
+@pytest.mark.e2e
 def test_randomised_tests_are_seeded_per_test(dask_client):
     data = whole_page_rows(200, seed=5).to_numpy()
     spec = ci_test_spec(DiscoveryConfig(ci_test="rcit"), categorical=[2], seed=11)
@@ -204,6 +207,7 @@ def test_randomised_tests_are_seeded_per_test(dask_client):
 
 
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_kci_finds_clicks_parents_and_priors_hold_in_every_graph(dask_client):
     rows = whole_page_rows(300, seed=0)
     result = discover(rows, FEATURES, DiscoveryConfig(ci_test="kci", n_bootstrap=2), client=dask_client, seed=0)
@@ -216,6 +220,7 @@ def test_kci_finds_clicks_parents_and_priors_hold_in_every_graph(dask_client):
     assert result.graph.meta["test"]["name"] == "kci" and result.graph.meta["sample"]["n_rows"] == 300
 
 
+@pytest.mark.e2e
 def test_priors_override_what_the_data_suggest(dask_client):
     rng = np.random.default_rng(3)
     n = 400
@@ -317,6 +322,7 @@ def write_sessions(directory: Path, n_sessions: int, seed: int) -> None:
     table[table[SESSION_ID] >= half].to_parquet(directory / "part-1.parquet", index=False)
 
 
+@pytest.mark.e2e
 def test_discover_stage_writes_epoch_artifacts(tmp_path, dask_client):
     sessions_dir = tmp_path / "data" / "sessions"
     write_sessions(sessions_dir, 600, seed=0)
@@ -342,6 +348,7 @@ def test_discover_stage_writes_epoch_artifacts(tmp_path, dask_client):
         discover_epoch(sessions_dir, "no_such_scores", FEATURES, cfg, tmp_path, 1, encoder_dir=tmp_path / "features")
 
 
+@pytest.mark.e2e
 def test_discover_stage_hybrid_reads_whole_sessions_for_click_tests(tmp_path, dask_client):
     sessions_dir = tmp_path / "data" / "sessions"
     write_sessions(sessions_dir, 600, seed=1)
@@ -360,6 +367,7 @@ def test_discover_stage_hybrid_reads_whole_sessions_for_click_tests(tmp_path, da
     assert result.graph.adjacent("media_type", CLICK)
 
 
+@pytest.mark.e2e
 def test_discover_command_writes_graph_and_biases(tmp_path, dask_client):
     """`wpultr discover`: sessions directory + scores (a column, then a file) + page features from a config."""
     import json
@@ -427,6 +435,7 @@ def test_tests_without_relevance_are_reused_and_give_the_graph_a_fresh_run_gives
     assert other_order.graph.meta["pc"]["tests_reused"] == 0
 
 
+@pytest.mark.e2e
 def test_discover_stage_tests_page_features_within_documents_when_the_logs_have_doc_ids(tmp_path, dask_client):
     sessions_dir = tmp_path / "data" / "sessions"
     write_sessions(sessions_dir, 600, seed=1)

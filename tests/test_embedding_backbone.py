@@ -1,4 +1,4 @@
-"""`ranker.backbone: embedding`: one learned score per doc_id — trains with the neural methods, exports, scores
+"""`ranker.backbone: embedding`: one learned score per doc_id — trains with the neural methods, scores
 (unseen ids get the mean score and are counted), refuses what it cannot do at config load, and a tampered
 vocabulary is an ExportError."""
 import json
@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.export_roundtrip import export_and_score
 from wpultr.config import config_from_dict
 from wpultr.errors import ConfigError, ExportError
 from wpultr.export import CHECKSUMS, EXPORT_FILE, export_checksums, load_export, score_table
@@ -19,7 +18,7 @@ from wpultr.rankers.embedding import VOCABULARY_FILE, EmbeddingRanker
 from wpultr.rankers.registry import load_ranker
 from wpultr.rundir.layout import RANKER_DIR
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 SIM = {"corpus": "onehot", "n_documents": 120, "n_queries": 40, "docs_per_query": 6, "results_per_page": 6,
        "n_sessions": 1500, "n_annotated_queries": 20, "zipf_exponent": 0.0, "n_dense_features": 1,
@@ -56,13 +55,6 @@ def test_each_neural_method_trains_the_embedding_ranker(method, runs):
     assert scores.std() > 0.05                      # moved well away from the near-zero start (INIT_STD 0.01)
     metrics = json.loads((run / "metrics.json").read_text())
     assert np.isfinite(metrics["truth"]["MCC"]) and metrics["truth"]["MCC"] > 0.2
-
-
-def test_export_then_score_gives_the_runs_own_scores(runs, tmp_path):
-    exported, _, mine, theirs = export_and_score(runs["naive"], tmp_path)
-    assert (exported / VOCABULARY_FILE).is_file()
-    assert len(mine) == len(theirs) > 0
-    np.testing.assert_allclose(mine["score"].to_numpy(), theirs["score"].to_numpy(), rtol=1e-6, atol=1e-6)
 
 
 def test_an_unseen_document_scores_the_mean_and_is_counted(runs, tmp_path, caplog):

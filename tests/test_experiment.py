@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 DCG = ["DCG@1", "DCG@3", "DCG@5", "DCG@10"]
 ERR = ["ERR@1", "ERR@3", "ERR@5", "ERR@10"]
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def experiment_values(out_dir: Path, **extra) -> dict:

@@ -1,9 +1,8 @@
-"""Export -> score on real runs of every backbone and feature path, and exports tampered with in many ways.
+"""Exports tampered with in many ways: each one ExportError, never another exception.
 
-Runs are small demo-like pipelines on a real LocalCluster: token-only logs in the Baidu layout (the
-MLP reads lexical features computed from the tokens; the tiny BERT reads the tokens) and simulated
-dense-feature logs (the LightGBM lambdarank anchor). `wpultr score` on the export must give exactly
-the scores the run evaluated its test queries with. A tampered export must fail with one ExportError.
+The exports are of small real runs (export_roundtrip.CASES: the MLP on lexical features of Baidu-layout tokens,
+the tiny BERT on the tokens, the LightGBM lambdarank anchor); test_export_round_trip checks that the untouched
+exports score as their runs evaluated.
 """
 from __future__ import annotations
 
@@ -15,90 +14,37 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from wpultr.cli import app
-from wpultr.config import config_from_dict
 from wpultr.errors import ExportError
 from wpultr.export import (CHECKSUMS, EXPORT_FILE, LEXICAL_DIR, export_checksums, export_run, load_export,
                            read_input_table, score_table)
-from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import CONFIG_FILE, WEIGHTS_FILE
 from wpultr.rundir import layout as L
-from wpultr.settings.simulate import SimulateConfig
-from wpultr.simulate import simulate
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
-SIM = {"n_queries": 20, "docs_per_query": 8, "n_sessions": 200, "n_annotated_queries": 12,
-       "results_per_page": 6, "vocab_size": 150, "n_dense_features": 4}
-
-
-def run_config(tmp: Path, name: str, data: dict, ranker: dict, **train) -> dict:
-    return {"name": name, "seed": 1, "run_dir": str(tmp / "{name}"), "data": {"valid_fraction": 0.3, **data},
-            "ranker": {"head": [16], **ranker}, "train": {"epochs": 1, "batch_size": 32, **train},
-            "evaluation": {"discover_graph": False}, "cluster": {"n_workers": 2}}
+# the tampers' sources: export_roundtrip.CASES, whose runs test_export_round_trip scores through the export
+SOURCES = {"lexical": "mlp", "bert": "bert", "lightgbm": "lightgbm"}
 
 
 @pytest.fixture(scope="module")
-def baidu_logs(tmp_path_factory) -> Path:
-    """Simulated token-only logs in the Baidu-ULTR layout (gzip session files + annotation TSV)."""
-    out = tmp_path_factory.mktemp("baidu")
-    simulate(SimulateConfig(**SIM), seed=4).write(out, fmt="baidu")
-    return out
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, baidu_logs, dask_client, one_torch_thread) -> dict[str, Path]:
+def runs(case_runs) -> dict[str, Path]:
     """One finished run per backbone and feature path."""
-    tmp = tmp_path_factory.mktemp("runs")
-    baidu = {"source": "baidu", "train": [str(baidu_logs / "train" / "*.gz")],
-             "annotations": str(baidu_logs / "annotations.tsv.gz")}
-    configs = {
-        "lexical": run_config(tmp, "lexical", baidu, {"backbone": "mlp"}),           # the default demo's path
-        "bert": run_config(tmp, "bert", baidu, {"backbone": "bert", "bert": {"max_length": 24}}),
-        "lightgbm": {**run_config(tmp, "lightgbm", {"source": "simulate", "simulate": SIM}, {"backbone": "mlp"},
-                                  method="lightgbm_lambdarank"),
-                     "baselines": {"lightgbm_rounds": 5, "lightgbm_min_data_in_leaf": 2}},
-    }
-    return {name: run_pipeline(config_from_dict(cfg), client=dask_client).run_dir for name, cfg in configs.items()}
+    return {name: case_runs[case] for name, case in SOURCES.items()}
+
+
+@pytest.fixture(scope="module")
+def baidu_logs(case_runs) -> Path:
+    return case_runs.baidu_logs()
 
 
 @pytest.fixture(scope="module")
 def exports(runs, tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("exports")
     return {name: export_run(run, out / name) for name, run in runs.items()}
-
-
-def _input_file(run: Path, baidu_logs: Path) -> Path:
-    """What a user scores: the Baidu annotation file for token runs, the run's annotation table otherwise."""
-    config = yaml.safe_load((run / "config.yaml").read_text())
-    return baidu_logs / "annotations.tsv.gz" if config["data"]["source"] == "baidu" else run / L.ANNOTATIONS
-
-
-@pytest.mark.parametrize("name", ["lexical", "bert", "lightgbm"])
-def test_export_then_score_gives_the_runs_own_test_scores(name, runs, baidu_logs, tmp_path):
-    run = runs[name]
-    cli = CliRunner()
-    exported = tmp_path / "model"
-    result = cli.invoke(app, ["export", str(run), "--out", str(exported)])
-    assert result.exit_code == 0, result.output
-    names = {p.name for p in exported.iterdir()}
-    assert {"config.json", "model.safetensors", "export.json"} <= names
-    assert (LEXICAL_DIR in names) == (name == "lexical")  # the feature state travels with the MLP on tokens
-    out = tmp_path / "scores.parquet"
-    result = cli.invoke(app, ["score", str(exported), str(_input_file(run, baidu_logs)), "--out", str(out),
-                              "--batch-size", "32"])
-    assert result.exit_code == 0, result.output
-    mine = pd.read_parquet(out)
-    theirs = pd.read_parquet(run / L.TEST_SCORES)
-    assert len(theirs) > 0 and mine["doc_id"].notna().all()
-    both = theirs.merge(mine, on=["query_id", "doc_id", "label"], suffixes=("_run", "_export"),
-                        validate="one_to_one")
-    assert len(both) == len(theirs)  # every test row of the run is scored by the export
-    np.testing.assert_array_equal(both["score_export"].to_numpy(), both["score_run"].to_numpy())
 
 
 # ---------------------------------------------------------------------------------------------

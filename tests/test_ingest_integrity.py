@@ -52,6 +52,7 @@ def _files(directory: Path) -> dict[str, bytes]:
 # ---------------------------------------------------------------------------------------------
 # 3, 9: the output is swapped in whole, never over an input; a failed or killed ingest leaves the old table
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_ingest_never_deletes_its_own_inputs(tmp_path, dask_client):
     out = tmp_path / "OUT"
     sessions_frame().to_parquet(tmp_path / "a.parquet")
@@ -65,6 +66,7 @@ def test_ingest_never_deletes_its_own_inputs(tmp_path, dask_client):
     assert "--out" in line and _files(out / "sessions") == before
 
 
+@pytest.mark.e2e
 def test_a_failed_ingest_leaves_the_previous_table_whole(tmp_path, dask_client):
     out = tmp_path / "OUT"
     good = tmp_path / "a.parquet"
@@ -91,6 +93,7 @@ with ingest_output(sys.argv[1], []) as output:
 """
 
 
+@pytest.mark.e2e
 def test_a_killed_ingest_is_never_read_as_a_table(tmp_path, dask_client):
     out = tmp_path / "OUT"
     done = subprocess.run([sys.executable, "-c", KILLED_INGEST, str(out)], capture_output=True, text=True)
@@ -111,6 +114,7 @@ def test_a_killed_ingest_is_never_read_as_a_table(tmp_path, dask_client):
 # ---------------------------------------------------------------------------------------------
 # 5: a symlinked sessions directory is never written or emptied through
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_a_symlinked_sessions_directory_is_refused_and_its_target_kept(tmp_path, dask_client):
     foreign = tmp_path / "elsewhere"
     foreign.mkdir()
@@ -124,6 +128,7 @@ def test_a_symlinked_sessions_directory_is_refused_and_its_target_kept(tmp_path,
     assert (foreign / "part-00000-00000.parquet").is_file() and (out / "sessions").is_symlink()
 
 
+@pytest.mark.e2e
 def test_a_run_whose_data_sessions_is_a_symlink_is_refused_on_resume(tmp_path, dask_client):
     from wpultr.config import RunConfig
     from wpultr.rundir.files import RunDir
@@ -147,6 +152,7 @@ def test_a_run_whose_data_sessions_is_a_symlink_is_refused_on_resume(tmp_path, d
 # ---------------------------------------------------------------------------------------------
 # 6: a gzip damaged in the middle keeps nothing its CRC did not vouch for
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_sixteen_flipped_bytes_drop_the_unverified_member_and_say_so(tmp_path, dask_client):
     clean = write_gz(tmp_path / "clean.gz", _log(2000))
     data = bytearray(clean.read_bytes())
@@ -180,6 +186,7 @@ def test_a_multi_member_gzip_with_garbage_after_verified_members_keeps_them(tmp_
 # ---------------------------------------------------------------------------------------------
 # 7: session ids are unique across the tables of one ingest
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_two_tables_sharing_session_ids_are_refused_naming_both(tmp_path, dask_client):
     sessions_frame(seed=0).to_parquet(tmp_path / "a.parquet")
     sessions_frame(seed=1).to_parquet(tmp_path / "b.parquet")            # the same session ids 100..105
@@ -221,6 +228,7 @@ def test_evaluation_and_own_annotation_tables_refuse_a_document_judged_twice(tmp
         read_annotations_table(tmp_path / "ann.parquet")
 
 
+@pytest.mark.e2e
 def test_the_run_stage_writes_quarantined_annotation_lines(tmp_path, dask_client):
     from wpultr.config import RunConfig
     from wpultr.rundir.files import RunDir
@@ -247,6 +255,7 @@ def test_non_finite_behaviour_numbers_are_quarantined_at_their_line(tmp_path, va
     assert list(zip(bad["line"], bad["reason"])) == [(2, "bad_number")] and list(sessions["position"]) == [2]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("value", [np.inf, -np.inf])
 def test_non_finite_page_features_of_own_tables_name_column_and_row(tmp_path, dask_client, value):
     frame = sessions_frame()
@@ -275,6 +284,7 @@ def test_a_result_line_that_lost_fields_still_leaves_its_session_alone(tmp_path)
 # ---------------------------------------------------------------------------------------------
 # 12: inputs that are no session log are refused; relative paths work with a separate scheduler
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_inputs_that_are_no_session_log_are_refused_in_one_line(tmp_path, dask_client):
     (tmp_path / "config.json").write_text(json.dumps({"a": 1}))
     line = _one_line_error(_cli("ingest", str(tmp_path / "config.json"), "--out", str(tmp_path / "out"),
@@ -288,6 +298,7 @@ def test_inputs_that_are_no_session_log_are_refused_in_one_line(tmp_path, dask_c
     assert ingest_baidu([tmp_path / "plain.txt"], tmp_path / "out", dask_client).sessions == 2
 
 
+@pytest.mark.e2e
 def test_relative_table_paths_work_with_a_scheduler_in_another_directory(tmp_path, dask_client, monkeypatch):
     (tmp_path / "in").mkdir()
     sessions_frame().to_parquet(tmp_path / "in" / "a.parquet")
@@ -314,6 +325,7 @@ def test_a_damaged_annotation_gzip_keeps_no_unverified_label(tmp_path):
     assert summary.unverified_lines == summary.lines > 0 and summary.file_reasons == {"corrupt_gzip": 1}
 
 
+@pytest.mark.e2e
 def test_workers_with_their_own_copy_make_the_same_swap(tmp_path, dask_client):
     """A URL run directory's workers on another host write into their own copy: there the swap is redone (here
     the worker copy is faked by a directory only the test fills, at the path the ingest swaps)."""

@@ -108,6 +108,7 @@ def test_hand_written_log_exact(hand_log, chunk_bytes):
     assert sessions[SESSION_ID].nunique() + len(sessions) + len(bad) == len(HAND_LOG)
 
 
+@pytest.mark.e2e
 def test_every_reason_documented_and_written_as_parquet(hand_log, tmp_path, dask_client):
     summary = ingest_baidu([hand_log], tmp_path / "out", dask_client, partition_rows=2)
     table = pq.read_table(tmp_path / "out" / "quarantine" / "part-00000.parquet")
@@ -264,6 +265,7 @@ def test_corruption_never_crashes_and_accounts_every_line(tmp_path, data, chunk_
 # ---------------------------------------------------------------------------------------------
 # Parallel ingest on a real LocalCluster
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.e2e
 def test_parallel_ingest_equals_serial_read_and_respects_partition_rows(tmp_path, dask_client):
     rng = np.random.default_rng(7)
     paths = []
@@ -294,6 +296,7 @@ def test_parallel_ingest_equals_serial_read_and_respects_partition_rows(tmp_path
     assert len(list((out / "sessions").glob("*.parquet"))) == again.partitions == 2
 
 
+@pytest.mark.e2e
 def test_ingest_rejects_missing_files_and_reads_a_file_named_twice_once(tmp_path, hand_log, dask_client):
     with pytest.raises(FileNotFoundError, match="nope.gz"):
         ingest_baidu([tmp_path / "nope.gz"], tmp_path / "out", dask_client)
@@ -352,6 +355,7 @@ def test_query_ids_are_kept_exactly_as_written(tmp_path):
     assert list(read_baidu_annotations(tmp_path / "annotations-again.tsv.gz")[0][QUERY_ID]) == ids
 
 
+@pytest.mark.e2e
 def test_dash_media_type_and_empty_tokens_are_kept_and_counted(tmp_path, dask_client):
     lines = [query(7, tokens=f"5{SEP}6{SEP}", reformulation="1"), result(1, doc="a", media="-"),
              result(2, doc="b", title=f"12{SEP}34{SEP}"), result(3, doc="c", title=f"12{SEP}{SEP}34", abstract=""),
@@ -414,6 +418,7 @@ def test_gzip_damaged_in_the_middle_keeps_nothing_of_the_unverified_member(tmp_p
     assert list(zip(bad["line"], bad["reason"])) == [(1, "corrupt_gzip")] and "dropped" in bad["text"].iloc[0]
 
 
+@pytest.mark.e2e
 def test_empty_binary_and_misnamed_files_are_reported_once(tmp_path, dask_client):
     import bz2
     rng = np.random.default_rng(3)

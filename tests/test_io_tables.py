@@ -67,6 +67,7 @@ def test_round_trip(tmp_path, fmt):
     assert str(got["position"].dtype) == "int16" and str(got[CLICK].dtype) == "int8"
 
 
+@pytest.mark.e2e
 def test_ingest_tables_partitions_whole_sessions(tmp_path, dask_client):
     frames = [sessions_frame(seed=1), sessions_frame(seed=2).assign(**{SESSION_ID: lambda d: d[SESSION_ID] + 50})]
     frames[0].to_parquet(tmp_path / "a.parquet")

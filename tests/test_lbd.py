@@ -12,7 +12,6 @@ import pytest
 import torch
 import yaml
 
-from export_roundtrip import export_and_score
 from ranking_bars import random_ranker_dcg10
 from wpultr.config import ConfigError, config_from_dict
 from wpultr.methods.lbd import (ObservationModel, bernoulli_mask, click_logits, gradient_penalty, lbd_loss,
@@ -171,9 +170,9 @@ def runs(tmp_path_factory, dask_client, one_torch_thread):
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", ["lbd", "oracle"])
-def test_short_fit_beats_a_random_ranker_and_exports_exactly(method, runs, tmp_path):
+def test_short_fit_beats_a_random_ranker(method, runs):
     result = runs[method]
     run = result.run_dir
     test = pd.read_parquet(run / L.TEST_SCORES)
@@ -185,8 +184,6 @@ def test_short_fit_beats_a_random_ranker_and_exports_exactly(method, runs, tmp_p
         assert len(observed) == 10 and observed[0] > observed[-1]      # learned: the top is examined more
     else:   # the oracle never trains on the labels of the queries it is scored on
         assert bias["test_query_rows_left_out"] > 0 and bias["rows"] > 0
-    exported, _, mine, theirs = export_and_score(run, tmp_path)
-    np.testing.assert_array_equal(mine["score"].to_numpy(), theirs["score"].to_numpy())
 
 
 def test_sweep_table_and_figure_put_each_setting_at_its_x(tmp_path):

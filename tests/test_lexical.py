@@ -148,6 +148,7 @@ def test_transform_needs_fit_and_checks_params():
         LexicalFeaturizer(b=1.5).fit(random_table(seed=4, n_rows=3))
 
 
+@pytest.mark.e2e
 def test_partitions_on_dask_match_in_memory(tmp_path, dask_client):
     table = random_table(seed=5, n_rows=200)
     paths = []

@@ -16,7 +16,7 @@ from wpultr.rundir import layout as L
 from wpultr.rundir.layout import TRUTH_SESSIONS
 from wpultr.schema import query_key
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def small_run_config(tmp, name: str, seed: int, n_sessions: int, **sections):

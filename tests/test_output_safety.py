@@ -38,7 +38,7 @@ from wpultr.rundir.files import atomic_path
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 SIM = {"n_queries": 16, "docs_per_query": 8, "n_sessions": 160, "n_annotated_queries": 10,
        "results_per_page": 6, "vocab_size": 120, "n_dense_features": 4}

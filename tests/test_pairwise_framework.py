@@ -7,7 +7,6 @@ is clicked and co-clicks are co-examinations.
 import itertools
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
@@ -18,14 +17,12 @@ from wpultr.methods.propensities.joint_examination import a_matrix, expected_b, 
 from wpultr.methods.propensities.joint_swap import (estimate_joint_examination, joint_swap_estimate, simulate_pair_swaps,
                                                     swap_pairs)
 from wpultr.metrics import evaluate
-from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.settings.methods import get_method
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
 from wpultr.simulate.user_models import row_skipping_reach   # θ(u) of Eq. 22 (the row-skipping user)
-from export_roundtrip import export_and_score
 from ranking_bars import random_ranker_dcg10
 
 THETA3 = np.array([1.0, 1 / 2, 1 / 3])
@@ -233,7 +230,7 @@ def logs():
     return simulate(SimulateConfig(**WORLD), seed=1)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("method,pairwise", [
     ("robust_lambdamart", {}), ("robust_lambdamart", {"lambda_weight": "none"}), ("unbiased_lambdamart", {}),
     ("pairwise_framework", {"joint_model": "continuous"}),
@@ -253,15 +250,3 @@ def test_short_fits_beat_a_random_ranker_by_a_margin(logs, one_torch_thread, met
     else:
         assert result.bias["joint_model"] == pairwise.get("joint_model", "continuous")
         assert np.asarray(result.bias["joint"])[1, 2] == pytest.approx(1 / 3, rel=1e-4)   # min(θ_2, θ_3)
-
-
-@pytest.mark.slow
-def test_robust_lambdamart_exports_and_scores_as_the_run_evaluated(tmp_path, dask_client):
-    cfg = method_config("robust_lambdamart")
-    cfg.name, cfg.run_dir = "rulm", str(tmp_path / "{name}")
-    cfg.evaluation.discover_graph = False
-    result = run_pipeline(cfg, client=dask_client)
-    _, _, mine, theirs = export_and_score(result.run_dir, tmp_path)
-    assert mine["score"].std() > 0
-    np.testing.assert_array_equal(mine["score"].to_numpy(), theirs["score"].to_numpy())
-

@@ -24,7 +24,7 @@ KS = ("DCG@1", "DCG@3", "DCG@5", "DCG@10", "ERR@1", "ERR@3", "ERR@5", "ERR@10")
 # a random ranking's DCG@10 varies over these ~14 test queries (SD ≈ 1)
 MARGIN = 2.5
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def simulated_config(tmp_path, **train):

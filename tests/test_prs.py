@@ -16,13 +16,11 @@ from wpultr.methods.propensities.position import propensity_array
 from wpultr.methods.propensity_pairs import weighted_pair_loss
 from wpultr.methods.training.trainer import SessionLists, batches
 from wpultr.metrics import evaluate
-from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.settings.methods import get_method
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-from export_roundtrip import export_and_score
 from ranking_bars import random_ranker_dcg10
 from finite_differences import central_grad, central_hess_diag
 
@@ -191,27 +189,6 @@ def test_short_fits_beat_a_random_ranker(logs, method, weighting, one_torch_thre
         assert isinstance(result.ranker, LightGBMRanker)
         losses = [e["train"]["loss"] for e in result.history]
         assert losses[1] < losses[0]                     # boosting descends the λ-pair loss
-
-
-@pytest.mark.slow
-def test_prs_lambdamart_exports_and_scores_as_the_run_evaluated(tmp_path, dask_client):
-    cfg = config_from_dict({
-        "name": "prs-lambdamart", "seed": 1, "run_dir": str(tmp_path / "{name}"),
-        "data": {"source": "simulate", "valid_fraction": 0.3,
-                 "simulate": {"n_queries": 40, "docs_per_query": 10, "results_per_page": 8, "n_sessions": 800,
-                              "n_annotated_queries": 30, "vocab_size": 200, "n_dense_features": 8,
-                              "user_model": "pbm"}},
-        "ranker": {"lightgbm": {"rounds_per_epoch": 10, "learning_rate": 0.1, "num_threads": 1}},
-        "train": {"method": "propensity_lambdamart", "epochs": 2},
-        "evaluation": {"discover_graph": False},
-        "baselines": {"propensity_source": "table", "propensity_table": TRUE_TABLE},
-    })
-    result = run_pipeline(cfg, client=dask_client)
-    exported, annotations, mine, theirs = export_and_score(result.run_dir, tmp_path)
-    assert mine["score"].std() > 0
-    np.testing.assert_array_equal(mine["score"].to_numpy(), theirs["score"].to_numpy())
-    np.testing.assert_allclose(score_frame(LightGBMRanker.load(exported), annotations),
-                               pd.read_parquet(tmp_path / "scores.parquet")["score"].to_numpy())
 
 
 def test_reproduce_config_is_the_papers_setup():

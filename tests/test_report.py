@@ -72,7 +72,7 @@ def bal_run(tmp_path_factory, dask_client):
     return _run(tmp_path_factory.mktemp("report"), dask_client, "bal", heldout_sessions=0.25)   # r̂ → position
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_bal_report_embeds_every_figure_and_draws_graph_json(bal_run):
     page = parse(bal_run / "report.html")
     assert page.drawn == list(FIGURE_KEYS) == ["causal_graph", "examination", "weights", "training"]
@@ -94,7 +94,7 @@ def test_a_bal_report_embeds_every_figure_and_draws_graph_json(bal_run):
     assert sorted(page.panels) == [0, 1]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_bal_saves_the_examination_table_and_weight_histogram_each_epoch(bal_run):
     history = json.loads((bal_run / "train" / "history.json").read_text())["epochs"]
     epochs = [e for e in history if e["phase"] == "bal"]
@@ -115,7 +115,7 @@ def test_bal_saves_the_examination_table_and_weight_histogram_each_epoch(bal_run
             assert sum(weights["histogram"]["counts"]) + weights["histogram"]["zeros"] == weights["n_rows"] == n_rows
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_dla_report_plots_its_propensities_and_notes_what_it_lacks(tmp_path, dask_client):
     run = _run(tmp_path, dask_client, "dla", discover_graph=False)
     page = parse(run / "report.html")

@@ -68,6 +68,7 @@ def _wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> No
         time.sleep(0.05)
 
 
+@pytest.mark.e2e
 def test_a_second_run_on_a_held_directory_stops_and_changes_nothing(tmp_path):
     config, signals = _config(tmp_path), tmp_path / "signals"
     signals.mkdir()
@@ -156,6 +157,7 @@ def test_of_processes_racing_for_a_stale_lock_exactly_one_wins(tmp_path):
     assert not lock_path(root).exists()
 
 
+@pytest.mark.e2e
 def test_the_lock_goes_when_the_run_fails(tmp_path, dask_client):
     cfg = config_from_dict({"name": "r", "run_dir": str(tmp_path / "{name}")})
 
@@ -176,6 +178,7 @@ def test_a_lock_path_taken_by_a_directory_is_refused_in_one_line(tmp_path):
             pass
 
 
+@pytest.mark.e2e
 def test_a_url_run_is_locked_through_its_working_copy_and_then_runs(tmp_path, monkeypatch, dask_client):
     monkeypatch.setenv("WPULTR_WORKDIR", str(tmp_path / "work"))
     cfg = config_from_dict({"name": "r", "run_dir": (tmp_path / "bucket").as_uri() + "/{name}"})

@@ -69,7 +69,7 @@ def test_small_ingest_runs_in_process_without_a_cluster(tmp_path):
     assert list((tmp_path / "out" / "sessions").glob("*.parquet"))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_small_ingest_still_runs_on_a_named_scheduler(tmp_path, dask_client):
     address = dask_client.scheduler.address
     with get_task_stream(client=dask_client) as tasks:
@@ -92,13 +92,13 @@ def bal_run(tmp_path_factory, dask_client):
     return str(run_pipeline(cfg, client=dask_client).run_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", [("status",), ("evaluate",)])
 def test_read_only_commands_on_a_run_load_no_heavy_package(bal_run, command):
     assert heavy_modules_after(invoking(*command, bal_run)) == []
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_graph_show_loads_no_heavy_package(bal_run):
     """The graph's bias lines take the column names from wpultr.columns, not the schema (pandas, Arrow)."""
     assert heavy_modules_after(invoking("graph", "show", bal_run)) == []

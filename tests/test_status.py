@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from wpultr.cli import app
@@ -38,6 +39,7 @@ def config(tmp_path, name="r"):
     return config_from_dict({"name": name, "run_dir": str(tmp_path / "{name}")})
 
 
+@pytest.mark.e2e
 def test_a_finished_run(tmp_path, dask_client):
     cfg = config(tmp_path)
     run_pipeline(cfg, client=dask_client, stages=quick_stages())
@@ -53,6 +55,7 @@ def test_a_finished_run(tmp_path, dask_client):
     assert as_json["kind"] == "run" and as_json["done"] == len(NAMES)
 
 
+@pytest.mark.e2e
 def test_a_failed_stage_then_resumed(tmp_path, dask_client):
     cfg = config(tmp_path)
     run = cfg.resolved_run_dir
@@ -90,6 +93,7 @@ def test_running_and_died(tmp_path):
     assert "died" in format_status(status)
 
 
+@pytest.mark.e2e
 def test_an_experiment_directory(tmp_path, dask_client):
     exp = experiment_from_dict({"name": "x", "out_dir": str(tmp_path / "x"), "base": {},
                                 "methods": [{"label": "Naive", "overrides": {"train.method": "naive"}}],

@@ -130,7 +130,7 @@ def test_push_and_pull_mirror_changes_between_two_working_copies(tmp_path, memor
                                                                 "stages/ingest.json"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_workers_on_another_host_pull_and_push_their_own_copy(tmp_path, dask_client, monkeypatch):
     """The client.run plumbing on real worker processes, as if they ran on another host: they fill their
     copy from the URL before a stage and send what a task wrote there after it."""
@@ -217,7 +217,7 @@ def test_urls_in_a_config_file_are_kept_as_written(tmp_path, workdir):
 # ---------------------------------------------------------------------------------------------
 # Whole runs
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_wpultr_run_reads_and_writes_file_urls(tmp_path, workdir, dask_client):
     """`wpultr run` on a process cluster with data.train, data.annotations and run_dir as file:// URLs."""
     simulate(SimulateConfig(**SIM), seed=2).write(tmp_path / "sim", fmt="parquet", sessions_per_file=50)
@@ -244,7 +244,7 @@ def test_wpultr_run_reads_and_writes_file_urls(tmp_path, workdir, dask_client):
     assert yaml.safe_load((remote / "config.yaml").read_text())["run_dir"] == out.as_uri() + "/{name}"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_resume_after_a_failed_stage_pulls_the_synced_copy(memory_url, workdir, dask_client):
     """A run at a memory:// URL fails in a stage; its working copy is lost (another machine resumes); the
     resume pulls the finished stages and re-runs from the first stage whose record never reached the URL."""
@@ -278,6 +278,7 @@ def test_resume_after_a_failed_stage_pulls_the_synced_copy(memory_url, workdir, 
     assert not fs.exists(f"{root}/stages/train.failed")
 
 
+@pytest.mark.e2e
 def test_status_at_the_url_shows_the_stage_that_is_running(memory_url, workdir, dask_client):
     """The runner pushes a stage's running record when it starts, so `status` of the URL, read from another
     working copy while the stage runs, says running; once it finishes the record is gone there too."""

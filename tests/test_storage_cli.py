@@ -101,7 +101,7 @@ def run_url(request, local_run, tmp_path_factory) -> str:
 # ---------------------------------------------------------------------------------------------
 # A finished run at a URL reads as the local one
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_evaluate_a_url_run_prints_what_the_local_run_prints(local_run, run_url):
     assert json.loads(ok("evaluate", run_url)) == json.loads(ok("evaluate", str(local_run)))
     annotations = str(local_run / L.ANNOTATIONS)
@@ -116,7 +116,7 @@ def test_evaluate_a_url_run_prints_what_the_local_run_prints(local_run, run_url)
     assert not storage.working_copy_dir(run_url).exists()   # a reader never writes into a run's working copy
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_export_from_a_url_scores_as_the_export_of_the_local_run(local_run, run_url, tmp_path):
     ok("export", str(local_run), "--out", str(tmp_path / "from_local"))
     assert ok("export", run_url, "--out", str(tmp_path / "from_url")).strip() == \
@@ -137,7 +137,7 @@ def test_export_from_a_url_scores_as_the_export_of_the_local_run(local_run, run_
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(p.name for p in (tmp_path / "from_url").iterdir())
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_status_of_a_url_run_is_the_local_runs_status(local_run, run_url):
     mine, theirs = json.loads(ok("status", run_url, "--json")), json.loads(ok("status", str(local_run), "--json"))
     assert mine.pop("path") == run_url and theirs.pop("path") == str(local_run)
@@ -147,7 +147,7 @@ def test_status_of_a_url_run_is_the_local_runs_status(local_run, run_url):
     assert text.splitlines()[1:] == ok("status", str(local_run)).splitlines()[1:]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_graph_show_and_diff_of_a_url_run(local_run, run_url, tmp_path):
     shown = ok("graph", "show", run_url)
     assert shown == ok("graph", "show", str(local_run)) and shown.startswith("epoch 0\n")
@@ -162,7 +162,7 @@ def test_graph_show_and_diff_of_a_url_run(local_run, run_url, tmp_path):
                                                                f"epochs with a graph: [0]"   # names the URL
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_identifiability_check_of_a_url_run(local_run, run_url):
     args = ("--factors", "position", "--json")
     mine = json.loads(ok("identifiability", "check", run_url, *args))
@@ -172,7 +172,7 @@ def test_identifiability_check_of_a_url_run(local_run, run_url):
 # ---------------------------------------------------------------------------------------------
 # The URL's files as they are now
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_status_follows_the_url_not_an_earlier_pull(local_run):
     """A run still under way at the URL: each `wpultr status` reads the records the URL holds at that moment."""
     url = memory_url()

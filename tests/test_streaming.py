@@ -194,6 +194,7 @@ def test_column_table_codes_text_ids_as_they_sort(logs, tmp_path):
     assert named[CLICK].tolist() == frame[CLICK].iloc[rows].tolist()
 
 
+@pytest.mark.e2e
 def test_streamed_bal_on_one_partition_is_the_in_memory_bal(logs, tmp_path):
     """BAL with the ranker's inputs streamed (`fit_streamed`: its own columns in memory, ids as codes) trains the
     in-memory BAL's model: the same graphs every epoch and the same ranker up to the float32 rounding of the

@@ -196,6 +196,7 @@ def _retain_freed_blocks() -> int:
     return psutil.Process().memory_info().rss - start
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's malloc_trim")
 def test_workers_hand_their_freed_heap_back_between_stages():
     """Freed, retained heap on the workers is handed back by `release_worker_memory`. On fresh workers: the session's

@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import xgboost as xgb   # the test extra installs it (pyproject: test = [..., "wpultr[xgboost]"])
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
@@ -37,7 +36,6 @@ from wpultr.settings.methods import get_method
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.settings.xgboost import XGBoostConfig
 from wpultr.simulate import simulate
-from export_roundtrip import export_and_score
 from ranking_bars import random_ranker_dcg10
 
 WORLD = {"n_queries": 60, "docs_per_query": 12, "results_per_page": 8, "n_sessions": 2000,
@@ -71,7 +69,7 @@ def fit(frame: pd.DataFrame, valid: pd.DataFrame | None, **section):
 
 
 # --------------------------------------------------------------------------------------------- the run
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_run_trains_the_booster_learns_position_bias_and_ranks(xgb_run):
     _, result = xgb_run
     run = result.run_dir
@@ -92,22 +90,6 @@ def test_a_run_trains_the_booster_learns_position_bias_and_ranks(xgb_run):
     assert load_ranker(run / L.RANKER_DIR).booster.num_boosted_rounds() == bias["best_rounds"]
     test = pd.read_parquet(run / L.TEST_SCORES)
     assert result.metrics["all"]["DCG@10"] > random_ranker_dcg10(test) + MARGIN
-
-
-@pytest.mark.slow
-def test_wpultr_score_on_the_export_gives_the_runs_scores(xgb_run):
-    tmp, result = xgb_run
-    exported, annotations, mine, theirs = export_and_score(result.run_dir, tmp)
-    assert {CONFIG_FILE, WEIGHTS_FILE, MODEL_JSON_FILE, "export.json"} <= {p.name for p in exported.iterdir()}
-    assert mine["score"].std() > 0
-    np.testing.assert_array_equal(mine["score"].to_numpy(), theirs["score"].to_numpy())
-    # XGBoost's own tools read model.json and score as the safetensors copy does
-    own = xgb.Booster(model_file=str(exported / MODEL_JSON_FILE))
-    features = np.stack(annotations["features"].to_numpy()).astype(np.float32)
-    scores = pd.read_parquet(tmp / "scores.parquet")
-    by_row = annotations.assign(own=own.inplace_predict(features))[["query_id", "doc_id", "own"]]
-    both = scores.merge(by_row, on=["query_id", "doc_id"], validate="one_to_one")
-    np.testing.assert_array_equal(both["own"].to_numpy(np.float32), both["score"].to_numpy(np.float32))
 
 
 # --------------------------------------------------------------------------------------------- tampering
@@ -136,7 +118,7 @@ TAMPERS = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", sorted(TAMPERS))
 def test_a_tampered_xgboost_ranker_is_one_export_error(case, xgb_run, tmp_path):
     _, result = xgb_run
@@ -151,7 +133,7 @@ def test_a_tampered_xgboost_ranker_is_one_export_error(case, xgb_run, tmp_path):
     assert "\n" not in message and str(ranker / WEIGHTS_FILE) in message and expected in message, message
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_wpultr_score_refuses_a_tampered_xgboost_export_in_one_line(xgb_run, tmp_path):
     _, result = xgb_run
     exported = tmp_path / "model"
@@ -246,6 +228,7 @@ BLOCKED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_without_xgboost_installed_config_and_loading_say_how_to_install_it(logs, tmp_path):
     fit(logs.sessions, None, rounds=5, early_stopping="none").ranker.save(tmp_path / "ranker")
     out = subprocess.run([sys.executable, "-c", BLOCKED, str(tmp_path / "ranker")], capture_output=True, text=True,
