@@ -60,7 +60,7 @@ from wpultr.config import config_from_dict, set_dotted
 from wpultr.metrics import paired_test
 from wpultr.bal.weights import clip_and_normalise
 from wpultr.methods.gbdt_training import BoostingTrainer
-from wpultr.methods.losses import listwise_softmax_loss, weighted_softmax_loss
+from wpultr.methods.losses.lists import listwise_softmax_loss, weighted_softmax_loss
 from wpultr.methods.registry import get_method
 from wpultr.methods.training import Trainer, build_ranker
 from wpultr.metrics import per_query

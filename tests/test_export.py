@@ -58,9 +58,9 @@ def runs(tmp_path_factory, baidu_logs, dask_client, one_torch_thread) -> dict[st
     configs = {
         "lexical": run_config(tmp, "lexical", baidu, {"backbone": "mlp"}),           # the default demo's path
         "bert": run_config(tmp, "bert", baidu, {"backbone": "bert", "bert": {"max_length": 24}}),
-        "lightgbm": {**run_config(tmp, "lightgbm", {"source": "simulate", "simulate": SIM}, {"backbone": "mlp"},
-                                  method="lightgbm_lambdarank"),
-                     "baselines": {"lightgbm_rounds": 5, "lightgbm_min_data_in_leaf": 2}},
+        "lightgbm": run_config(tmp, "lightgbm", {"source": "simulate", "simulate": SIM},
+                               {"backbone": "mlp", "lightgbm": {"rounds": 5, "min_data_in_leaf": 2}},
+                               method="lightgbm_lambdarank"),
     }
     return {name: run_pipeline(config_from_dict(cfg), client=dask_client).run_dir for name, cfg in configs.items()}
 

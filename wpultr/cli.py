@@ -81,7 +81,6 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
     """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line.
     Less than 50 MB of input (pipeline.cluster.IN_PROCESS_INPUT_BYTES) is read in this process, with no cluster."""
     from .pipeline.cluster import client_for_input
-    from .schema import page_features_from_config
     if fmt not in ("auto", "baidu", "table"):
         raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'auto', 'baidu', 'table'")
     if fmt == "auto":
@@ -94,8 +93,7 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
             from .config import RunConfig, load_config
             from .io.tables import ingest_tables
             cfg = load_config(config) if config else RunConfig()
-            features = page_features_from_config(cfg.data.page_features, "data.page_features")
-            summary = ingest_tables(sorted(paths), out, features, client, partition_rows)
+            summary = ingest_tables(sorted(paths), out, cfg.data.parsed_page_features, client, partition_rows)
     typer.echo(json.dumps(summary.to_dict(), indent=2))
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..errors import ConfigError, WpultrError
-from ..schema import POSITION, SESSION_ID, page_features_from_config
+from ..schema import POSITION, SESSION_ID
 from .graph import IdentifiabilityGraph, build_graph
 from .repair import apply_merges, mapping_table, merged_mapping, plan_interventions, plan_merges
 
@@ -39,7 +39,7 @@ class IdentifiabilityError(WpultrError):
 
 
 def factor_kinds(cfg: "RunConfig") -> dict[str, str]:
-    return {f.name: f.kind.value for f in page_features_from_config(cfg.data.page_features, "data.page_features")}
+    return {f.name: f.kind.value for f in cfg.data.parsed_page_features}
 
 
 def bias_factors(cfg: "RunConfig") -> list[str] | None:

@@ -50,7 +50,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..rankers.base import Inputs, Ranker, take
 from .base import FitResult
-from .losses import click_loss
+from .losses import click_loss, click_loss_named
 from .registry import get_method
 from .training import ListBatch, LossFn, Trainer, build_ranker, list_scores
 
@@ -83,9 +83,7 @@ def shard(batch: ListBatch, rank: int, world: int) -> ListBatch:
 
 def click_normaliser(loss: str, batch: ListBatch) -> float:
     """What the click loss `loss` (losses.click_loss) divides by: shown results, or lists with a click."""
-    if loss == "listwise":
-        return float(((batch.clicks * batch.mask).sum(dim=1) > 0).sum())
-    return float(batch.mask.sum())
+    return click_loss_named(loss).normaliser(batch.clicks, batch.mask)
 
 
 @dataclass
