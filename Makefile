@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test sample bench
+.PHONY: install demo test test-unit lint sample bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,17 @@ demo: $(STAMP)
 	$(BIN)/wpultr run pipelines/demo.yaml --fresh
 	$(BIN)/wpultr run pipelines/demo.yaml --fresh --set name=demo-bert --set ranker.backbone=bert --set data.max_sessions=2000
 
-test: $(STAMP)
+# CI's command: the linter first (ruff, configured in pyproject.toml: a lint error fails CI), then every test
+test: lint
 	$(BIN)/python -m pytest -q
+
+# the unit tests alone, while working (docs/development.md)
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not e2e"
+
+# ruff over the paths pyproject.toml's [tool.ruff] includes
+lint: $(STAMP)
+	$(BIN)/ruff check
 
 sample: $(STAMP)
 	$(BIN)/python -m wpultr.simulate.bundled_sample --out data/sample

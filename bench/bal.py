@@ -60,7 +60,7 @@ from wpultr.bal.weights import clip_and_normalise
 from wpultr.cluster import open_client
 from wpultr.config import config_from_dict, set_dotted
 from wpultr.io.letor import read_letor
-from wpultr.methods.losses import listwise_softmax_loss, weighted_softmax_loss
+from wpultr.methods.losses.lists import listwise_softmax_loss, weighted_softmax_loss
 from wpultr.methods.training.gbdt import BoostingTrainer
 from wpultr.methods.training.trainer import Trainer, build_ranker
 from wpultr.metrics import paired_test

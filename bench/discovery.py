@@ -39,9 +39,10 @@ Parts (each prints its own lines; --json adds a machine-readable copy), run in t
 The world is `--world` of bench/worlds.py (default: the simulator's default whole-page world), with
 --user-model-params / --simulate-params over it. BENCH_USER_MODEL / BENCH_SIMULATE hold the world an
 earlier version of this bench used by default, tuned so that every true click parent is detectable by
-KCI at n = 2000. With the defaults two edges are near-unfaithful at that n: a media type almost fixes a result's height (log-normal spread 0.25
-around well-separated means), so media ⟂ click | height nearly holds; and a result's on-screen height
-adds little to position and height when 1/p examination is steep and half of examination ignores it.
+KCI at n = 2000. With the defaults two edges are near-unfaithful at that n: a media type almost fixes a
+result's height (log-normal spread 0.25 around well-separated means), so media ⟂ click | height nearly
+holds; and a result's on-screen height adds little to position and height when 1/p examination is steep
+and half of examination ignores it.
 The tuned world widens the height spread, strengthens the media and visibility effects and flattens the
 position curve. The hybrid test (compare part) is meant to work on the defaults: its click tests read
 ~10^5 shown results.
@@ -176,7 +177,7 @@ def part_speed(client, seed: int, n: int, workers: int, out: dict) -> DiscoveryR
     ours = discover(sample.nodes, FEATURES, cfg, client=client, seed=seed)
     ours_s = time.perf_counter() - start
     print(f"ours: {ours_s:.1f} s, {ours.runs[0].n_tests} tests, per depth "
-          f"{[(l['tests'], l['seconds']) for l in ours.runs[0].levels]} [{_load()}]", flush=True)
+          f"{[(lv['tests'], lv['seconds']) for lv in ours.runs[0].levels]} [{_load()}]", flush=True)
 
     names = node_order(FEATURES)
     data = sample.nodes[names].to_numpy(dtype=np.float64)
@@ -293,7 +294,8 @@ class MediaSample:
 
 
 def media_sample(world: dict, seed: int, n_sessions: int, cfg: DiscoveryConfig, score_noise: float) -> MediaSample:
-    """Simulate the world, give r̂ = grade + N(0, score_noise²) per (query, document), draw rows as the discover stage does."""
+    """Simulate the world, give r̂ = grade + N(0, score_noise²) per (query, document), draw rows as the discover
+    stage does."""
     logs = simulate(SimulateConfig(**{**world, "n_sessions": n_sessions}), seed=seed)
     columns = [SESSION_ID, QUERY_ID, DOC_ID, POSITION, CLICK] + [f.name for f in FEATURES if f.name != POSITION]
     sessions = logs.sessions[columns].merge(logs.truth_sessions[[SESSION_ID, POSITION, TRUE_LABEL]],
@@ -486,7 +488,8 @@ def main() -> None:
     SIMULATE_PARAMS.update(world)
     USER_MODEL_PARAMS.update(json.loads(args.user_model_params))
     SIMULATE_PARAMS.update(json.loads(args.simulate_params))
-    out: dict = {"world": args.world,"cpu_count": os.cpu_count(), "workers": args.workers, "score": f"true grade + N(0, {SCORE_NOISE}^2)",
+    out: dict = {"world": args.world, "cpu_count": os.cpu_count(), "workers": args.workers,
+                 "score": f"true grade + N(0, {SCORE_NOISE}^2)",
                  "user_model_params": USER_MODEL_PARAMS,
                  "simulate_params": SIMULATE_PARAMS}
     cluster = ClusterConfig(n_workers=args.workers, threads_per_worker=1, memory_limit="6GiB")

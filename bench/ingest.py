@@ -355,7 +355,8 @@ def measure_command(paths: list[str], out: Path) -> dict:
         raise RuntimeError(f"wpultr ingest: exited with {proc.returncode}\n{stderr[-4000:]}")
     shutil.rmtree(out)           # what that ingest just wrote
     summary = json.loads(stdout)
-    return {"label": "wpultr ingest", "seconds": seconds, "peak_rss": rss.peak, "load": (load_before, os.getloadavg()[0]),
+    return {"label": "wpultr ingest", "seconds": seconds, "peak_rss": rss.peak,
+            "load": (load_before, os.getloadavg()[0]),
             "cpu_seconds": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
             "sessions": summary["sessions"], "results": summary["results"], "quarantined": summary["quarantined"],
             "bytes_uncompressed": summary["bytes_uncompressed"]}

@@ -28,7 +28,7 @@ import time
 import numpy as np
 import torch
 
-from wpultr.config import BaselinesConfig, RunConfig
+from wpultr.config import RunConfig
 from wpultr.settings.methods import get_method
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
@@ -70,8 +70,8 @@ def main() -> None:
         cfg.train.epochs = args.epochs
         cfg.train.batch_size = args.batch_size
         cfg.train.device = "cpu"
-        cfg.baselines = BaselinesConfig(lightgbm_rounds=args.rounds, lightgbm_num_threads=args.threads)
-        cfg.ranker.lightgbm.num_threads = args.threads      # the boosted methods (propensity_lambdamart)
+        cfg.ranker.lightgbm.rounds = args.rounds
+        cfg.ranker.lightgbm.num_threads = args.threads      # the lambdarank and the boosted methods
         return cfg
 
     # warm-up (lazy imports, allocator, first-call costs), not timed

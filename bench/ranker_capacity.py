@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from wpultr.config import config_from_dict
-from wpultr.methods.losses import listwise_softmax_loss
+from wpultr.methods.losses.lists import listwise_softmax_loss
 from wpultr.methods.training.trainer import Trainer, build_ranker
 from wpultr.metrics import per_query
 from wpultr.rankers.base import score_frame

@@ -14,7 +14,8 @@ from wpultr.bal.rows import document_pairs
 from wpultr.causal.biases import identify_biases
 from wpultr.causal.discovery import prior_violations
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
-from wpultr.config import BaselinesConfig, ConfigError, RunConfig, config_from_dict
+from wpultr.config import ConfigError, RunConfig, config_from_dict
+from wpultr.settings.lightgbm import LightGBMConfig
 from wpultr.metrics import evaluate
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
@@ -118,7 +119,7 @@ def _position_aware_lightgbm(cfg, logs):
     """LightGBM's position-debiasing objective reads the position while training; its scores must not."""
     run = RunConfig()
     run.data.simulate, run.train.method, run.train.device = cfg, "lightgbm_position", "cpu"
-    run.baselines = BaselinesConfig(lightgbm_rounds=20, lightgbm_eval_points=1, lightgbm_num_threads=1)
+    run.ranker.lightgbm = LightGBMConfig(rounds=20, eval_points=1, num_threads=1)
     ranker = get_method("lightgbm_position").fit(logs.sessions, logs.annotations, run).ranker
     assert ranker.position_aware
     return ranker

@@ -106,7 +106,8 @@ def test_a_near_deterministic_proxy_does_not_erase_the_true_parent_and_the_graph
     assert graph.adjacent(MEDIA, CLICK) and not graph.adjacent(HEIGHT, CLICK)
     [pair] = graph.meta["near_deterministic"]["pairs"]
     assert (pair["feature"], pair["proxy"]) == (MEDIA, HEIGHT) and min(pair["determination"], pair["reverse"]) > 0.9
-    assert "leave serp_height out" in pair["handling"] and "media_type, the coarser, is the one protected" in pair["handling"]
+    assert "leave serp_height out" in pair["handling"]
+    assert "media_type, the coarser, is the one protected" in pair["handling"]
     evidence = {e["node"]: e for e in graph.meta["click_evidence"]}
     media = evidence[MEDIA]
     assert media["in_graph"] and media["p_value"] < 1e-6 and media["effect"]["rows"] == 20_000

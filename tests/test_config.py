@@ -1,5 +1,6 @@
 """The run config: defaults, safe YAML, every key checked at load, and paths made absolute on the client."""
 import dataclasses
+import functools
 import glob
 import os
 import typing
@@ -8,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wpultr.config import (BaselinesConfig, ConfigError, RunConfig, check_machine, config_from_dict, dump_config,
+from wpultr.config import (MOVED_KEYS, ConfigError, RunConfig, check_machine, config_from_dict, dump_config,
                            load_config, parse_overrides, to_dict)
+from wpultr.settings.lightgbm import LightGBMConfig
+from wpultr.settings.propensity import PropensityConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,14 +31,14 @@ def test_defaults_resolve_and_round_trip_through_yaml():
     ({"train": {"method": "bal", "loss": "lambdarank"}},
      "train.loss: 'lambdarank' (LambdaMART's λ-gradients as the booster's objective) needs ranker.backbone 'lightgbm'"),
     ({"train": {"method": "ipw", "loss": "lambdarank"}, "ranker": {"backbone": "lightgbm"}},
-     "train.loss: 'lambdarank'"),
+     "train.loss: lambdarank is not supported by train.method: ipw (supports: pointwise, listwise)"),
     ({"ranker": {"backbone": "gpt"}}, "ranker.backbone"),
     ({"trian": {}}, "unknown config key(s) trian"),
     ({"train": {"epochs": "three"}}, "train.epochs: expected an integer"),
     ({"train": {"epochs": 0}}, "train.epochs: must be > 0"),
     ({"train": {"method": "ipw", "streaming": True}},
-     "train.method: must be 'naive' or 'bal' with train.streaming true, got 'ipw'"),
-    ({"train": {"method": "bal", "processes": 2}}, "train.method: must be 'naive' with train.processes > 1, got 'bal'"),
+     "train.streaming: true is not supported by train.method: ipw (supports: false)"),
+    ({"train": {"method": "bal", "processes": 2}}, "train.processes: 2 is not supported by train.method: bal (supports: 1)"),
     ({"train": {"method": "bal", "streaming": True}, "ranker": {"backbone": "lightgbm"}},
      "ranker.backbone: train.streaming: true trains the 'mlp' backbone only"),
     ({"train": {"streaming": True}, "data": {"max_sessions": 100}},
@@ -89,10 +92,10 @@ def _load_error(tmp_path, override: str, text: str = "name: probe\n") -> str:
                                        "tcp://host:port"),
     ("train.weight_decay=-1", "train.weight_decay: must be a finite number >= 0, got -1.0"),
     ("data.max_sessions=0", "data.max_sessions: must be null (every session) or an integer >= 1, got 0"),
-    ("baselines.propensity_clip=5", "baselines.propensity_clip: must be in (0, 1], got 5.0"),
-    ("baselines.dla_max_weight=0.1", "baselines.dla_max_weight: must be a finite number > 1, got 0.1"),
-    ("baselines.rem_step_size=-3", "baselines.rem_step_size: must be in (0, 1], got -3.0"),
-    ("baselines.lightgbm_rounds=0", "baselines.lightgbm_rounds: must be an integer >= 1, got 0"),
+    ("propensity.clip=5", "propensity.clip: must be in (0, 1], got 5.0"),
+    ("dla.max_weight=0.1", "dla.max_weight: must be a finite number > 1, got 0.1"),
+    ("regression_em.step_size=-3", "regression_em.step_size: must be in (0, 1], got -3.0"),
+    ("ranker.lightgbm.rounds=0", "ranker.lightgbm.rounds: must be an integer >= 1, got 0"),
 ])
 def test_issue_probes_fail_at_load_with_the_key_and_the_allowed_values(tmp_path, override, message):
     assert _load_error(tmp_path, override, "name: probe\ntrain: {epochs: 1}\n").startswith(message)
@@ -137,15 +140,13 @@ BAD: dict[str, typing.Any] = {
     "discovery.rcit.num_f": 0, "discovery.rcit.num_f2": 0, "discovery.fastkci.n_clusters": 0,
     "discovery.fastkci.n_repeats": 0, "discovery.preprocess.bradley_terry_ridge": 0.0,
     "discovery.preprocess.embedding_dim": 0, "discovery.preprocess.seed": -1,
-    "baselines.propensity_source": "oracle", "baselines.propensity_table": {"0": 1.0},
-    "baselines.propensity_clip": 0.0, "baselines.randomisation_sessions": 0, "baselines.harvest_iterations": 0,
-    "baselines.rem_step_size": 1.5, "baselines.dla_ranker_loss_weight": -1.0,
-    "baselines.dla_propensity_learning_rate": 0.0, "baselines.dla_max_weight": 1.0,
-    "baselines.pairwise_regularization_p": 0.0, "baselines.pairwise_step_size": 0.0, "baselines.lightgbm_rounds": 0,
-    "baselines.lightgbm_learning_rate": 0.0, "baselines.lightgbm_num_leaves": 1,
-    "baselines.lightgbm_min_data_in_leaf": 0, "baselines.lightgbm_position_bias_regularization": -1.0,
-    "baselines.lightgbm_num_threads": -1, "baselines.lightgbm_eval_points": 0,
-    "baselines.pair_weighting": "dcg", "baselines.prs_clip": 0.0, "baselines.lightgbm_distributed": "yes",
+    "propensity.source": "oracle", "propensity.table": {"0": 1.0},
+    "propensity.clip": 0.0, "propensity.randomisation_sessions": 0, "propensity.harvest_iterations": 0,
+    "regression_em.step_size": 1.5, "dla.ranker_loss_weight": -1.0,
+    "dla.propensity_learning_rate": 0.0, "dla.max_weight": 1.0,
+    "pairwise_debias.regularization_p": 0.0, "pairwise_debias.step_size": 0.0, "ranker.lightgbm.rounds": 0,
+    "ranker.lightgbm.position_bias_regularization": -1.0, "ranker.lightgbm.eval_points": 0,
+    "prs.weighting": "dcg", "prs.clip": 0.0, "ranker.lightgbm.distributed": "yes",
     "bal.graph": "learned", "bal.features": [], "bal.estimator_rows": 0, "bal.graph_bootstrap": -1, "bal.pair_weights": "none",
     "bal.min_within_document_share": 1.0,
     "bal.click_model.form": "linear", "bal.click_model.hidden": [0], "bal.click_model.embedding_dim": 0,
@@ -225,10 +226,25 @@ def test_memory_limits_parse_as_dask_sizes():
     assert config_from_dict({"cluster": {"memory_limit": "auto"}}).cluster.memory_limit == "auto"
 
 
-def test_baselines_settings_are_one_validated_dataclass():
-    with pytest.raises(ConfigError, match=r"baselines.propensity_clip: must be in \(0, 1\]"):
-        BaselinesConfig(propensity_clip=5.0)
-    assert config_from_dict({"baselines": {"lightgbm_rounds": 7}}).baselines == BaselinesConfig(lightgbm_rounds=7)
+def test_each_method_has_its_own_validated_section_and_an_old_baselines_key_says_where_it_lives(tmp_path):
+    """Issue 33: the flat `baselines` bag is split per method; a key of it in a user's YAML fails naming its new home,
+    and the LightGBM knobs live in `ranker.lightgbm` alone."""
+    with pytest.raises(ConfigError, match=r"propensity.clip: must be in \(0, 1\]"):
+        PropensityConfig(clip=5.0)
+    assert config_from_dict({"ranker": {"lightgbm": {"rounds": 7}}}).ranker.lightgbm == LightGBMConfig(rounds=7)
+    assert config_from_dict({"dla": {"max_weight": 5}}).dla.max_weight == 5.0
+    for old, new in MOVED_KEYS.items():
+        with pytest.raises(ConfigError) as err:
+            config_from_dict({"baselines": {old.split(".", 1)[1]: 1}})
+        assert str(err.value) == f"{old}: moved to {new} (the baselines section is split per method)"
+        *section, leaf = new.split(".")
+        assert leaf in {f.name for f in dataclasses.fields(functools.reduce(getattr, section, RunConfig()))}
+    with pytest.raises(ConfigError, match=r"^baselines\.nonsense: the baselines section is split per method"):
+        config_from_dict({"baselines": {"nonsense": 1}})
+    (tmp_path / "old.yaml").write_text("baselines: {rem_step_size: 0.5}\n")
+    for overrides in (None, {"baselines.dla_max_weight": 3.0}):     # in the file, or given with --set
+        with pytest.raises(ConfigError, match=r"^baselines\.(rem_step_size|dla_max_weight): moved to "):
+            load_config(tmp_path / "old.yaml" if overrides is None else REPO / "pipelines" / "demo.yaml", overrides)
 
 
 def test_load_config_uses_safe_yaml_and_overrides(tmp_path):
@@ -367,3 +383,48 @@ def test_the_config_bounds_are_the_ones_a_saved_ranker_is_checked_against():
     assert saved.cluster.n_workers == 1000 and saved.train.processes == 1000
     external = config_from_dict({"cluster": {"n_workers": 1000, "scheduler": "tcp://10.0.0.1:8786"}})
     assert check_machine(external) is external                          # an external cluster's size is its own
+
+
+def test_page_features_are_parsed_once_where_the_data_section_is_set():
+    """`data.page_features` is parsed when set (built or assigned) and read parsed everywhere
+    (`data.parsed_page_features`): `schema.page_features_from_config` has one caller in the package (issue 33)."""
+    import ast
+
+    import wpultr
+    from wpultr.schema import FeatureKind, PageFeature
+    cfg = config_from_dict({"data": {"page_features": {"position": "ordinal", "media": "categorical"}}})
+    assert cfg.data.parsed_page_features == (PageFeature("position", FeatureKind.ORDINAL),
+                                             PageFeature("media", FeatureKind.CATEGORICAL))
+    cfg.data.page_features = {"height": "continuous"}
+    assert cfg.data.parsed_page_features == (PageFeature("height", FeatureKind.CONTINUOUS),)
+    assert "parsed_page_features" not in to_dict(cfg)["data"]
+    with pytest.raises(ConfigError, match="^data.page_features.height: kind 'size' is not one of"):
+        cfg.data.page_features = {"height": "size"}
+    calls = [str(path.relative_to(Path(wpultr.__file__).parent)) for path in Path(wpultr.__file__).parent.rglob("*.py")
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
+             == "page_features_from_config"]
+    assert calls == ["config.py"]
+
+
+def test_a_run_directory_written_before_the_baselines_split_still_loads(tmp_path):
+    """A saved config.yaml with the old flat baselines section: each key where it lives now, and where both sections
+    spelled a LightGBM knob, the one the run's method read (the lambdarank methods read baselines.lightgbm_*)."""
+    from wpultr.config import dump_config, saved_config
+    for method, lr in (("lightgbm_lambdarank", 0.3), ("naive", 0.05)):
+        values = yaml.safe_load(dump_config(config_from_dict({"train": {"method": method}})))
+        for section in ("propensity", "regression_em", "dla", "pairwise_debias", "prs"):    # not written then
+            values.pop(section)
+        for key in ("rounds", "position_bias_regularization", "eval_points", "distributed"):
+            values["ranker"]["lightgbm"].pop(key)
+        values["ranker"]["lightgbm"]["learning_rate"] = 0.05
+        values["baselines"] = {"rem_step_size": 0.25, "lightgbm_learning_rate": 0.3, "lightgbm_rounds": 7,
+                               "pair_weighting": "pns", "propensity_clip": 0.02}
+        path = tmp_path / f"{method}.yaml"
+        path.write_text(yaml.safe_dump(values))
+        with pytest.raises(ConfigError, match="moved to"):      # a user's own file is told where the key went
+            config_from_dict(values)
+        cfg = saved_config(path)
+        assert (cfg.regression_em.step_size, cfg.ranker.lightgbm.rounds, cfg.prs.weighting, cfg.propensity.clip) == \
+            (0.25, 7, "pns", 0.02)
+        assert cfg.ranker.lightgbm.learning_rate == lr

@@ -509,3 +509,30 @@ def test_per_graph_click_error_removes_the_chance_click_parents_per_edge_keeps(t
 def test_click_error_is_checked():
     with pytest.raises(ConfigError, match=r"discovery.click_error: must be 'per_graph' or 'per_edge', got 'per_test'"):
         DiscoveryConfig(click_error="per_test")
+
+
+@pytest.mark.parametrize("ci_test", ["hybrid", "fisherz"])
+def test_bal_and_the_discover_stage_draw_discovery_rows_with_one_sampler(tmp_path, ci_test):
+    """BAL's in-memory rows (`bal.rows.GraphRows`) and the discover stage's sample read from the partitions
+    (`discover_stage.sample_rows`) come from one sampler with one seed rule (`draw_discovery_sessions`): the same
+    seed draws the same shown results for the KCI sample and the same whole sessions for hybrid's click tests."""
+    from wpultr.causal.discover_stage import sample_rows
+    from wpultr.bal.rows import GraphRows, discovery_seed
+    from wpultr.config import RunConfig
+    sessions_dir = tmp_path / "sessions"
+    write_sessions(sessions_dir, 400, seed=1)
+    frame = pd.concat([pd.read_parquet(sessions_dir / f"part-{i}.parquet") for i in (0, 1)], ignore_index=True)
+    cfg = RunConfig(seed=2)
+    cfg.discovery = DiscoveryConfig(n_sessions=100, ci_test=ci_test, click_rows=600)
+    in_memory = GraphRows.draw(frame, cfg)
+    kci, whole = sample_rows(sessions_dir, "score", FEATURES, cfg.discovery, discovery_seed(cfg))
+    keys = [SESSION_ID, POSITION]
+    pd.testing.assert_frame_equal(kci[keys].reset_index(drop=True),
+                                  frame.iloc[in_memory.kci][keys].reset_index(drop=True))
+    if ci_test != "hybrid":
+        assert whole is None and in_memory.click_rows is None
+        return
+    click = frame.iloc[in_memory.click_rows][keys]              # in training order; the stage's by session, position
+    pd.testing.assert_frame_equal(whole[keys].reset_index(drop=True),
+                                  click.sort_values(keys).reset_index(drop=True))
+    assert np.array_equal(in_memory.click_sessions, click[SESSION_ID].to_numpy()) and len(whole) == 600

@@ -48,7 +48,8 @@ def test_page_encoder_fitted_by_partitions_equals_fit_on_whole(tmp_path):
     df = sessions(40, seed=1)
     whole = PageFeatureEncoder(FEATURES).fit(df)
     encoder = PageFeatureEncoder(FEATURES)
-    summary = encoder.merge_summaries(encoder.summarise(df[df[SESSION_ID] < 13]), encoder.summarise(df[df[SESSION_ID] >= 13]))
+    summary = encoder.merge_summaries(encoder.summarise(df[df[SESSION_ID] < 13]),
+                                      encoder.summarise(df[df[SESSION_ID] >= 13]))
     encoder.fit_summary(summary)
     pd.testing.assert_frame_equal(encoder.transform(df), whole.transform(df))
     out = whole.transform(df)

@@ -169,7 +169,8 @@ def test_bad_experiment_keys_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"tables\.table3\[0\].*'BAL'"):
         experiment_from_dict({**good, "tables": {"table3": ["BAL"]}})
     with pytest.raises(ConfigError, match=r"data\.simulate\.n_sessions.*same logs"):
-        experiment_from_dict({**good, "tables": {}, "methods": [{"label": "A", "overrides": {"data.simulate.n_sessions": 5}}]})
+        experiment_from_dict({**good, "tables": {},
+                              "methods": [{"label": "A", "overrides": {"data.simulate.n_sessions": 5}}]})
     with pytest.raises(ConfigError, match=r"base: .*train\.method"):
         experiment_from_dict({**good, "base": {"train": {"method": "nope"}}})
     with pytest.raises(ConfigError, match="seeds"):
@@ -193,7 +194,8 @@ def test_settings_expand_to_paired_runs(tmp_path):
     by_key = {r.key: r for r in exp.runs}
     assert by_key[("pbm", "Naive", 1)].config["data"]["simulate"]["user_model"] == "pbm"
     assert by_key[("wp", "Naive", 1)].config["data"]["simulate"]["user_model"] == "whole_page"
-    assert by_key[("pbm", "Listwise", 1)].config["data"]["simulate"] == by_key[("pbm", "Naive", 1)].config["data"]["simulate"]
+    assert (by_key[("pbm", "Listwise", 1)].config["data"]["simulate"]
+            == by_key[("pbm", "Naive", 1)].config["data"]["simulate"])
     assert by_key[("pbm", "Listwise", 1)].config["train"]["loss"] == "listwise"
     assert by_key[("pbm", "Naive", 1)].config["seed"] == 1
 

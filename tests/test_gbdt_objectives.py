@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from wpultr.methods import gbdt_objectives as obj
+from wpultr.methods.losses import boosted as obj
 from wpultr.bal.click_model import log_click_likelihood
-from wpultr.methods.losses import listwise_softmax_loss as torch_listwise
-from wpultr.methods.losses import weighted_softmax_loss as torch_weighted
+from wpultr.methods.losses.lists import listwise_softmax_loss as torch_listwise
+from wpultr.methods.losses.lists import weighted_softmax_loss as torch_weighted
 from finite_differences import central_grad, central_hess_diag
 
 
@@ -117,7 +117,7 @@ def as_lists(sizes):
 def test_session_softmax_gradient_and_diagonal_hessian_match_finite_differences(seed, objective, weighted):
     f, c, sizes, w = sessions(seed)
     w = w if weighted else None
-    loss_of, grad_hess = getattr(obj, f"{objective}_loss"), getattr(obj, f"{objective}_grad_hess")
+    loss_of, grad_hess = getattr(obj, f"{objective}_sum"), getattr(obj, f"{objective}_grad_hess")
     loss = lambda z: loss_of(z, c, sizes, w)   # noqa: E731
     grad, hess = grad_hess(f, c, sizes, w)
     np.testing.assert_allclose(grad, central_grad(loss, f), rtol=1e-6, atol=1e-8)
@@ -130,14 +130,14 @@ def test_listwise_loss_matches_the_torch_loss_summed_over_sessions_with_a_click(
     lay, mask = as_lists(sizes)
     has_click = np.add.reduceat(c, np.r_[0, np.cumsum(sizes)[:-1]]) > 0
     mean = float(torch_listwise(lay(f), lay(c), mask, lay(w)))
-    assert obj.listwise_softmax_loss(f, c, sizes, w) == pytest.approx(mean * has_click.sum(), rel=1e-9)
+    assert obj.listwise_softmax_sum(f, c, sizes, w) == pytest.approx(mean * has_click.sum(), rel=1e-9)
 
 
 def test_listwise_rejects_groups_that_do_not_cover_the_rows():
     with pytest.raises(ValueError, match="group_sizes"):
         obj.listwise_softmax_grad_hess(np.zeros(5), np.zeros(5), np.array([2, 2]))
     with pytest.raises(ValueError, match="group_sizes"):
-        obj.listwise_softmax_loss(np.zeros(2), np.zeros(2), np.array([2, 0]))
+        obj.listwise_softmax_sum(np.zeros(2), np.zeros(2), np.array([2, 0]))
 
 
 def test_weighted_softmax_keeps_each_clicks_weight_across_sessions():
@@ -147,11 +147,11 @@ def test_weighted_softmax_keeps_each_clicks_weight_across_sessions():
     doubled = w.copy()
     doubled[4:13] *= 2.0                                               # the session of 9
     starts = np.r_[0, np.cumsum(sizes)[:-1]]
-    one = lambda ww: obj.weighted_softmax_loss(f[4:13], c[4:13], sizes[2:3], ww[4:13])   # noqa: E731
-    assert obj.weighted_softmax_loss(f, c, sizes, doubled) == pytest.approx(
-        obj.weighted_softmax_loss(f, c, sizes, w) + one(w), rel=1e-12)
+    one = lambda ww: obj.weighted_softmax_sum(f[4:13], c[4:13], sizes[2:3], ww[4:13])   # noqa: E731
+    assert obj.weighted_softmax_sum(f, c, sizes, doubled) == pytest.approx(
+        obj.weighted_softmax_sum(f, c, sizes, w) + one(w), rel=1e-12)
     assert starts[2] == 4
     # and equals the torch IPW softmax loss times the total click weight
     lay, mask = as_lists(sizes)
     mean = float(torch_weighted(lay(f), lay(c), mask, lay(w)))
-    assert obj.weighted_softmax_loss(f, c, sizes, w) == pytest.approx(mean * float((c * w).sum()), rel=1e-9)
+    assert obj.weighted_softmax_sum(f, c, sizes, w) == pytest.approx(mean * float((c * w).sum()), rel=1e-9)

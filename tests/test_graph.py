@@ -164,7 +164,8 @@ def test_graph_show_prints_click_evidence_and_near_deterministic_pairs(tmp_path)
              "given": None, "decision": "not tested: constant in the sample", "stability": None, "effect": None}],
         "near_deterministic": {"threshold": 0.9, "pairs": [
             {"feature": "media_type", "proxy": "serp_height", "determination": 0.97, "reverse": 0.95,
-             "measure": "uncertainty coefficient", "handling": "tests of media_type against click leave serp_height out"}]}})
+             "measure": "uncertainty coefficient",
+             "handling": "tests of media_type against click leave serp_height out"}]}})
     graph.save(epoch_dir(tmp_path / "run", 0) / "graph.json")
     out = CliRunner().invoke(graph_app, ["show", str(tmp_path / "run")]).output
     assert "edges into click" in out and "100000 rows, 10000 sessions" in out

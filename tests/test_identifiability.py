@@ -389,5 +389,6 @@ def test_node_intervention_joins_the_onehot_designs_components():
 def test_onehot_corpus_settings_are_checked():
     with pytest.raises(ConfigError, match=r"data\.simulate\.results_per_page: must equal docs_per_query"):
         SimulateConfig(**{**ONEHOT, "results_per_page": 5})
-    with pytest.raises(ConfigError, match=r"data\.simulate\.n_documents: must be an integer in \[docs_per_query \(10\), n_queries x docs_per_query \(1150\)\]"):
+    with pytest.raises(ConfigError, match=r"data\.simulate\.n_documents: must be an integer in "
+                                          r"\[docs_per_query \(10\), n_queries x docs_per_query \(1150\)\]"):
         SimulateConfig(**{**ONEHOT, "n_documents": 5000})

@@ -101,7 +101,8 @@ def test_categorical_head_recovers_a_known_softmax_table():
 
 
 def test_categorical_parent_enters_one_hot():
-    model = ConditionalDensity("continuous", [R, "m"], parent_categories={"m": 4}, seed=0).fit(mixed_parents(6000, 0), "y")
+    model = ConditionalDensity("continuous", [R, "m"], parent_categories={"m": 4},
+                               seed=0).fit(mixed_parents(6000, 0), "y")
     grid = pd.DataFrame({R: np.tile([-1.0, 0.0, 1.0], 3), "m": np.repeat([1, 2, 3], 3), "y": 0.0})
     params = model.predict_params(grid)
     expected = np.array([0.0, -2.0, 0.0, 3.0])[grid["m"]] + 0.5 * grid[R]
@@ -140,7 +141,8 @@ def test_save_load_round_trip_gives_identical_log_probs(tmp_path):
     cfg = InfluenceConfig(epochs=5)
     df = mixed_parents(800, 4).assign(k=lambda d: np.random.default_rng(0).integers(1, 4, len(d)))
     models = {
-        "gauss": ConditionalDensity("continuous", [R, "m"], parent_categories={"m": 4}, config=cfg, seed=1).fit(df, "y"),
+        "gauss": ConditionalDensity("continuous", [R, "m"], parent_categories={"m": 4}, config=cfg,
+                                    seed=1).fit(df, "y"),
         "cat": ConditionalDensity("categorical", [R, "m"], n_categories=4, parent_categories={"m": 4},
                                   config=cfg, seed=1).fit(df, "k"),
         "marginal": ConditionalDensity("categorical", [], n_categories=4, config=cfg).fit(df, "k"),

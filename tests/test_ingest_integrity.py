@@ -203,7 +203,7 @@ def test_duplicate_and_conflicting_annotations_are_quarantined_with_reasons(tmp_
              f"1\t5{SEP}6\t1{SEP}2\t3\t4\t0",       # 2 the same label again: duplicate_annotation
              f"1\t5{SEP}6\t7\t8\t2\t0",             # 3 conflicting_label (with line 4)
              f"1\t5{SEP}6\t7\t8\t0\t0",             # 4 conflicting_label
-             f"1\t9\t7\t8\t0\t0",                   # 5 another query (same id, other tokens): kept
+             "1\t9\t7\t8\t0\t0",                    # 5 another query (same id, other tokens): kept
              "bad line"]                            # 6 wrong_field_count
     path = write_gz(tmp_path / "annotations.gz", lines)
     summary = ingest_baidu_annotations(path, tmp_path / "out")

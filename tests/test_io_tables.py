@@ -169,7 +169,8 @@ def test_bad_token_cell_and_wrong_list_type(tmp_path):
         read_sessions_table(csv, PAGE)
     parquet = tmp_path / "log.parquet"
     df.assign(**{TITLE_TOKENS: [" ".join(map(str, v)) for v in df[TITLE_TOKENS]]}).to_parquet(parquet)
-    with pytest.raises(SchemaError, match="column 'title_tokens' has type (large_)?string, expected a list of integers"):
+    with pytest.raises(SchemaError,
+                       match="column 'title_tokens' has type (large_)?string, expected a list of integers"):
         read_sessions_table(parquet, PAGE)
 
 

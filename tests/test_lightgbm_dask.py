@@ -23,8 +23,8 @@ def _config(tmp: Path, distributed) -> dict:
             "data": {"source": "simulate", "simulate": SIM, "valid_fraction": 0.3,
                      "partition_rows": ROWS_PER_PARTITION},
             "train": {"method": "lightgbm_lambdarank", "epochs": 1, "batch_size": 64},
-            "baselines": {"lightgbm_rounds": 20, "lightgbm_min_data_in_leaf": 5, "lightgbm_eval_points": 4,
-                          "lightgbm_distributed": distributed},
+            "ranker": {"lightgbm": {"rounds": 20, "min_data_in_leaf": 5, "eval_points": 4,
+                                    "distributed": distributed}},
             "evaluation": {"discover_graph": False}, "cluster": {"n_workers": 2}}
 
 
@@ -49,7 +49,7 @@ def test_auto_uses_dask_only_for_data_beyond_one_partition(dask_client, caplog):
             return LightGBMLambdaRank().dask_client(c, rows=101) is None
 
     assert dask_client.submit(as_an_experiment_run, cfg, pure=False).result()
-    off = config_from_dict({"data": {"partition_rows": 100}, "baselines": {"lightgbm_distributed": False}})
+    off = config_from_dict({"data": {"partition_rows": 100}, "ranker": {"lightgbm": {"distributed": False}}})
     assert LightGBMLambdaRank().dask_client(off, rows=10_000) is None
     with caplog.at_level(logging.INFO, logger="wpultr.methods.lightgbm_rank"):   # no `position` in lightgbm.dask
         assert LightGBMPositionLambdaRank().dask_client(cfg, rows=10_000) is None
@@ -78,7 +78,7 @@ def test_dask_trained_ranker_ranks_better_than_random(dask_client, tmp_path):
 def test_custom_objective_boosters_stay_in_process_and_say_so(dask_client, caplog):
     from wpultr.methods.training.gbdt import note_in_process
     with caplog.at_level(logging.INFO, logger="wpultr.methods.training.gbdt"):
-        asked = config_from_dict({"baselines": {"lightgbm_distributed": True}})
+        asked = config_from_dict({"ranker": {"lightgbm": {"distributed": True}}})
         assert note_in_process(asked, rows=10)
         small = config_from_dict({"data": {"partition_rows": 100}})
         assert not note_in_process(small, rows=100)          # auto: one partition's worth stays local silently
@@ -93,7 +93,7 @@ def test_the_exported_booster_carries_no_cluster_settings(dask_client):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(4800, 6))
     y = (rng.random(len(x)) < 1 / (1 + np.exp(-x[:, 0]))).astype(float)
-    cfg = config_from_dict({"seed": 5, "baselines": {"lightgbm_rounds": 5, "lightgbm_min_data_in_leaf": 5}})
+    cfg = config_from_dict({"seed": 5, "ranker": {"lightgbm": {"rounds": 5, "min_data_in_leaf": 5}}})
     text = LightGBMLambdaRank()._fit_dask(dask_client, x, y, np.full(600, 8), None, cfg).ranker.model_string()
     assert "[machines: " not in text and "[local_listen_port: " not in text
     infos = next(line for line in text.splitlines() if line.startswith("feature_infos=")).split("=")[1].split(" ")

@@ -1,4 +1,4 @@
-"""Every shared loss of wpultr/methods/losses.py against a value computed by hand (allRank's habit).
+"""Every shared loss of wpultr/methods/losses/ against a value computed by hand (allRank's habit).
 
 One batch of two lists of three slots; the last slot of the second list is padding:
   scores [[0, ln 2, 0], [ln 3, 0, 5]], clicks [[1, 0, 0], [0, 1, 1]], mask [[T, T, T], [T, T, F]].
@@ -10,8 +10,10 @@ import math
 import pytest
 import torch
 
-from wpultr.methods.losses import (click_loss, dla_losses, listwise_softmax_loss, pair_terms, pointwise_click_loss,
-                                   regression_em_posteriors, weighted_softmax_loss)
+from wpultr.config import TRAIN_LOSSES
+from wpultr.methods.losses import CLICK_LOSSES, boosted, click_loss, click_loss_named, lists
+from wpultr.methods.losses.lists import (dla_losses, listwise_softmax_loss, pair_terms, pointwise_click_loss,
+                                         regression_em_posteriors, weighted_softmax_loss)
 
 LN2, LN3 = math.log(2.0), math.log(3.0)
 SCORES = torch.tensor([[0.0, LN2, 0.0], [LN3, 0.0, 5.0]])
@@ -43,7 +45,7 @@ def test_listwise_is_the_per_list_softmax_cross_entropy_padding_left_out():
         pytest.approx(pointwise_click_loss(SCORES, CLICKS, MASK).item())
     no_clicks = torch.zeros_like(CLICKS)
     assert listwise_softmax_loss(SCORES, no_clicks, MASK).item() == 0.0
-    with pytest.raises(ValueError, match="not one of 'pointwise', 'listwise'"):
+    with pytest.raises(ValueError, match="not one of 'pointwise', 'listwise', 'lambdarank'"):
         click_loss("pairwise", SCORES, CLICKS, MASK)
 
 
@@ -93,3 +95,33 @@ def test_regression_em_posteriors_by_hand():
     # skip: P(E=1|c=0) = θ(1−γ)/(1−θγ), P(R=1|c=0) = (1−θ)γ/(1−θγ); a click: both 1
     assert exam.tolist() == pytest.approx([0.25 / 0.75, 0.6 / 0.8, 1.0], rel=1e-6)
     assert rel.tolist() == pytest.approx([0.25 / 0.75, 0.05 / 0.8, 1.0], rel=1e-6)
+
+
+def test_every_train_loss_is_in_the_one_table_and_no_name_is_defined_twice():
+    """`train.loss` is looked up in `losses.CLICK_LOSSES` alone; the torch and numpy modules share no function name
+    (issue 33: listwise_softmax_loss and weighted_softmax_loss were defined in both)."""
+    assert list(CLICK_LOSSES) == list(TRAIN_LOSSES)
+    names = [{n for n, v in vars(m).items() if callable(v) and getattr(v, "__module__", None) == m.__name__}
+             for m in (lists, boosted)]
+    assert not names[0] & names[1]
+    with pytest.raises(ValueError, match="is a booster's objective"):
+        click_loss("lambdarank", SCORES, CLICKS, MASK)
+
+
+# pointwise weighted is IPW's target c·ω (lists only): a booster has no such form
+@pytest.mark.parametrize("name, weighted", [("pointwise", False), ("listwise", False), ("listwise", True)])
+def test_the_numpy_form_is_the_torch_form_summed(name, weighted):
+    """Side by side: a booster's summed loss (numpy) is the torch mean times its normaliser, for the naive and the
+    weighted form of each loss, so a booster and a network minimise one loss."""
+    entry = click_loss_named(name)
+    w = torch.tensor([[2.0, 1.0, 0.5], [1.0, 3.0, 1.0]])
+    mean = (entry.weighted if weighted else entry.naive)(SCORES, CLICKS, MASK, w)
+    flat = MASK.flatten()
+    f, c, ww = (t.flatten()[flat].double().numpy() for t in (SCORES, CLICKS, w))
+    sizes = MASK.sum(dim=1).numpy()
+    total = entry.weighted_total if weighted else entry.total
+    if weighted:                                # the weighted softmax divides by Σ c·ω of the whole batch
+        scale = float((CLICKS * w * MASK).sum())
+    else:
+        scale = entry.normaliser(CLICKS, MASK)
+    assert total(f, c, sizes, ww) == pytest.approx(float(mean) * scale, rel=1e-6)

@@ -15,12 +15,14 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from wpultr.config import BaselinesConfig, ConfigError, RunConfig
+from wpultr.config import ConfigError, RunConfig
 from wpultr.methods.base import FitResult
-from wpultr.methods.losses import weighted_softmax_loss
+from wpultr.methods.losses.lists import weighted_softmax_loss
 from wpultr.methods.propensities.position import (harvest_propensities, propensity_array, randpair_estimate,
                                                   resolve_propensities, simulate_randpair,
                                                   true_position_examination)
+from wpultr.settings.lightgbm import LightGBMConfig
+from wpultr.settings.propensity import PropensityConfig
 from wpultr.metrics import evaluate
 from wpultr.rankers import registry as rankers_registry
 from wpultr.rankers.base import score_frame
@@ -40,7 +42,7 @@ ALL = NEURAL + ("lightgbm_lambdarank", "lightgbm_position")
 MARGIN = 2.5     # over a random ranking's DCG@10, whose SD over the 30 annotated queries is about 1
 
 
-def run_config(method: str, **baselines) -> RunConfig:
+def run_config(method: str, **propensity) -> RunConfig:
     cfg = RunConfig()
     cfg.data.simulate = SIM
     cfg.ranker.head = [32, 16]
@@ -49,8 +51,8 @@ def run_config(method: str, **baselines) -> RunConfig:
     cfg.train.epochs = EPOCHS.get(method, 1)
     cfg.train.batch_size = 64
     cfg.train.device = "cpu"
-    cfg.baselines = BaselinesConfig(**{"randomisation_sessions": 20_000, "lightgbm_rounds": 60,
-                                       "lightgbm_eval_points": 3, "lightgbm_num_threads": 1, **baselines})
+    cfg.propensity = PropensityConfig(**{"randomisation_sessions": 20_000, **propensity})
+    cfg.ranker.lightgbm = LightGBMConfig(rounds=60, eval_points=3, num_threads=1)
     return cfg
 
 
@@ -98,7 +100,7 @@ def test_harvesting_recovers_pbm_propensities(logs, truth):
 def test_propensity_table_is_relative_clipped_and_extended():
     theta = propensity_array({"1": 0.8, "2": 0.4, "4": 0.02}, max_position=6, clip=0.05)
     np.testing.assert_allclose(theta[1:], [1.0, 0.5, 0.5, 0.05, 0.05, 0.05])
-    with pytest.raises(ConfigError, match="baselines.propensity_table.2"):
+    with pytest.raises(ConfigError, match="propensity.table.2"):
         propensity_array({"1": 1.0, "2": -1}, 3, 0.05)
 
 
@@ -113,8 +115,8 @@ def test_weighted_softmax_loss_sums_over_clicks_not_lists():
 
 
 def test_unknown_propensity_source_names_the_key(logs):
-    with pytest.raises(ConfigError, match="baselines.propensity_source"):
-        resolve_propensities(logs.sessions, run_config("ipw", propensity_source="oracle"))
+    with pytest.raises(ConfigError, match="propensity.source"):
+        resolve_propensities(logs.sessions, run_config("ipw", source="oracle"))
 
 
 # --------------------------------------------------------------------------------------------- methods
@@ -126,7 +128,7 @@ def test_ipw_estimates_propensities_by_randomisation(fits, truth):
 
 def test_ipw_with_a_given_table_and_listwise_loss(logs, truth):
     table = {str(k): float(v) for k, v in enumerate(truth, start=1)}
-    cfg = run_config("ipw", propensity_source="table", propensity_table=table, propensity_clip=0.2)
+    cfg = run_config("ipw", source="table", table=table, clip=0.2)
     cfg.train.loss = "listwise"
     cfg.train.epochs = 1
     result = get_method("ipw").fit(logs.sessions, logs.annotations, cfg)
@@ -211,6 +213,6 @@ def test_neural_baselines_run_with_the_bert_ranker():
 
 def test_sessions_frame_order_does_not_matter_for_ipw_inputs(logs):
     shuffled = logs.sessions.sample(frac=1.0, random_state=0)
-    a, _ = resolve_propensities(logs.sessions, run_config("ipw", propensity_source="harvest"))
-    b, _ = resolve_propensities(shuffled, run_config("ipw", propensity_source="harvest"))
+    a, _ = resolve_propensities(logs.sessions, run_config("ipw", source="harvest"))
+    b, _ = resolve_propensities(shuffled, run_config("ipw", source="harvest"))
     np.testing.assert_allclose(values(a), values(b), atol=1e-6)

@@ -18,7 +18,8 @@ KS = (1, 3, 5, 10)
 EXP_GAINS = {grade: 2 ** grade - 1 for grade in range(5)}
 
 
-def random_table(seed: int, n_queries: int = 120, max_docs: int = 25, score_decimals: int | None = None) -> pd.DataFrame:
+def random_table(seed: int, n_queries: int = 120, max_docs: int = 25,
+                 score_decimals: int | None = None) -> pd.DataFrame:
     """Annotated documents of random queries; rounding the scores makes ties."""
     rng = np.random.default_rng(seed)
     sizes = rng.integers(1, max_docs + 1, size=n_queries)

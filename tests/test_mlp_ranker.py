@@ -9,7 +9,7 @@ from safetensors.torch import load_file, save_file
 
 from wpultr.config import config_from_dict
 from wpultr.errors import ExportError
-from wpultr.methods.losses import listwise_softmax_loss
+from wpultr.methods.losses.lists import listwise_softmax_loss
 from wpultr.methods.training.trainer import Trainer, build_ranker
 from wpultr.metrics import per_query
 from wpultr.rankers.base import WEIGHTS_FILE, score_frame

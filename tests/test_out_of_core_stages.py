@@ -117,7 +117,8 @@ def test_train_stage_streams_bal_holding_only_its_own_columns(tmp_path, dask_cli
     report = json.loads((result.run_dir / "train" / "identifiability.json").read_text())
     sessions = read_table(result.run_dir / L.SESSIONS_DIR)
     swaps = report["interventions"]                      # media type fixed per document: the graph is disconnected
-    assert swaps and all(s["query_id"] in set(sessions["query_id"]) and s["doc_id"] in set(sessions["doc_id"]) for s in swaps)
+    assert swaps and all(s["query_id"] in set(sessions["query_id"]) and s["doc_id"] in set(sessions["doc_id"])
+                         for s in swaps)
     history = json.loads((result.run_dir / L.HISTORY).read_text())["epochs"]
     assert [e.get("phase") for e in history] == ["warmup", "bal", "bal"]
     assert all(np.isfinite(e["train"]["loss"]) for e in history)

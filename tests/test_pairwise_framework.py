@@ -220,8 +220,7 @@ def method_config(method: str, **pairwise) -> RunConfig:
         "seed": 1, "data": {"simulate": WORLD},
         "ranker": {"head": [32], "lightgbm": {"rounds_per_epoch": 15, "learning_rate": 0.1, "num_threads": 1}},
         "train": {"method": method, "epochs": 2, "batch_size": 64, "learning_rate": 0.003, "device": "cpu"},
-        "baselines": {"propensity_source": "table", "propensity_table": {str(k): 1 / k for k in range(1, 9)},
-                      "propensity_clip": 0.1},
+        "propensity": {"source": "table", "table": {str(k): 1 / k for k in range(1, 9)}, "clip": 0.1},
         "pairwise": pairwise})
 
 

@@ -2,7 +2,6 @@
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -10,7 +9,6 @@ from typer.testing import CliRunner
 
 from wpultr.cli import app
 from wpultr.config import ConfigError, config_from_dict
-from wpultr.metrics import evaluate
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import STAGES, Stage
 from wpultr.rundir import layout as L

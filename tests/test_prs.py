@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 import torch
 
-from wpultr.config import BaselinesConfig, ConfigError, RunConfig, config_from_dict
+from wpultr.config import ConfigError, RunConfig, config_from_dict
+from wpultr.settings.propensity import PropensityConfig
 from wpultr.methods import lambda_pairs as lp
 from wpultr.methods.lambda_pairs import lambda_objective
-from wpultr.methods.losses import pair_terms
+from wpultr.methods.losses.lists import pair_terms
 from wpultr.methods.propensities.pair_weights import pair_weights, resolve_pair_weights, weight_table
 from wpultr.methods.propensities.position import propensity_array
 from wpultr.methods.propensity_pairs import weighted_pair_loss
@@ -126,17 +127,17 @@ def test_prs_pns_ips_weights_of_hand_computed_pairs(clicked, skipped, prs, prs_g
 
 def test_pair_weights_come_from_the_configured_propensities_clipped_as_ipw():
     cfg = RunConfig()
-    cfg.baselines = BaselinesConfig(propensity_source="table", propensity_table={"1": 0.8, "2": 0.4, "3": 0.016},
-                                    propensity_clip=0.05, pair_weighting="ips")
+    cfg.propensity = PropensityConfig(source="table", table={"1": 0.8, "2": 0.4, "3": 0.016}, clip=0.05)
+    cfg.prs.weighting = "ips"
     table, info = resolve_pair_weights(None, cfg, n_positions=4)
     # θ relative to position 1 = [1, 0.5, 0.02 -> clipped 0.05, 0.05 (the last listed value)]
     assert info["propensities"] == pytest.approx({"1": 1.0, "2": 0.5, "3": 0.05, "4": 0.05})
     assert table[3, 1] == pytest.approx(20.0) and table[2, 4] == pytest.approx(2.0)
-    cfg.baselines.pair_weighting = "prs"
+    cfg.prs.weighting = "prs"
     table, _ = resolve_pair_weights(None, cfg, n_positions=4)
     assert table[3, 2] == pytest.approx(1.0) and table[2, 3] == pytest.approx(0.1)   # min(1, 10), 0.05/0.5
-    with pytest.raises(ConfigError, match=r"^baselines\.pair_weighting: .*'prs', 'pns', 'ips', 'naive'"):
-        config_from_dict({"baselines": {"pair_weighting": "ratio"}})
+    with pytest.raises(ConfigError, match=r"^prs\.weighting: .*'prs', 'pns', 'ips', 'naive'"):
+        config_from_dict({"prs": {"weighting": "ratio"}})
 
 
 def test_neural_pair_loss_weights_each_pair_by_its_positions():
@@ -168,7 +169,8 @@ def fit_config(method: str, weighting: str) -> RunConfig:
     cfg.train.method, cfg.train.epochs, cfg.train.batch_size, cfg.train.device = method, 2, 64, "cpu"
     cfg.ranker.lightgbm.rounds_per_epoch, cfg.ranker.lightgbm.learning_rate = 15, 0.1
     cfg.ranker.lightgbm.num_threads = 1
-    cfg.baselines = BaselinesConfig(propensity_source="table", propensity_table=TRUE_TABLE, pair_weighting=weighting)
+    cfg.propensity = PropensityConfig(source="table", table=TRUE_TABLE)
+    cfg.prs.weighting = weighting
     return cfg
 
 
@@ -201,15 +203,15 @@ def test_reproduce_config_is_the_papers_setup():
     assert all(r.config for r in exp.runs) and len(exp.spec.seeds) >= 5
     run = {(r.setting, r.label): r.config for r in exp.runs if r.seed == exp.spec.seeds[0]}
     for (setting, label), c in run.items():
-        sim, base = c["data"]["simulate"], c["baselines"]
-        assert sim["user_model"] == "prs" and base["propensity_source"] == "table"
+        sim, base = c["data"]["simulate"], c["propensity"]
+        assert sim["user_model"] == "prs" and base["source"] == "table"
         eta = sim["user_model_params"]["eta"]
-        theta = propensity_array(base["propensity_table"], sim["results_per_page"], base["propensity_clip"])
-        np.testing.assert_allclose(theta[1:], np.maximum(np.arange(1.0, 11.0) ** -eta, base["propensity_clip"]),
+        theta = propensity_array(base["table"], sim["results_per_page"], base["clip"])
+        np.testing.assert_allclose(theta[1:], np.maximum(np.arange(1.0, 11.0) ** -eta, base["clip"]),
                                    rtol=1e-5)
-        assert base["propensity_clip"] == (0.05 if label.startswith("IPS") else 0.01)
+        assert base["clip"] == (0.05 if label.startswith("IPS") else 0.01)
         learner = "propensity_lambdamart" if label.endswith("LambdaMART") else "propensity_pairs"
-        assert (c["train"]["method"], base["pair_weighting"]) == (learner, label.split("-")[0].lower())
+        assert (c["train"]["method"], c["prs"]["weighting"]) == (learner, label.split("-")[0].lower())
     for group in exp.spec.tables.sweep.groups.values():
         assert set(group) <= set(exp.settings)
 

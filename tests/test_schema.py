@@ -65,10 +65,11 @@ def test_baidu_layout_constants():
 @pytest.mark.parametrize("change, fragment", [
     ({"position": [1, 70000, 1]}, "column 'position' row 1 is 70000, expected <= 32767"),
     ({"session_id": [1.0, 2.0 ** 60, 2.0]}, "column 'session_id' row 1 is 1.152921504606847e+18, a float above 2^53"),
-    ({"session_id": ["1", "99999999999999999999", "2"]}, "row 1 is '99999999999999999999', expected <= 9223372036854775807"),
+    ({"session_id": ["1", "99999999999999999999", "2"]},
+     "row 1 is '99999999999999999999', expected <= 9223372036854775807"),
     ({"click": [0.0, 0.5, 1.0]}, "column 'click' row 1 is 0.5, expected an integer"),
-    ({"query_id": [7.0, 1e20, 8.0]}, "column 'query_id' row 1 is 1e+20: a float id above 2^53 cannot be stored exactly; "
-                                     "write query ids as integers or strings"),
+    ({"query_id": [7.0, 1e20, 8.0]}, "column 'query_id' row 1 is 1e+20: a float id above 2^53 cannot be stored "
+                                     "exactly; write query ids as integers or strings"),
     ({"query_id": [7.0, float("nan"), 8.0]}, "column 'query_id' row 1 is empty"),
     ({"query_id": [7.0, float("-inf"), 8.0]}, "column 'query_id' row 1 is -inf: expected a finite integral id"),
     ({"query_id": ["7", " ", "8"]}, "column 'query_id' row 1 is ' ': expected a non-empty id"),

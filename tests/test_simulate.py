@@ -332,7 +332,9 @@ def _well_formed(line: bytes) -> bool:
         fields = line.decode("utf-8").split("\t")
     except UnicodeDecodeError:
         return False
-    tokens_ok = lambda f: f == "" or all(t.isdigit() for t in f.split(BAIDU_TOKEN_SEP))
+    def tokens_ok(f: str) -> bool:
+        return f == "" or all(t.isdigit() for t in f.split(BAIDU_TOKEN_SEP))
+
     if len(fields) == len(BAIDU_QUERY_FIELDS):
         return fields[0].isdigit() and fields[1] != "" and tokens_ok(fields[1])
     if len(fields) != BAIDU_N_RESULT_FIELDS:

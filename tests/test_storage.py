@@ -156,7 +156,8 @@ def test_the_records_named_last_are_uploaded_after_everything_else(tmp_path, mem
         (copy.local / rel).write_text(rel)
     order = []
     put = storage.WorkingCopy._put
-    monkeypatch.setattr(storage.WorkingCopy, "_put", lambda self, source, remote: (order.append(remote), put(self, source, remote)))
+    monkeypatch.setattr(storage.WorkingCopy, "_put",
+                        lambda self, source, remote: (order.append(remote), put(self, source, remote)))
     copy.push(last=("stages/split.json",))
     assert [o.rsplit("/", 2)[-2:] for o in order][-1] == ["stages", "split.json"] and len(order) == 3
 

@@ -64,7 +64,7 @@ def test_arrow_lists_read_the_same_values_without_an_object_per_row(partitions):
         assert isinstance(arrow[name].dtype, pd.ArrowDtype)
         assert objects[name].dtype == object
         assert [list(v) for v in arrow[name].to_numpy()] == [list(v) for v in objects[name]]
-    assert not (arrow.dtypes == object).any()
+    assert not (arrow.dtypes == np.dtype(object)).any()
     others = [c for c in objects.columns if c not in LISTS]
     pd.testing.assert_frame_equal(arrow[others], objects[others])
     one_file = f"{partitions}/part-00001.parquet"        # a single file reads the same way
@@ -399,7 +399,8 @@ def test_node_columns_read_the_same_rows_in_memory_and_spilled(tmp_path):
     n = 1000
     data = {"a": rng.standard_normal(n), "b": rng.integers(0, 5, n), "_hidden": rng.integers(0, 9, n).astype(np.int16)}
     scores = rng.standard_normal(n).astype(np.float32)
-    frame = pd.DataFrame({"a": data["a"], "b": data["b"], "relevance_score": scores, CLICK: (scores > 0).astype(np.float32)})
+    frame = pd.DataFrame({"a": data["a"], "b": data["b"], "relevance_score": scores,
+                          CLICK: (scores > 0).astype(np.float32)})
     held = [NodeColumns(n), NodeColumns.spilled(n, tmp_path)]
     for store in held:
         store.add("a", data["a"])
@@ -417,7 +418,8 @@ def test_node_columns_read_the_same_rows_in_memory_and_spilled(tmp_path):
             pd.testing.assert_frame_equal(store.iloc[10:300], frame.iloc[10:300])
             pd.testing.assert_frame_equal(store.iloc[990:2000], frame.iloc[990:2000])
             pd.testing.assert_frame_equal(store.iloc[index], frame.iloc[index])
-            pd.testing.assert_frame_equal(store.iloc[np.array([], dtype=np.int64)], frame.iloc[[]], check_index_type=False)
+            pd.testing.assert_frame_equal(store.iloc[np.array([], dtype=np.int64)], frame.iloc[[]],
+                                          check_index_type=False)
             np.testing.assert_array_equal(store.take("_hidden", index), data["_hidden"][index])
             np.testing.assert_array_equal(store.column("_hidden"), data["_hidden"])
             with pytest.raises(KeyError, match="no column 'nope'"):

@@ -433,8 +433,9 @@ def test_chunked_quantiles_are_numpys_without_a_copy_of_the_column():
     for x in cases:
         ranks = sorted(set(range(0, len(x), max(1, len(x) // 7))) | {len(x) - 1})
         ordered = np.sort(x)
-        for settings in ({}, {"bins": 4, "gather_rows": 3, "chunk_rows": 97}, {"bins": 2, "gather_rows": 1, "chunk_rows": 5}):
-            found = order_statistics(x, ranks, **settings)
+        for knobs in ({}, {"bins": 4, "gather_rows": 3, "chunk_rows": 97},
+                      {"bins": 2, "gather_rows": 1, "chunk_rows": 5}):
+            found = order_statistics(x, ranks, **knobs)
             assert [found[k] for k in ranks] == ordered[ranks].tolist()
         for qs in ([0.01, 0.5, 0.99], [0.0, 1.0, 0.3333]):
             assert chunked_quantiles(x, qs) == np.quantile(x, qs).tolist()

@@ -14,8 +14,7 @@ from wpultr.causal.within_document_ci import (DOCUMENT_CODE, NOT_TESTABLE, Withi
                                               fit_stratum_poisson)
 from wpultr.features.encoders import PageFeatureEncoder
 from wpultr.report.html import click_edges_section
-from wpultr.schema import (BAIDU_PAGE_FEATURES, CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID,
-                           query_document_pairs)
+from wpultr.schema import BAIDU_PAGE_FEATURES, CLICK, POSITION, RELEVANCE_SCORE, SESSION_ID, query_document_pairs
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
 from wpultr.simulate.generate import TRUE_LABEL

@@ -1,4 +1,5 @@
-"""A tiny simulated pipeline run (40 queries, 600 sessions, an MLP of one layer) for the tests that read a run's files."""
+"""A tiny simulated pipeline run (40 queries, 600 sessions, an MLP of one layer) for the tests that read a run's
+files."""
 from __future__ import annotations
 
 from pathlib import Path

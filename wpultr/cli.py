@@ -81,7 +81,6 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
     """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line.
     Less than 50 MB of input (cluster.IN_PROCESS_INPUT_BYTES) is read in this process, with no cluster."""
     from .cluster import client_for_input
-    from .schema import page_features_from_config
     if fmt not in ("auto", "baidu", "table"):
         raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'auto', 'baidu', 'table'")
     if fmt == "auto":
@@ -94,8 +93,7 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
             from .config import RunConfig, load_config
             from .io.tables import ingest_tables
             cfg = load_config(config) if config else RunConfig()
-            features = page_features_from_config(cfg.data.page_features, "data.page_features")
-            summary = ingest_tables(sorted(paths), out, features, client, partition_rows)
+            summary = ingest_tables(sorted(paths), out, cfg.data.parsed_page_features, client, partition_rows)
     typer.echo(json.dumps(summary.to_dict(), indent=2))
 
 
@@ -136,11 +134,10 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
         if annotations is None:     # the stored metrics: read, nothing scored (so no config, pandas or torch)
             typer.echo(json.dumps(read_json(run / L.METRICS), indent=2))
             return
-        import yaml
-        from .config import config_from_dict
+        from .config import saved_config
         from .io.parquet import read_table
         from .evaluation import evaluate_ranker
-        cfg = config_from_dict(yaml.safe_load((run / L.CONFIG_FILE).read_text()))
+        cfg = saved_config(run / L.CONFIG_FILE)
         if annotations.suffix == ".parquet":
             table = read_table(annotations)
         else:
@@ -159,9 +156,8 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
 
 def _click_metrics_text(run: Path, clicks: Path) -> str:
     """The click metrics of the run at `run` on the held-out sessions `clicks`, as a table and the JSON."""
-    import yaml
     from .click_metrics import perplexity_table
-    from .config import config_from_dict
+    from .config import saved_config
     from .rundir import layout as L
     from .rundir.files import RunDir
     from .pipeline.stages import heldout_click_metrics
@@ -169,7 +165,7 @@ def _click_metrics_text(run: Path, clicks: Path) -> str:
         raise FileNotFoundError(f"--clicks: {clicks}: no such file or directory")
     if (clicks / "sessions").is_dir():                   # an ingest output directory: its sessions table
         clicks = clicks / "sessions"
-    cfg = config_from_dict(yaml.safe_load((run / L.CONFIG_FILE).read_text()))
+    cfg = saved_config(run / L.CONFIG_FILE)
     result = heldout_click_metrics(RunDir(run), clicks, cfg)
     table = perplexity_table(result).to_string(index=False, float_format=lambda v: f"{v:.4f}")
     return (f"{result['sessions']} held-out sessions, {result['rows']} shown results "

@@ -17,8 +17,8 @@ files. A URL (`s3://…`) is kept.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
-import math
 import os
 import re
 import string
@@ -31,19 +31,26 @@ from typing import Any, ClassVar, Literal, Mapping
 import yaml
 
 from .errors import ConfigError, SchemaError, brief, cut, require
-from .schema import BAIDU_PAGE_FEATURES, page_features_from_config
+from .schema import BAIDU_PAGE_FEATURES, PageFeature, page_features_from_config
 from .settings.bal import BalConfig
+from .settings.checks import finite as _finite, int_at_least as _int_at_least, int_in as _int_in
 from .settings.discovery import DiscoveryConfig
+from .settings.dla import DLAConfig
 from .settings.identifiability import IdentifiabilityConfig
 from .settings.lbd import LBDConfig
-from .settings.methods import METHODS, check_installed
+from .settings.lightgbm import LightGBMConfig
+from .settings.methods import DEFAULT_BACKBONE, DEFAULT_LOSS, METHODS, check_installed, check_supported
 from .settings.pairwise import PairwiseConfig
+from .settings.pairwise_debias import PairwiseDebiasConfig
+from .settings.propensity import PropensityConfig
+from .settings.prs import PRSConfig
+from .settings.regression_em import RegressionEMConfig
 from .settings.simulate import SimulateConfig
 from .settings.xgboost import XGBoostConfig
 from .storage import check_url, is_url, working_copy_dir
 
-__all__ = ["BERT_SPECIAL_TOKENS", "BaselinesConfig", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
-           "EvalConfig", "LightGBMBackboneConfig", "RankerConfig", "RunConfig", "TrainConfig", "changed_keys", "check_machine",
+__all__ = ["BERT_SPECIAL_TOKENS", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
+           "EvalConfig", "MOVED_KEYS", "RankerConfig", "RunConfig", "TrainConfig", "changed_keys", "check_machine",
            "config_from_dict", "dump_config", "from_mapping", "load_config", "parse_overrides", "read_yaml_mapping",
            "results_config", "safe_yaml", "set_dotted", "to_dict"]
 
@@ -70,26 +77,6 @@ _HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)"
 _SCHEDULER = re.compile(rf"((tcp|tls|ws|wss|ucx)://)?{_HOST}:(?P<port>[0-9]{{1,5}})/?|inproc://\S+")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _METRIC = re.compile(r"(DCG|ERR|nDCG)@[1-9][0-9]*|MAP")
-
-
-def _finite(value: Any, low: float, high: float = math.inf, *, low_open: bool = False,
-            high_open: bool = True) -> bool:
-    """`value` is a finite number in the interval from `low` to `high` (open or closed at each end)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        return False
-    above = value > low if low_open else value >= low
-    below = value < high if high_open else value <= high
-    return above and below
-
-
-def _int_at_least(value: Any, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
-def _int_in(value: Any, low: int, high: int) -> bool:
-    return _int_at_least(value, low) and value <= high
-
-
 
 
 @dataclass
@@ -167,18 +154,26 @@ class DataConfig:
             if is_url(path):   # fsspec URL: a known protocol whose package is installed
                 check_url(path, key)
         require(_finite(self.valid_fraction, 0.0, 1.0), f"{k}.valid_fraction", "in [0, 1)", self.valid_fraction)
-        self.declared_page_features()
         require(self.max_sessions is None or _int_at_least(self.max_sessions, 1), f"{k}.max_sessions",
                 "null (every session) or an integer >= 1", self.max_sessions)
         require(_int_at_least(self.partition_rows, 1), f"{k}.partition_rows", "an integer >= 1",
                 self.partition_rows)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Setting `page_features` parses it, there and only there: every reader takes `parsed_page_features`."""
+        if name == "page_features":
+            try:
+                parsed = page_features_from_config(value, f"{self.KEY}.page_features")
+            except SchemaError as e:
+                raise ConfigError(str(e)) from None
+            object.__setattr__(self, "parsed_page_features", parsed)
+        object.__setattr__(self, name, value)
+
+    parsed_page_features: ClassVar[tuple[PageFeature, ...]]   # set with page_features (not a config key)
+
     def declared_page_features(self) -> list[str]:
-        """Names of the declared page features; ConfigError when the declaration is malformed."""
-        try:
-            return [f.name for f in page_features_from_config(self.page_features, f"{self.KEY}.page_features")]
-        except SchemaError as e:
-            raise ConfigError(str(e)) from None
+        """Names of the declared page features."""
+        return [f.name for f in self.parsed_page_features]
 
 
 @dataclass
@@ -218,39 +213,14 @@ class BertConfig:
 
 
 @dataclass
-class LightGBMBackboneConfig:
-    """The LightGBM ranker backbone (`ranker.backbone: lightgbm`, methods bal and naive): trees per epoch and their shape."""
-
-    KEY: ClassVar[str] = "ranker.lightgbm"
-
-    rounds_per_epoch: int = 50            # boosting rounds each (warm-up, BAL or naive) epoch adds to the booster
-    learning_rate: float = 0.05
-    num_leaves: int = 31
-    min_data_in_leaf: int = 20
-    num_threads: int = 0                  # 0 = LightGBM's default (all cores)
-
-    def __post_init__(self) -> None:
-        k = self.KEY
-        require(_int_at_least(self.rounds_per_epoch, 1), f"{k}.rounds_per_epoch", "an integer >= 1",
-                self.rounds_per_epoch)
-        require(_finite(self.learning_rate, 0, 1, low_open=True, high_open=False), f"{k}.learning_rate",
-                "a number in (0, 1]", self.learning_rate)
-        require(_int_at_least(self.num_leaves, 2), f"{k}.num_leaves", "an integer >= 2", self.num_leaves)
-        require(_int_at_least(self.min_data_in_leaf, 1), f"{k}.min_data_in_leaf", "an integer >= 1",
-                self.min_data_in_leaf)
-        require(_int_at_least(self.num_threads, 0), f"{k}.num_threads", "an integer >= 0 (0 = all cores)",
-                self.num_threads)
-
-
-@dataclass
 class RankerConfig:
     KEY: ClassVar[str] = "ranker"
 
-    backbone: Literal[BACKBONES] = "mlp"   # lightgbm: a booster (train.method bal or naive)
+    backbone: Literal[BACKBONES] = DEFAULT_BACKBONE   # lightgbm: a booster (the methods whose spec says so)
     head: list[int] = field(default_factory=lambda: [512, 256, 128])   # BAL §4.1: MLP 512-256-128
     dropout: float = 0.1
     bert: BertConfig = field(default_factory=BertConfig)
-    lightgbm: LightGBMBackboneConfig = field(default_factory=LightGBMBackboneConfig)
+    lightgbm: LightGBMConfig = field(default_factory=LightGBMConfig)
 
     def __post_init__(self) -> None:
         k = self.KEY
@@ -295,7 +265,7 @@ class TrainConfig:
     KEY: ClassVar[str] = "train"
 
     method: str = "naive"                 # a name of wpultr.settings.methods.METHODS
-    loss: Literal["pointwise", "listwise", "lambdarank"] = "pointwise"   # lambdarank: LightGBM backbone only
+    loss: Literal["pointwise", "listwise", "lambdarank"] = DEFAULT_LOSS   # lambdarank: LightGBM backbone only
     epochs: int = 3
     warmup_epochs: int = 0                # BAL §4.1 warm-up: naive click loss (+ masked LM for BERT)
     mlm_probability: float = 0.15
@@ -305,17 +275,15 @@ class TrainConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     device: Literal["cpu", "cuda", "auto"] = "auto"
-    streaming: bool = False               # batches streamed from the sessions' Parquet partitions (methods/training/streaming;
-    #                                       naive, and bal with the mlp backbone)
-    processes: int = 1                    # > 1: data-parallel DDP ranks on loopback (methods/training/distributed)
+    streaming: bool = False               # batches streamed from the sessions' Parquet partitions
+    #                                       (methods/training/streaming; the methods whose spec says so,
+    #                                       settings.methods, with the mlp backbone)
+    processes: int = 1                    # > 1: data-parallel DDP ranks on loopback (methods/training/distributed;
+    #                                       the methods whose spec says so)
 
     def __post_init__(self) -> None:
         k = self.KEY
         require(_int_at_least(self.processes, 1), f"{k}.processes", "an integer >= 1", self.processes)
-        require(self.method in ("naive", "bal") or not self.streaming, f"{k}.method",
-                "'naive' or 'bal' with train.streaming true", self.method)
-        require(self.method == "naive" or self.processes == 1, f"{k}.method",
-                "'naive' with train.processes > 1", self.method)
         require(self.method in METHODS, f"{k}.method", f"one of {', '.join(map(repr, sorted(METHODS)))}",
                 self.method)
         check_installed(self.method)      # a method of an optional extra: the pip command when it is missing
@@ -332,80 +300,6 @@ class TrainConfig:
                 self.learning_rate)
         require(_finite(self.weight_decay, 0.0), f"{k}.weight_decay", "a finite number >= 0", self.weight_decay)
         require(self.device in ("cpu", "cuda", "auto"), f"{k}.device", "one of 'cpu', 'cuda', 'auto'", self.device)
-
-
-@dataclass
-class BaselinesConfig:
-    """Settings of the position-based baselines (IPW, Regression-EM, DLA, pairwise debiasing, LightGBM).
-
-    The one definition of these keys and defaults: the methods read them as `config.baselines.<key>`.
-    """
-
-    KEY: ClassVar[str] = "baselines"
-
-    propensity_source: Literal["auto", "randomisation", "harvest", "table"] = "auto"
-    propensity_table: dict[str, float] | None = None   # position -> propensity (relative to position 1);
-    #                                                    used by source 'table' (and 'auto' when set)
-    propensity_clip: float = 0.05                      # propensities raised to at least this: IPW weights <= 1 / clip
-    randomisation_sessions: int = 20000                # RandPair sessions simulated for IPW's propensities
-    harvest_iterations: int = 200                      # EM iterations of the harvesting estimator
-    rem_step_size: float = 0.1                         # Regression-EM: step of θ towards each batch's M-step estimate
-    rem_sample_labels: bool = False                    # Regression-EM: sample binary labels (paper), not posteriors
-    dla_ranker_loss_weight: float = 1.0                # DLA: weight of the ranking loss against the propensity loss
-    dla_propensity_learning_rate: float = 0.02         # DLA: Adam step of the per-position logits
-    dla_max_weight: float = 20.0                       # DLA: clip of both inverse-ratio weights
-    pairwise_regularization_p: float = 1.0             # Unbiased LambdaMART's p (L_p regulariser of t+ and t-)
-    pairwise_step_size: float = 0.1                    # pairwise debiasing: EMA step of the t+/t- statistics
-    lightgbm_rounds: int = 200                         # boosting rounds
-    lightgbm_learning_rate: float = 0.05
-    lightgbm_num_leaves: int = 31
-    lightgbm_min_data_in_leaf: int = 20
-    lightgbm_position_bias_regularization: float = 0.0  # LightGBM's lambdarank_position_bias_regularization
-    lightgbm_num_threads: int = 0                      # 0 = LightGBM's default (all cores)
-    lightgbm_eval_points: int = 10                     # boosting checkpoints scored on validation
-    lightgbm_distributed: bool | str = "auto"          # lightgbm.dask on the run's cluster: auto | true | false
-    pair_weighting: Literal["prs", "pns", "ips", "naive"] = "prs"   # propensity_pairs/_lambdamart (PRS 2020)
-    prs_clip: float = 1.0                              # PRS's γ: pair weights min(γ, θ_j/θ_i) (PRS 2020 Eq. 11)
-
-    def __post_init__(self) -> None:
-        k = self.KEY
-        require(self.propensity_source in ("auto", "randomisation", "harvest", "table"), f"{k}.propensity_source",
-                "one of 'auto', 'randomisation', 'harvest', 'table'", self.propensity_source)
-        require(self.propensity_table is None or _propensity_table(self.propensity_table), f"{k}.propensity_table",
-                "null or a non-empty mapping {position >= 1: propensity > 0}", self.propensity_table)
-        require(self.propensity_source != "table" or bool(self.propensity_table), f"{k}.propensity_table",
-                "a mapping {position: propensity} for propensity_source 'table'", self.propensity_table)
-        require(_finite(self.propensity_clip, 0.0, 1.0, low_open=True, high_open=False), f"{k}.propensity_clip",
-                "in (0, 1]", self.propensity_clip)
-        for name in ("randomisation_sessions", "harvest_iterations", "lightgbm_rounds", "lightgbm_min_data_in_leaf",
-                     "lightgbm_eval_points"):
-            require(_int_at_least(getattr(self, name), 1), f"{k}.{name}", "an integer >= 1", getattr(self, name))
-        require(_int_at_least(self.lightgbm_num_leaves, 2), f"{k}.lightgbm_num_leaves", "an integer >= 2",
-                self.lightgbm_num_leaves)
-        require(_int_at_least(self.lightgbm_num_threads, 0), f"{k}.lightgbm_num_threads",
-                "an integer >= 0 (0 = all cores)", self.lightgbm_num_threads)
-        for name in ("rem_step_size", "pairwise_step_size"):
-            require(_finite(getattr(self, name), 0.0, 1.0, low_open=True, high_open=False), f"{k}.{name}",
-                    "in (0, 1]", getattr(self, name))
-        for name in ("dla_propensity_learning_rate", "pairwise_regularization_p", "lightgbm_learning_rate"):
-            require(_finite(getattr(self, name), 0.0, low_open=True), f"{k}.{name}", "a finite number > 0",
-                    getattr(self, name))
-        for name in ("dla_ranker_loss_weight", "lightgbm_position_bias_regularization"):
-            require(_finite(getattr(self, name), 0.0), f"{k}.{name}", "a finite number >= 0", getattr(self, name))
-        require(_finite(self.dla_max_weight, 1.0, low_open=True), f"{k}.dla_max_weight", "a finite number > 1",
-                self.dla_max_weight)
-        require(isinstance(self.lightgbm_distributed, bool) or self.lightgbm_distributed == "auto",
-                f"{k}.lightgbm_distributed", "auto, true or false", self.lightgbm_distributed)
-        require(self.pair_weighting in ("prs", "pns", "ips", "naive"), f"{k}.pair_weighting",
-                "one of 'prs', 'pns', 'ips', 'naive'", self.pair_weighting)
-        require(_finite(self.prs_clip, 0.0, low_open=True), f"{k}.prs_clip", "a finite number > 0", self.prs_clip)
-
-
-def _propensity_table(table: Mapping[Any, Any]) -> bool:
-    try:
-        return bool(table) and all(int(p) >= 1 and _finite(float(v), 0.0, low_open=True) for p, v in table.items())
-    except (TypeError, ValueError):
-        return False
 
 
 @dataclass
@@ -437,7 +331,11 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
-    baselines: BaselinesConfig = field(default_factory=BaselinesConfig)
+    propensity: PropensityConfig = field(default_factory=PropensityConfig)
+    regression_em: RegressionEMConfig = field(default_factory=RegressionEMConfig)
+    dla: DLAConfig = field(default_factory=DLAConfig)
+    pairwise_debias: PairwiseDebiasConfig = field(default_factory=PairwiseDebiasConfig)
+    prs: PRSConfig = field(default_factory=PRSConfig)
     bal: BalConfig = field(default_factory=BalConfig)
     identifiability: IdentifiabilityConfig = field(default_factory=IdentifiabilityConfig)
     lbd: LBDConfig = field(default_factory=LBDConfig)
@@ -465,12 +363,12 @@ class RunConfig:
                               f"{', '.join(names)}")
         if self.bal.graph == "position" and "position" not in (self.bal.features or names):
             raise ConfigError("bal.graph: 'position' needs the page feature 'position' among bal.features")
-        if self.train.loss == "lambdarank" and (self.ranker.backbone != "lightgbm"
-                                                or self.train.method not in ("bal", "naive")):
+        t = self.train
+        check_supported(t.method, t.loss, self.ranker.backbone, t.streaming, t.processes, t.warmup_epochs)
+        if t.loss == "lambdarank" and self.ranker.backbone != "lightgbm":
             raise ConfigError("train.loss: 'lambdarank' (LambdaMART's λ-gradients as the booster's objective) needs "
-                              "ranker.backbone 'lightgbm' and train.method 'bal' or 'naive'; allowed values here: "
-                              f"'pointwise', 'listwise' (got backbone {self.ranker.backbone!r}, method "
-                              f"{self.train.method!r})")
+                              "ranker.backbone 'lightgbm'; allowed values here: 'pointwise', 'listwise' (got backbone "
+                              f"{self.ranker.backbone!r})")
         if self.train.streaming and self.ranker.backbone != "mlp":
             raise ConfigError(f"ranker.backbone: train.streaming: true trains the 'mlp' backbone only (its "
                               f"standardisation merges over partitions), got {self.ranker.backbone!r}; allowed values "
@@ -632,8 +530,70 @@ def absolute_paths(cfg: RunConfig, base: str | Path | None = None) -> RunConfig:
 # ---------------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------------
+# The flat `baselines` section split per method (issue 33): old dotted key -> where it lives now.
+MOVED_KEYS: dict[str, str] = {
+    **{f"baselines.propensity_{k}": f"propensity.{k}" for k in ("source", "table", "clip")},
+    **{f"baselines.{k}": f"propensity.{k}" for k in ("randomisation_sessions", "harvest_iterations")},
+    **{f"baselines.rem_{k}": f"regression_em.{k}" for k in ("step_size", "sample_labels")},
+    **{f"baselines.dla_{k}": f"dla.{k}" for k in ("ranker_loss_weight", "propensity_learning_rate", "max_weight")},
+    **{f"baselines.pairwise_{k}": f"pairwise_debias.{k}" for k in ("regularization_p", "step_size")},
+    **{f"baselines.lightgbm_{k}": f"ranker.lightgbm.{k}" for k in (
+        "rounds", "learning_rate", "num_leaves", "min_data_in_leaf", "position_bias_regularization", "num_threads",
+        "eval_points", "distributed")},
+    "baselines.pair_weighting": "prs.weighting", "baselines.prs_clip": "prs.clip",
+}
+
+
+def check_moved_keys(values: Mapping[str, Any]) -> None:
+    """ConfigError naming where a key of the old `baselines` section lives now (never silently ignored)."""
+    old = values.get("baselines")
+    if old is None:
+        return
+    keys = sorted(old) if isinstance(old, Mapping) else []
+    for key in keys:
+        dotted = f"baselines.{key}"
+        if dotted in MOVED_KEYS:
+            raise ConfigError(f"{dotted}: moved to {MOVED_KEYS[dotted]} (the baselines section is split per method)")
+    raise ConfigError(f"baselines{'.' + cut(str(keys[0])) if keys else ''}: the baselines section is split per "
+                      f"method; allowed sections: propensity, regression_em, dla, pairwise_debias, prs, "
+                      f"ranker.lightgbm")
+
+
+# the lambdarank methods read the old baselines.lightgbm_* keys; every other method the ranker.lightgbm ones
+_BASELINE_BOOSTERS = ("lightgbm_lambdarank", "lightgbm_position")
+
+
+def moved_keys_translated(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A run directory's config.yaml as written before the baselines section was split: each old key put where it
+    lives now (where both spelled a LightGBM knob, the one the run's method read wins), so that run still resumes,
+    evaluates and exports. A user's own config gets check_moved_keys' error instead."""
+    out = copy.deepcopy(dict(values))
+    old = out.pop("baselines", None)
+    if not isinstance(old, Mapping):
+        return out
+    method = (out.get("train") or {}).get("method", "naive")
+    for key, value in old.items():
+        dotted = MOVED_KEYS.get(f"baselines.{key}")
+        if dotted is None:
+            raise ConfigError(f"baselines.{key}: not a key this version knows (a run directory from another version?)")
+        section, _, leaf = dotted.rpartition(".")
+        node = out
+        for part in section.split("."):
+            node = node.get(part) if isinstance(node.get(part), dict) else node.setdefault(part, {})
+        both = section == "ranker.lightgbm" and leaf in node    # a knob the backbone's section spelled too
+        if not both or method in _BASELINE_BOOSTERS:
+            set_dotted(out, dotted, value)
+    return out
+
+
+def saved_config(path: str | Path) -> RunConfig:
+    """The RunConfig a run directory's config.yaml holds (a run written by an earlier version included)."""
+    return config_from_dict(moved_keys_translated(yaml.safe_load(Path(path).read_text()) or {}))
+
+
 def config_from_dict(values: Mapping[str, Any] | None) -> RunConfig:
     """A validated RunConfig from a mapping, its relative paths made absolute against the working directory."""
+    check_moved_keys(values or {})
     return absolute_paths(from_mapping(RunConfig, values or {}))
 
 

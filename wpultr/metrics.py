@@ -27,7 +27,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .schema import BUCKET, DOC_ID, HIGH_BUCKETS, LABEL, MAX_LABEL, QUERY_ID, QUERY_KEY, TAIL_BUCKETS, SchemaError, query_key
+from .schema import (BUCKET, DOC_ID, HIGH_BUCKETS, LABEL, MAX_LABEL, QUERY_ID, QUERY_KEY, TAIL_BUCKETS, SchemaError,
+                     query_key)
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
 MAP_COLUMN = "MAP"
@@ -153,7 +154,8 @@ def _numeric_column(df: pd.DataFrame, column: str) -> np.ndarray:
     bad = ~np.isfinite(values)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise SchemaError(f"metrics: column {column!r} row {row} is {_shown(df[column].iloc[row])}, expected a finite number")
+        raise SchemaError(f"metrics: column {column!r} row {row} is {_shown(df[column].iloc[row])}, "
+                          f"expected a finite number")
     return values
 
 
@@ -299,7 +301,8 @@ def _click_arrays(clicks: Sequence[float] | np.ndarray, click_prob: Sequence[flo
     c = np.asarray(clicks, dtype=np.float64).ravel()
     p = np.asarray(click_prob, dtype=np.float64).ravel()
     if c.shape != p.shape or c.size == 0:
-        raise ValueError(f"click metrics: need equally many clicks and click probabilities (> 0), got {c.size}, {p.size}")
+        raise ValueError(f"click metrics: need equally many clicks and click probabilities (> 0), "
+                         f"got {c.size}, {p.size}")
     if not np.isin(c, (0.0, 1.0)).all():
         raise ValueError("click metrics: clicks must be 0 or 1")
     if not np.isfinite(p).all():

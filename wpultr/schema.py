@@ -117,9 +117,11 @@ BAIDU_MAX_POSITION = 30
 # Behaviour columns kept as float64 (NaN where the log has "-" or nothing); never required.
 BAIDU_BEHAVIOUR_COLUMNS: tuple[str, ...] = tuple(
     name for name in BAIDU_RESULT_FIELDS
-    if name is not None and name not in ("position", "url_md5", "title_tokens", "abstract_tokens", "media_type", "click")
+    if name is not None
+    and name not in ("position", "url_md5", "title_tokens", "abstract_tokens", "media_type", "click")
 )
-BAIDU_ANNOTATION_FIELDS: tuple[str, ...] = ("query_id", "query_tokens", "title_tokens", "abstract_tokens", "label", "bucket")
+BAIDU_ANNOTATION_FIELDS: tuple[str, ...] = (
+    "query_id", "query_tokens", "title_tokens", "abstract_tokens", "label", "bucket")
 
 # The page features the Baidu layout carries, with the kind BAL models them as (BAL §4.1).
 BAIDU_PAGE_FEATURES: tuple[PageFeature, ...] = (
@@ -171,7 +173,8 @@ class IdText:
 
 
 def ids_as_text(frame: pd.DataFrame, codes_of: pd.DataFrame) -> pd.DataFrame:
-    """`frame` (a few rows: documents, swaps) with its id columns that `codes_of` holds as codes turned back into text."""
+    """`frame` (a few rows: documents, swaps) with its id columns that `codes_of` holds as codes turned back into
+    text."""
     held = codes_of.attrs.get(ID_TEXT)
     levels = held.levels if held is not None else {}
     coded = [c for c in frame.columns if c in levels and pd.api.types.is_integer_dtype(frame[c])]

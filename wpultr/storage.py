@@ -235,8 +235,8 @@ class WorkingCopy:
         """Bring every file of the URL that is new or changed into the working copy; the number fetched.
 
         Files the working copy got from the URL earlier and that are gone there are removed; files
-        written or deleted here and not pushed yet are left to `push`. With `marker`, RunDirError when the URL holds files
-        but no run marker (it is not a wpultr run directory). With `include` (relative paths of files or
+        written or deleted here and not pushed yet are left to `push`. With `marker`, RunDirError when the URL
+        holds files but no run marker (it is not a wpultr run directory). With `include` (relative paths of files or
         directories, fnmatch patterns allowed), only those are brought up to date: a reader needs no sessions.
         """
         remote = self._remote_files()

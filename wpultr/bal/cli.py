@@ -160,9 +160,8 @@ def discover_command(
     """Discover the click model's causal graph (BAL §3.1) and its biases from a sessions table."""
     from ..errors import ConfigError
     from ..features.encoders import ENCODER_JSON, PageFeatureEncoder
-    from ..cluster import open_client
-    from ..schema import page_features_from_config
     from ..causal.discover_stage import discover_epoch
+    from ..cluster import open_client
     from ..features.preprocess_stage import fit_page_encoder
     cfg = _discover_config(config, set_)
     if scheduler:
@@ -171,7 +170,7 @@ def discover_command(
         raise ConfigError(f"--epoch: must be >= 0, got {epoch}")
     if not sessions.is_dir():
         raise FileNotFoundError(f"{sessions}: sessions table directory not found")
-    features = page_features_from_config(cfg.data.page_features, "data.page_features")
+    features = cfg.data.parsed_page_features
     encoder_dir = encoder or out / ENCODER_SUBDIR
     if encoder is not None and not (encoder / ENCODER_JSON).is_file():
         raise FileNotFoundError(f"--encoder {encoder}: no {ENCODER_JSON} (a directory written by preprocess)")

@@ -13,7 +13,7 @@ graph to φ_c (detached) and a, b enter as constants, so the only path from the 
 parameter is r̂ = f_Θ(q, d): the ranker learns relevance → click and nothing of the page. The
 ranker never reads a page feature, so its scores cannot depend on one. A boosted ranker
 (`ranker.backbone: lightgbm`) takes the same likelihood with α = softplus(a), β = b and v as numbers
-(`relevance_affine`, `page_logits`) in `gbdt_objectives.bal_click_*`.
+(`relevance_affine`, `page_logits`) in `losses.boosted.bal_click_*`.
 """
 from __future__ import annotations
 
@@ -189,8 +189,8 @@ def document_offsets(u: np.ndarray, v: np.ndarray, clicks: np.ndarray, weights: 
 def skipped_irrelevance(relevance_logits: np.ndarray, page_logits: np.ndarray) -> np.ndarray:
     """P(not relevant | not clicked) = (1 − σ(u)) / (1 − σ(u)σ(v)) under the multiplicative model, per row: near 1
     for a result the page made sure was seen (σ(v) → 1), near 1 − σ(u) for one nobody looked at (σ(v) → 0).
-    Computed in logs (`gbdt_objectives.log_no_click`)."""
-    from ..methods.gbdt_objectives import log_no_click
+    Computed in logs (`losses.boosted.log_no_click`)."""
+    from ..methods.losses.boosted import log_no_click
     u, v = np.asarray(relevance_logits, np.float64), np.asarray(page_logits, np.float64)
     return np.exp(-np.logaddexp(0.0, u) - log_no_click(u, v))
 

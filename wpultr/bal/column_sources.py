@@ -79,7 +79,8 @@ class PartitionColumns:
         held = set(self._columns)
         wanted = [c for c in dict.fromkeys(columns) if c in held]
         read = [c for c in wanted if c not in self.overrides]
-        frame = column_table(self.paths, read, codes=(QUERY_ID, DOC_ID)) if read else pd.DataFrame(index=pd.RangeIndex(self._n_rows))
+        frame = (column_table(self.paths, read, codes=(QUERY_ID, DOC_ID)) if read
+                 else pd.DataFrame(index=pd.RangeIndex(self._n_rows)))
         for name in wanted:
             if name in self.overrides:
                 frame[name] = self.overrides[name]

@@ -244,7 +244,8 @@ class ConditionalDensity:
         what = self._what()
         if self.categorical:
             codes = _code_column(nodes_df, feature, self.n_categories, what)
-            self.n_categories_ = int(self.n_categories) if self.n_categories is not None else max(int(codes.max()) + 1, 2)
+            self.n_categories_ = (int(self.n_categories) if self.n_categories is not None
+                                  else max(int(codes.max()) + 1, 2))
             self.target_mean_, self.target_scale_ = 0.0, 1.0
         else:
             y = _numeric_column(nodes_df, feature, what)
@@ -432,7 +433,8 @@ class ConditionalDensity:
         return meta, arrays
 
     @classmethod
-    def from_state(cls, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], where: str = "state") -> "ConditionalDensity":
+    def from_state(cls, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
+                   where: str = "state") -> "ConditionalDensity":
         if meta.get("format") != DENSITY_FORMAT:
             raise ValueError(f"{where}: format {meta.get('format')!r} is not {DENSITY_FORMAT!r}")
         model = cls(meta["kind"], meta["parents"], meta["n_categories"], meta["parent_categories"],
@@ -449,7 +451,8 @@ class ConditionalDensity:
         n_in = len(model.numeric_parents) + sum(int(model.parent_categories[p]) for p in model.categorical_parents)
         n_out = model.n_categories_ if model.categorical else 2
         net = _mlp(n_in, model.config.hidden, n_out)
-        state = {name[len("net."):]: torch.from_numpy(np.array(a)) for name, a in arrays.items() if name.startswith("net.")}
+        state = {name[len("net."):]: torch.from_numpy(np.array(a))
+                 for name, a in arrays.items() if name.startswith("net.")}
         try:
             net.load_state_dict(state)
         except RuntimeError as e:

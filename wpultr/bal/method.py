@@ -26,7 +26,7 @@ the influence estimators are refitted on the same rows, warm-started from the pr
 The ranker first gets BAL's warm-up (naive click loss, plus masked LM for BERT; `train.warmup_epochs`).
 With `ranker.backbone: lightgbm` (beyond the paper) the ranker is a LightGBM booster: warm-up and step 6
 each add `ranker.lightgbm.rounds_per_epoch` trees fitted to the gradient and Hessian of the same losses
-in r̂ (`gbdt_objectives`, `training.gbdt`).
+in r̂ (`losses.boosted`, `training.gbdt`).
 With `train.streaming` (MLP backbone) the ranker's inputs stay in the Parquet partitions (`fit_streamed`): BAL
 holds the per-row columns it reads itself (`streamed_columns`) and its per-row arrays, and steps 1 and 6 read the
 features unit by unit (`methods.training.streaming`).
@@ -47,7 +47,7 @@ from ..causal.biases import BiasReport, identify_biases
 from ..causal.discovery import ReusableTests, discover
 from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
 from ..methods.base import FitResult
-from ..methods.losses import weighted_softmax_loss
+from ..methods.losses import click_loss_named
 from ..methods.training.trainer import Trainer, build_ranker
 from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature
 from .click_model import ClickModel, examination_table, page_inputs, ranker_loss, skipped_irrelevance
@@ -232,7 +232,8 @@ class BAL:
             elif reweighted:                                                # listwise: lambdarank is the booster's
                 extras = {WEIGHTS: trainer.per_row(weights.astype(np.float32, copy=False))}
                 del weights                                                 # the step reads the float32 copy
-                stats = trainer.epoch(lambda s, b: weighted_softmax_loss(s, b.clicks, b.mask, b.extras[WEIGHTS]),
+                step = click_loss_named(config.train.loss)                  # each click keeps its weight ω
+                stats = trainer.epoch(lambda s, b: step.weighted(s, b.clicks, b.mask, b.extras[WEIGHTS]),
                                       extras)
             else:
                 extras = {WEIGHTS: trainer.per_row(weights.astype(np.float32, copy=False)),
@@ -273,23 +274,24 @@ class BAL:
         """Step 6 for the LightGBM backbone: rounds_per_epoch trees on the blocked, weighted likelihood of Eq. 10.
 
         The objective's only variable is r̂: α, β of the relevance term and the page logits v(x) are this
-        epoch's constants (`gbdt_objectives.bal_click_grad_hess`), the importance weights multiply each row.
+        epoch's constants (`losses.boosted.bal_click_grad_hess`), the importance weights multiply each row.
         Listwise (`train.loss`), `weights` are already `listwise_click_weights` and the objective is the
-        IPW softmax over each session (`gbdt_objectives.weighted_softmax_grad_hess`); lambdarank, LambdaMART's
+        IPW softmax over each session (`losses.boosted.weighted_softmax_grad_hess`); lambdarank, LambdaMART's
         λ-gradients with each clicked-over-skipped pair weighted by its click's `weights` (`click_side_weights`:
         ω = w/σ(v), as Unbiased LambdaMART weights a pair by its click's inverse propensity, w, or 1) times, with
         `skip` (`bal.pair_weights` other than click), its skipped result's chance of having been skipped for
         irrelevance.
         """
-        from ..methods import gbdt_objectives as obj
+        from ..methods.losses import boosted as obj
         if loss == "lambdarank":
             order = trainer.in_dataset_order
             return trainer.boost(*trainer.lambda_objective(order(np.asarray(weights, np.float64)),
                                                            None if skip is None else order(skip)))
         if loss == "listwise":
             omega, c, sizes = trainer.in_dataset_order(np.asarray(weights, np.float64)), trainer.clicks, trainer.group_sizes
-            return trainer.boost(lambda f: obj.weighted_softmax_grad_hess(f, c, sizes, omega),
-                                 lambda f: obj.weighted_softmax_loss(f, c, sizes, omega))
+            step = click_loss_named(loss)
+            return trainer.boost(lambda f: step.weighted_grad_hess(f, c, sizes, omega),
+                                 lambda f: step.weighted_total(f, c, sizes, omega))
         alpha, beta = click_model.relevance_affine()
         v = trainer.in_dataset_order(np.asarray(page_logits, np.float64))
         w = trainer.in_dataset_order(np.asarray(weights, dtype=np.float64))

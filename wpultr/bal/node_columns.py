@@ -95,7 +95,8 @@ class NodeColumns:
             np.ascontiguousarray(values).tofile(self._path(name))
 
     def add_all(self, columns: Iterable[tuple[str, np.ndarray]]) -> None:
-        """Each (name, values) in turn; each is let go before the next is made (`PageFeatureEncoder.transform_columns`)."""
+        """Each (name, values) in turn; each is let go before the next is made
+        (`PageFeatureEncoder.transform_columns`)."""
         for name, values in columns:
             self.add(name, values)
             del values

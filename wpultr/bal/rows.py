@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..causal.discovery import click_row_mask, one_row_per_session, sample_session_ids
+from ..causal.discovery import draw_discovery_sessions, one_row_per_session
 from ..causal.within_document_ci import DOCUMENT_CODE
 from ..features.encoders import CategoricalEncoder, PageFeatureEncoder, session_spans
 from ..methods.propensities.position import share_shown_at_several_positions
 from ..schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, FeatureKind, PageFeature, \
-    page_features_from_config, query_document_pairs
+    query_document_pairs
 from .column_sources import ColumnSource, as_column_source
 from .node_columns import NodeColumns
 from .separability import Separability, unchecked, within_document_share
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def bal_features(config: "RunConfig") -> tuple[PageFeature, ...]:
     """The declared page features BAL sees (`bal.features` selects; None keeps them all)."""
-    declared = page_features_from_config(config.data.page_features, "data.page_features")
+    declared = config.data.parsed_page_features
     wanted = config.bal.features
     return declared if wanted is None else tuple(f for f in declared if f.name in set(wanted))
 
@@ -81,12 +81,10 @@ class GraphRows:
 
     @classmethod
     def draw(cls, train: pd.DataFrame, config: "RunConfig") -> "GraphRows":
-        d, seed = config.discovery, discovery_seed(config)
-        ids = sample_session_ids(train, d.n_sessions, stratify=d.stratify,
-                                 n_strata=d.n_strata, seed=seed)
-        chosen = train.loc[train[SESSION_ID].isin(ids), [SESSION_ID, POSITION]].assign(_row=lambda f: f.index)
-        mask = click_row_mask(train, d, seed)
-        rows = None if mask is None else np.flatnonzero(mask)
+        seed = discovery_seed(config)
+        drawn = draw_discovery_sessions(train, config.discovery, seed)
+        chosen = train.loc[train[SESSION_ID].isin(drawn.kci), [SESSION_ID, POSITION]].assign(_row=lambda f: f.index)
+        rows = None if drawn.click is None else np.flatnonzero(train[SESSION_ID].isin(drawn.click).to_numpy())
         sessions = None if rows is None else train[SESSION_ID].to_numpy()[rows]
         return cls(one_row_per_session(chosen, seed)["_row"].to_numpy(), rows, sessions)
 

@@ -155,7 +155,8 @@ def clip_and_normalise(weights: np.ndarray, cap: float | None, in_place: bool = 
     if solved is None:                                                # adversarial tail: the sorted solve
         return _clip_sorted(w, cap)
     clipped, scale = solved
-    if scale is None:                                                 # cap · n_positive = n: every positive row at the cap
+    # cap · n_positive = n: every positive row at the cap
+    if scale is None:
         positive = w > 0
         return np.where(positive, cap, 0.0), positive
     w *= scale                                                        # w is this function's own array by now
@@ -202,7 +203,8 @@ def _clip_sorted(w: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
         tol = 1e-12 * cap
         ok = ((tail[k] > 0) & np.isfinite(scale) & (scale > 0)
               & (scale * above >= cap - tol) & (scale * below <= cap + tol))
-    if not ok.any():                                                  # cap · n_positive = n: every positive row at the cap
+    # cap · n_positive = n: every positive row at the cap
+    if not ok.any():
         positive = w > 0
         return np.where(positive, cap, 0.0), positive
     k0 = int(np.argmax(ok))

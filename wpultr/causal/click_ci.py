@@ -54,7 +54,8 @@ def _one_blas_thread():
 # Bases
 # ---------------------------------------------------------------------------------------------
 def natural_spline_basis(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
-    """Natural cubic spline basis (ESL Eq. 5.4–5.5): x and K − 2 truncated-cube differences, linear beyond the end knots."""
+    """Natural cubic spline basis (ESL Eq. 5.4–5.5): x and K − 2 truncated-cube differences, linear beyond the end
+    knots."""
     k = np.asarray(knots, dtype=np.float64)
     span = k[-1] - k[0]
     z, k = (x - k[0]) / span, (k - k[0]) / span          # unit scale keeps the cubes well conditioned

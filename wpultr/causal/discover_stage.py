@@ -24,8 +24,8 @@ from ..rundir.layout import BIASES_FILE, GRAPH_FILE, SAMPLE_FILE
 from ..schema import (CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, PageFeature, SchemaError,
                       query_document_pairs)
 from .biases import identify_biases
-from .discovery import (DEFAULT_MIN_SHARE, DiscoveryConfig, DiscoveryResult, discover, one_row_per_session,
-                        sample_click_rows, sample_session_ids)
+from .discovery import (DEFAULT_MIN_SHARE, DiscoveryConfig, DiscoveryResult, discover, draw_discovery_sessions,
+                        one_row_per_session)
 from .graph import epoch_dir
 from .within_document_ci import DOCUMENT_CODE
 
@@ -79,20 +79,23 @@ def _join_scores(rows: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def sample_rows(sessions_dir: str | Path, scores: str | Path, page_features: Sequence[PageFeature],
-                cfg: DiscoveryConfig, seed: int, *, whole_sessions: bool = False) -> pd.DataFrame:
-    """The discovery sample: sessions drawn (stratified) with `seed`, one displayed result each, with r̂.
+                cfg: DiscoveryConfig, seed: int) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The discovery sample, drawn by `causal.discovery.draw_discovery_sessions` from `seed` (as BAL's in-memory
+    rows are): one displayed result of each sampled session, with r̂; and for the hybrid test its click rows (None
+    for the other tests): every shown result of its sessions, ordered by session and position, with doc_id when
+    the sessions have it (the within-document click test's strata).
 
     `scores` names the sessions column holding r̂, or a Parquet file of (session_id, position, relevance_score).
-    With `whole_sessions`, the hybrid test's click rows instead: every shown result of the sessions
-    `sample_click_rows` draws (about `cfg.click_rows` rows), ordered by session and position, with doc_id when
-    the sessions have it (the within-document click test's strata).
     """
+    drawn = draw_discovery_sessions(read_table(sessions_dir, columns=[SESSION_ID, QUERY_ID]), cfg, seed)
+    whole = None if drawn.click is None else _sample_of(sessions_dir, scores, page_features, drawn.click, seed, True)
+    return _sample_of(sessions_dir, scores, page_features, drawn.kci, seed, False), whole
+
+
+def _sample_of(sessions_dir: str | Path, scores: str | Path, page_features: Sequence[PageFeature], ids: np.ndarray,
+               seed: int, whole_sessions: bool) -> pd.DataFrame:
+    """The rows of sessions `ids` with r̂: every shown result (`whole_sessions`) or one drawn from each with `seed`."""
     column = _scores_column(sessions_dir, scores)
-    index = read_table(sessions_dir, columns=[SESSION_ID, QUERY_ID])
-    if whole_sessions:
-        ids = sample_click_rows(index, cfg.click_rows, n_strata=cfg.n_strata, seed=seed, stratify=cfg.stratify)
-    else:
-        ids = sample_session_ids(index, cfg.n_sessions, stratify=cfg.stratify, n_strata=cfg.n_strata, seed=seed)
     documents = [DOC_ID] if whole_sessions and DOC_ID in _columns_of(sessions_dir) else []   # the click test's strata
     columns = list(dict.fromkeys([SESSION_ID, QUERY_ID, POSITION, CLICK] + documents + [f.name for f in page_features]
                                  + ([column] if column else [])))
@@ -126,12 +129,9 @@ def discover_epoch(sessions_dir: str | Path, scores: str | Path, page_features: 
     """Sample, encode, run PC (+ bootstrap) and write epoch_<epoch>/{sample.parquet, biases.json, graph.json};
     `min_within_document_share` is `bal.min_within_document_share` (a feature under it is not testable)."""
     sample_seed = seed + cfg.seed_offset + epoch
-    rows = sample_rows(sessions_dir, scores, page_features, cfg, sample_seed)
+    rows, whole = sample_rows(sessions_dir, scores, page_features, cfg, sample_seed)
     encoder = PageFeatureEncoder.load(encoder_dir)
-    click_nodes = None
-    if cfg.ci_test == "hybrid":
-        whole = sample_rows(sessions_dir, scores, page_features, cfg, sample_seed + 1, whole_sessions=True)
-        click_nodes = click_nodes_of(whole, encoder)
+    click_nodes = None if whole is None else click_nodes_of(whole, encoder)
     result = discover(_nodes(rows, encoder), page_features, cfg, client=client, seed=sample_seed,
                       click_nodes=click_nodes, min_within_document_share=min_within_document_share)
     result.graph.meta["sample"] = {

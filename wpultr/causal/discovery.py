@@ -206,13 +206,23 @@ def sample_click_rows(sessions: pd.DataFrame, click_rows: int | None, *, n_strat
     return sample_session_ids(per_session, wanted, stratify=stratify, n_strata=n_strata, seed=seed)
 
 
-def click_row_mask(sessions: pd.DataFrame, cfg: DiscoveryConfig, seed: int) -> np.ndarray | None:
-    """Which rows of `sessions` (whole sessions, `sample_click_rows`) feed hybrid's click tests; None unless
-    `cfg.ci_test` is hybrid."""
-    if cfg.ci_test != "hybrid":
-        return None
-    ids = sample_click_rows(sessions, cfg.click_rows, n_strata=cfg.n_strata, seed=seed + 1, stratify=cfg.stratify)
-    return sessions[SESSION_ID].isin(ids).to_numpy()
+@dataclass(frozen=True)
+class DiscoverySessions:
+    """The session ids one discovery reads: `kci`'s (one shown result of each is then drawn, `one_row_per_session`)
+    and `click`'s (every shown result, for hybrid's click tests; None for the other CI tests)."""
+
+    kci: np.ndarray
+    click: np.ndarray | None
+
+
+def draw_discovery_sessions(sessions: pd.DataFrame, cfg: DiscoveryConfig, seed: int) -> DiscoverySessions:
+    """The one sampler of discovery's sessions, for BAL's in-memory rows and the discover stage's alike: `kci` by
+    `sample_session_ids` with `seed`, `click` by `sample_click_rows` with `seed + 1` (hybrid only). `sessions` has one
+    row per shown result with session_id and query_id."""
+    kci = sample_session_ids(sessions, cfg.n_sessions, stratify=cfg.stratify, n_strata=cfg.n_strata, seed=seed)
+    click = None if cfg.ci_test != "hybrid" else \
+        sample_click_rows(sessions, cfg.click_rows, n_strata=cfg.n_strata, seed=seed + 1, stratify=cfg.stratify)
+    return DiscoverySessions(kci, click)
 
 
 def one_row_per_session(rows: pd.DataFrame, seed: int) -> pd.DataFrame:

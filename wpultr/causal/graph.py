@@ -179,7 +179,8 @@ def _check_edges(nodes: tuple[str, ...], edges: tuple[GraphEdge, ...], where: st
 # From causal-learn
 # ---------------------------------------------------------------------------------------------
 def edges_from_matrix(matrix, nodes: tuple[str, ...]) -> tuple[GraphEdge, ...]:
-    """Edges of causal-learn's endpoint matrix, where g[i, j] is the mark at node i's end (g[i, j] = TAIL, g[j, i] = ARROW: i → j)."""
+    """Edges of causal-learn's endpoint matrix, where g[i, j] is the mark at node i's end
+    (g[i, j] = TAIL, g[j, i] = ARROW: i → j)."""
     tail, arrow = Endpoint.TAIL.value, Endpoint.ARROW.value
     edges = []
     for i in range(len(nodes)):
@@ -321,8 +322,8 @@ def _click_evidence_lines(meta: dict[str, Any]) -> list[str]:
     width = max(len(e["node"]) for e in evidence)
     lines = ["", f"edges into click: PC's largest p (its conditioning set), effect given click's other parents "
                  f"({rows.get('n_rows', '?')} rows, {rows.get('n_sessions', '?')} sessions: {rows.get('source', '?')})",
-             f"{'node':<{width}}  in graph  {'p (PC)':>9}  {'Δloglik/row':>11}  {'Δclick rate':>11}  {'p (effect)':>10}  "
-             f"stable  decision"]
+             f"{'node':<{width}}  in graph  {'p (PC)':>9}  {'Δloglik/row':>11}  {'Δclick rate':>11}  "
+             f"{'p (effect)':>10}  stable  decision"]
     if meta.get("test", {}).get("click_error") == "per_graph":
         lines.insert(2, f"page feature -> click edges decided per graph (discovery.click_error: per_graph): Holm's "
                         f"step-down over the page features' p (PC) at alpha {meta['test'].get('alpha', '?')}")
@@ -396,7 +397,8 @@ def graph_epochs(run_dir: str | Path) -> list[int]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise GraphFileError(f"{run_dir}: no such run directory")
-    found = [int(m.group(1)) for p in run_dir.iterdir() if (m := _EPOCH_DIR.match(p.name)) and (p / GRAPH_FILE).is_file()]
+    found = [int(m.group(1)) for p in run_dir.iterdir()
+             if (m := _EPOCH_DIR.match(p.name)) and (p / GRAPH_FILE).is_file()]
     return sorted(found)
 
 

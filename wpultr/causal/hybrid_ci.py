@@ -66,7 +66,8 @@ def split_click_rows(data: np.ndarray, n_sample: int, click: int, n_sessions: in
     return data[:n_sample], rows, folded % n_sessions, folded // n_sessions
 
 
-def resample_sessions(click_rows: np.ndarray, sessions: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def resample_sessions(click_rows: np.ndarray, sessions: np.ndarray,
+                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """A bootstrap resample of whole sessions (drawn with replacement, each draw a new session id)."""
     order = np.argsort(sessions, kind="stable")
     _, first, counts = np.unique(sessions[order], return_index=True, return_counts=True)
@@ -81,8 +82,8 @@ class HybridCIT(CIT_Base):
     """causal-learn CI test over the stacked matrix of `stack_click_rows` (see the module docstring).
 
     `protect` lists (feature, proxy) node indices, the feature nearly a function of the proxy: a test of
-    the feature against click drops the proxy from the conditioning set. The p-value of a click test is recorded with the conditioning set
-    PC asked for, so PC's sepsets keep its own bookkeeping.
+    the feature against click drops the proxy from the conditioning set. The p-value of a click test is
+    recorded with the conditioning set PC asked for, so PC's sepsets keep its own bookkeeping.
     """
 
     registry_name = "wpultr-hybrid"

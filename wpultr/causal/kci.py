@@ -184,13 +184,13 @@ def pivoted_cholesky(x: np.ndarray, kernel: GaussianKernel, tol: float, max_rank
             j = int(np.argmax(dc))
             if dc[j] <= floor or k >= max_rank or dc[j] < PIVOT_SHARE * d.max():
                 break                        # a pivot far below the largest residual would amplify rounding
-            l = C[:, j] / np.sqrt(dc[j])
-            L[:, k] = l
+            col = C[:, j] / np.sqrt(dc[j])
+            L[:, k] = col
             k += 1
-            C -= np.outer(l, l[cand])
-            dc -= l[cand] ** 2
+            C -= np.outer(col, col[cand])
+            dc -= col[cand] ** 2
             dc[j] = 0.0
-            d -= l * l
+            d -= col * col
             d[cand[j]] = 0.0
         np.maximum(d, 0.0, out=d)
     L = L[:, :k].copy()

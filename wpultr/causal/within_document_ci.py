@@ -130,7 +130,10 @@ def browsing_covariates(clicks: np.ndarray, sessions: np.ndarray, relevance: np.
         r = np.asarray(relevance, np.float64)[order]
         r = (r - r.mean()) / max(r.std(), 1e-12)
         csum = np.cumsum(r)
-        at = lambda j: np.where(j >= 0, csum[np.maximum(j, 0)], 0.0)     # Σ r̂ of rows 0..j
+
+        def at(j):
+            return np.where(j >= 0, csum[np.maximum(j, 0)], 0.0)        # Σ r̂ of rows 0..j
+
         cols.append(at(idx - 1) - at(last_above))                       # Σ r̂ of the skipped rows above
     out = np.empty((n, len(cols)))
     out[order] = np.column_stack([np.asarray(v, np.float64) for v in cols])
@@ -248,7 +251,8 @@ class WithinDocumentTest:
         self.documents = np.unique(np.asarray(documents), return_inverse=True)[1].ravel()
         if self.sessions.shape != self.y.shape or self.documents.shape != self.y.shape:
             raise ValueError("within-document click test: one session and one document per row")
-        self.browsing = browsing_covariates(self.y, self.sessions, None if relevance is None else self.data[:, relevance])
+        self.browsing = browsing_covariates(self.y, self.sessions,
+                                            None if relevance is None else self.data[:, relevance])
         self._levels: dict[int, np.ndarray] = {}
         self._fits: dict[tuple[bool, tuple[int, ...]], StratumFit] = {}
 

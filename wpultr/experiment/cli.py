@@ -12,13 +12,16 @@ from ..cli_support import parse_sets, user_errors
 
 @user_errors
 def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pipelines/reproduce/)"),
-               scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler "
-                                                                  "(default: a LocalCluster as the base config's cluster section says)"),
-               workers: Optional[int] = typer.Option(None, help="LocalCluster workers (default: base cluster.n_workers)"),
+               scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler (default: "
+                                                                  "a LocalCluster as the base config's cluster section "
+                                                                  "says)"),
+               workers: Optional[int] = typer.Option(None, help="LocalCluster workers "
+                                                                "(default: base cluster.n_workers)"),
                parallel: Optional[int] = typer.Option(None, help="runs at once (default: the experiment's `parallel`, "
                                                                  "else the cluster's worker threads)"),
-               set_: Optional[List[str]] = typer.Option(None, "--set", help="override an experiment key: "
-                                                                            "--set seeds=[0,1] --set base.train.epochs=1"),
+               set_: Optional[List[str]] = typer.Option(None, "--set",
+                                                        help="override an experiment key: "
+                                                             "--set seeds=[0,1] --set base.train.epochs=1"),
                report_only: bool = typer.Option(False, "--report-only", help="run nothing; gather the runs on disk "
                                                                              "into the tables, figures and report")):
     """Run methods × seeds (× settings) as Dask tasks, each in its own run directory (finished runs are

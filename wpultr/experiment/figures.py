@@ -113,7 +113,7 @@ def fig4_data(results: SettingResults, labels: Sequence[str], baseline: str, mod
     all_seeds = sorted({s for (_, s) in results.runs})
     used_mode = mode
     for seed in all_seeds:
-        present = [l for l in labels if (l, seed) in results.runs]
+        present = [lab for lab in labels if (lab, seed) in results.runs]
         if not present:
             continue
         seed_mode = mode
@@ -131,7 +131,7 @@ def fig4_data(results: SettingResults, labels: Sequence[str], baseline: str, mod
                 continue
             baseline_scores = _scores(results.runs[(baseline, seed)])
             used_mode = "baseline"
-        scores = {l: _scores(results.runs[(l, seed)]) for l in present}
+        scores = {lab: _scores(results.runs[(lab, seed)]) for lab in present}
         original = _original_ranks(scores[present[0]], seed_mode, logged, baseline_scores)
         n_queries = int(original[QUERY_ID].nunique())
         curves = {TRUE_LABELS: _new_position_curve(original, original[LABEL].astype(float), positions)}
@@ -164,7 +164,7 @@ def plot_fig4(data: pd.DataFrame, labels: Sequence[str], path: Path, title: str 
     summary = summarize_curves(data)
     fig = _figure(7.5, 5)
     ax = fig.add_subplot()
-    order = [l for l in labels if l in set(summary["label"])] + [TRUE_LABELS]
+    order = [lab for lab in labels if lab in set(summary["label"])] + [TRUE_LABELS]
     colors = _colors(len(order))
     for label, color in zip(order, colors):
         part = summary[summary["label"] == label].sort_values("original_position")

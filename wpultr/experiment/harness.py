@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
-from ..config import ConfigError, changed_keys, config_from_dict, to_dict
+from ..config import ConfigError, changed_keys, config_from_dict, saved_config, to_dict
 from .spec import EXPERIMENT_FILE, FAILURE_FILE, RUNS_CSV, RUNS_JSON, Experiment, RunRecord, RunSpec, slug
 
 
@@ -34,7 +34,7 @@ def is_finished(spec: RunSpec) -> bool:
         return False
     try:
         cfg = config_from_dict(spec.config)
-        if changed_keys(config_from_dict(yaml.safe_load(config_file.read_text())), cfg):
+        if changed_keys(saved_config(config_file), cfg):
             return False
     except (ConfigError, yaml.YAMLError):
         return False

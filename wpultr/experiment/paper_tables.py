@@ -50,7 +50,7 @@ class SettingResults:
         self.runs = dict(runs)
 
     def seeds(self, label: str) -> list[int]:
-        return sorted(s for (l, s) in self.runs if l == label)
+        return sorted(s for (lab, s) in self.runs if lab == label)
 
     def has(self, label: str) -> bool:
         return bool(self.seeds(label))
@@ -274,9 +274,11 @@ def build_sweep_table(name: str, title: str, results: dict[str, SettingResults],
         table.rows.append(label)
         table.n_seeds[label] = max(len(s) for s in seeds.values())
         for c in columns:
-            values = [_metric_value(results[c.setting].metrics(label, s), Column("all", metric)) for s in seeds[c.setting]]
+            values = [_metric_value(results[c.setting].metrics(label, s), Column("all", metric))
+                      for s in seeds[c.setting]]
             values = np.array([v for v in values if v is not None], dtype=float)
             table.mean[(label, c.name)] = float(values.mean()) if values.size else float("nan")
             table.std[(label, c.name)] = float(values.std(ddof=1)) if values.size > 1 else float("nan")
-    table.legend = f"{metric} on all test queries, mean ± sample std over seeds, per setting; best mean per column in bold."
+    table.legend = (f"{metric} on all test queries, mean ± sample std over seeds, per setting; "
+                    "best mean per column in bold.")
     return table

@@ -90,8 +90,8 @@ def gather_setting(exp: Experiment, records: Sequence[RunRecord], setting: str,
             out.figures["fig5"] = F.plot_fig5(fig5, figure_dir / "fig5.png",
                                               f"Fig. 5 ({setting}): {', '.join(fig5.rows)}")
         missing = f" No finished run for: {', '.join(fig5.missing)}." if fig5.missing else ""
-        out.notes["fig5"] = ("bars: mean over seeds, error bars: std over seeds." if fig5.rows else "nothing to draw.") \
-            + missing
+        out.notes["fig5"] = ("bars: mean over seeds, error bars: std over seeds." if fig5.rows
+                             else "nothing to draw.") + missing
     else:
         out.notes["fig5"] = "no labels chosen (tables.fig5)."
 
@@ -167,7 +167,8 @@ def _runs_table(exp: Experiment, records: Sequence[RunRecord]) -> str:
             html.escape(str(link))
         seconds = f"{r.seconds:.1f}" if r.seconds is not None else ""
         rows.append(f"<tr class='{r.status}'><td>{html.escape(r.setting)}</td><td>{html.escape(r.label)}</td>"
-                    f"<td>{r.seed}</td><td>{r.status}</td><td>{seconds}</td><td style='text-align:left'>{cell}</td></tr>")
+                    f"<td>{r.seed}</td><td>{r.status}</td><td>{seconds}</td>"
+                    f"<td style='text-align:left'>{cell}</td></tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 

@@ -75,7 +75,8 @@ class SweepSpec:
 
 @dataclass
 class TablesSpec:
-    baseline: str | None = None                 # significance reference and Fig. 4 "original ranker"; default: first method
+    baseline: str | None = None                 # significance reference and Fig. 4 "original ranker";
+    #                                             default: first method
     table1: list[str] | None = None             # default: every method
     table2: list[str] | None = None             # default: every method
     table3: list[str] = field(default_factory=list)
@@ -237,7 +238,7 @@ def experiment_from_dict(values: Mapping[str, Any], source: Path | None = None) 
             raise _error(f"methods[{i}].label", "every method needs a non-empty label")
         if method.label in labels:
             raise _error(f"methods[{i}].label", f"{method.label!r} is used twice; labels must be unique")
-        if slug(method.label) in {slug(l) for l in labels}:
+        if slug(method.label) in {slug(lab) for lab in labels}:
             raise _error(f"methods[{i}].label", f"{method.label!r} maps to the same directory name as another label")
         labels.append(method.label)
         _check_overrides(method.overrides, f"methods[{i}].overrides", PAIRED_KEYS,

@@ -120,7 +120,8 @@ class BradleyTerryEncoder:
         return self
 
     def transform(self, X: pd.DataFrame | pd.Series | np.ndarray) -> np.ndarray:
-        """Scores of the levels; a level unseen in the fit is interpolated between its neighbours (clamped at the ends)."""
+        """Scores of the levels; a level unseen in the fit is interpolated between its neighbours (clamped at the
+        ends)."""
         values = X[self.column] if isinstance(X, pd.DataFrame) else pd.Series(np.asarray(X))
         levels = _numeric_levels(values, self.column)
         return np.interp(levels, self.levels_, self.scores_)

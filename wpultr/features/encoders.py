@@ -147,7 +147,8 @@ class CategoricalEncoder:
         self.counts_ = [levels.counts[level] for level in self.vocabulary_]
         rng = np.random.default_rng(self.seed)
         scale = 1.0 / np.sqrt(self.embedding_dim)
-        self.embedding_ = (rng.standard_normal((len(self.vocabulary_) + 1, self.embedding_dim)) * scale).astype(np.float32)
+        self.embedding_ = (rng.standard_normal((len(self.vocabulary_) + 1, self.embedding_dim))
+                           * scale).astype(np.float32)
         return self
 
     def transform(self, X: pd.DataFrame) -> np.ndarray:

@@ -291,7 +291,8 @@ class LexicalFeaturizer:
         doc_length = document.lengths[row].astype(np.float64)
         avg_length = stats.total_length / n_docs if n_docs else 0.0
 
-        bm25_idf = np.log1p((n_docs - doc_freq + 0.5) / (doc_freq + 0.5))           # Robertson–Zaragoza idf, Lucene form
+        # Robertson–Zaragoza idf, Lucene form
+        bm25_idf = np.log1p((n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
         length_norm = 1.0 - self.b + self.b * doc_length / avg_length if avg_length > 0 else np.ones_like(tf)
         bm25 = per_row(bm25_idf * tf * (self.k1 + 1.0) / (tf + self.k1 * length_norm))  # BM25
 

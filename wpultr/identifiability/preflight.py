@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..errors import ConfigError, WpultrError
 from ..rundir.layout import IDENTIFIABILITY_FIGURE
-from ..schema import POSITION, SESSION_ID, page_features_from_config
+from ..schema import POSITION, SESSION_ID
 from .factor_graph import IdentifiabilityGraph, build_graph
 from .repair import apply_merges, mapping_table, merged_mapping, plan_interventions, plan_merges
 
@@ -38,7 +38,7 @@ class IdentifiabilityError(WpultrError):
 
 
 def factor_kinds(cfg: "RunConfig") -> dict[str, str]:
-    return {f.name: f.kind.value for f in page_features_from_config(cfg.data.page_features, "data.page_features")}
+    return {f.name: f.kind.value for f in cfg.data.parsed_page_features}
 
 
 def bias_factors(cfg: "RunConfig") -> list[str] | None:

@@ -770,8 +770,8 @@ def check_log_names(files: Sequence[str]) -> None:
         name = f.rstrip("/").rsplit("/", 1)[-1].lower()
         if "." in name.lstrip(".") and not name.endswith(LOG_SUFFIXES):
             raise SchemaError(f"{f}: not a Baidu-ULTR session log by its name; expected gzip "
-                              f"({', '.join(GZIP_SUFFIXES)}) or text ({', '.join(TEXT_SUFFIXES)}, or no suffix); tables (.parquet, .csv) go with "
-                              f"--format table")
+                              f"({', '.join(GZIP_SUFFIXES)}) or text ({', '.join(TEXT_SUFFIXES)}, or no suffix); "
+                              f"tables (.parquet, .csv) go with --format table")
 
 
 def ingest_baidu(paths: Sequence[str | Path], out_dir: str | Path, client, partition_rows: int = 200_000,

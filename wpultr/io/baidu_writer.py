@@ -1,11 +1,11 @@
 """Writer of the Baidu-ULTR layout: session logs and the annotation file, as gzip text.
 
 Session log: per session one query line (query_id as its decimal text, query token ids joined by
-schema.BAIDU_TOKEN_SEP, the query_reformulation column as written or '-' without one) followed by
-one line per shown result with the 32 fields of schema.BAIDU_RESULT_FIELDS in order; url_md5 is the table's doc_id, columns the table lacks (and the
-dataset's unused ones) are '-', missing numbers (NaN) are '-', whole numbers are written without
-decimals, media type schema.BAIDU_MEDIA_TYPE_DASH is written '-'. Annotation file: one line per
-document (qid, query, title, abstract, label, bucket).
+schema.BAIDU_TOKEN_SEP, the query_reformulation column as written or '-' without one) followed by one line
+per shown result with the 32 fields of schema.BAIDU_RESULT_FIELDS in order; url_md5 is the table's doc_id,
+columns the table lacks (and the dataset's unused ones) are '-', missing numbers (NaN) are '-', whole
+numbers are written without decimals, media type schema.BAIDU_MEDIA_TYPE_DASH is written '-'. Annotation
+file: one line per document (qid, query, title, abstract, label, bucket).
 Lines are formatted column-wise with pyarrow; files are written atomically with gzip mtime 0, so the
 same table always gives the same bytes.
 """

@@ -10,11 +10,11 @@ Two models are learned together from the same clicks:
 where P(o_1)/P(o_i) = softmax(g)_1/softmax(g)_i = exp(g_1 − g_i) and P(r_1)/P(r_i) = exp(s_1 − s_i) with
 s_1 the score of the result shown at the top of the same list (the paper's ratio to position 1).
 Each weight is a constant for the other model's loss (ULTRA takes each loss's gradient with respect to
-its own model only), and both are clipped at `baselines.dla_max_weight` (both losses: `losses.dla_losses`).
+its own model only), and both are clipped at `dla.max_weight` (both losses: `losses.dla_losses`).
 Both are summed over clicks, not normalised per list (`losses.weighted_softmax_loss`); the minimiser over g
 of the summed l_IPM is softmax(g)_k ∝ Σ c_k r_1/r_k, whose expectation is θ_k r_1, i.e. softmax(g)_k ∝ θ_k.
-Loss = l_IPM + `baselines.dla_ranker_loss_weight` · l_IRM, one Adam with two parameter groups: the
-ranker at `train.learning_rate`, the logits at `baselines.dla_propensity_learning_rate` (ULTRA's
+Loss = l_IPM + `dla.ranker_loss_weight` · l_IRM, one Adam with two parameter groups: the
+ranker at `train.learning_rate`, the logits at `dla.propensity_learning_rate` (ULTRA's
 propensity_learning_rate).
 
 The propensities reported are exp(g_k − g_1), i.e. normalised to position 1. DLA is listwise by
@@ -31,8 +31,8 @@ import torch
 
 from ..rankers.base import resolve_device
 from .base import FitResult
-from .losses import dla_losses
-from .propensities.position import as_table, setting
+from .losses.lists import dla_losses
+from .propensities.position import as_table
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up
 
@@ -56,11 +56,11 @@ class DLA:
         trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
         # the propensity logits get their own learning rate (ULTRA's propensity_learning_rate): a handful
         # of parameters that must move by ~log(θ_1/θ_K) need larger steps than the ranker's weights
-        propensity_lr = float(setting(config, "dla_propensity_learning_rate"))   # > 0: checked at config load
+        propensity_lr = float(config.dla.propensity_learning_rate)   # > 0: checked at config load
         trainer.optimizer.add_param_group({"params": [logits], "lr": propensity_lr, "weight_decay": 0.0})
         warm_up(trainer)
-        weight = float(setting(config, "dla_ranker_loss_weight"))
-        max_weight = float(setting(config, "dla_max_weight"))                   # > 1: checked at config load
+        weight = float(config.dla.ranker_loss_weight)
+        max_weight = float(config.dla.max_weight)                   # > 1: checked at config load
 
         def loss(scores: torch.Tensor, batch: ListBatch):
             rank_loss, exam_loss = dla_losses(scores, logits, batch.positions, batch.clicks, batch.mask,

@@ -1,9 +1,9 @@
 """IPW: the click loss with each click weighted by 1 / θ_position (Joachims et al. 2017; Wang et al. 2016).
 
-Propensities θ_k/θ_1 come from `baselines.propensity_source` (see `propensity.resolve_propensities`):
+Propensities θ_k/θ_1 come from `propensity.source` (see `propensity.resolve_propensities`):
 a RandPair result-randomisation experiment (from logs with the randpair columns, or run on the
 simulator), intervention harvesting from the logs, or a given table; they are clipped below at
-`baselines.propensity_clip` so no weight exceeds 1 / clip.
+`propensity.clip` so no weight exceeds 1 / clip.
 
 Losses (`train.loss`):
 * listwise: Σ_i (c_i / θ_i)(−log softmax(s)_i) over all clicks, divided by Σ c_i/θ_i (Ai et al. 2018's
@@ -21,8 +21,8 @@ import pandas as pd
 import torch
 
 from .base import FitResult
-from .losses import pointwise_click_loss, weighted_softmax_loss
-from .propensities.position import as_table, propensity_array, resolve_propensities, setting
+from .losses import click_loss_named
+from .propensities.position import as_table, propensity_array, resolve_propensities
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up
 
@@ -32,12 +32,8 @@ if TYPE_CHECKING:
 
 def ipw_loss(kind: str, scores: torch.Tensor, batch: ListBatch, inverse: torch.Tensor) -> torch.Tensor:
     """The IPW click loss of a batch; `inverse` is 1/θ indexed by position (index 0: padding)."""
-    weights = inverse[batch.positions]
-    if kind == "pointwise":
-        return pointwise_click_loss(scores, batch.clicks * weights, batch.mask)   # target c/θ, E = r
-    if kind == "listwise":
-        return weighted_softmax_loss(scores, batch.clicks, batch.mask, weights)   # Σ c/θ · CE
-    raise ValueError(f"train.loss: {kind!r} is not one of 'pointwise', 'listwise'")
+    # pointwise: target c/θ, E = r; listwise: Σ c/θ · CE (losses.CLICK_LOSSES, each click keeping its weight)
+    return click_loss_named(kind).weighted(scores, batch.clicks, batch.mask, inverse[batch.positions])
 
 
 class IPW:
@@ -45,7 +41,7 @@ class IPW:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         table, info = resolve_propensities(train, config)
-        clip = float(setting(config, "propensity_clip"))         # in (0, 1]: checked when the config was loaded
+        clip = float(config.propensity.clip)         # in (0, 1]: checked when the config was loaded
         lists = SessionLists.from_frame(train)
         theta = propensity_array(table, int(lists.positions.max()), clip)
         trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)

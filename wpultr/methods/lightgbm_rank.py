@@ -4,13 +4,13 @@
 * `LightGBMPositionLambdaRank`: the same with each row's logged position given to the Dataset
   (`position=`), so LightGBM's unbiased lambdarank learns a position bias factor per position jointly
   with the trees (its implementation of Unbiased LambdaMART-style debiasing), regularised by
-  `lambdarank_position_bias_regularization` (`baselines.lightgbm_position_bias_regularization`).
+  `lambdarank_position_bias_regularization` (`ranker.lightgbm.position_bias_regularization`).
 
 Both are external anchors: no Trainer, no neural ranker. Model selection follows the Trainer's rule:
-the validation annotations are scored at `baselines.lightgbm_eval_points` evenly spaced boosting
+the validation annotations are scored at `ranker.lightgbm.eval_points` evenly spaced boosting
 rounds and the round with the best `train.select_metric` is kept (the last round without validation).
 
-On a Dask cluster (`baselines.lightgbm_distributed`: auto = when the run's client has >= 2 workers, the
+On a Dask cluster (`ranker.lightgbm.distributed`: auto = when the run's client has >= 2 workers, the
 training rows exceed one ingest partition (`data.partition_rows`) and the run is not itself a task on a
 worker (an experiment's runs share the workers); true = always, needs a client; false = never)
 `LightGBMLambdaRank` trains through `lightgbm.dask.DaskLGBMRanker` (data-parallel trees over the
@@ -36,7 +36,6 @@ from ..metrics import evaluate as evaluate_scores
 from ..rankers.lightgbm import LightGBMRanker
 from ..rankers.mlp import feature_matrix
 from .base import FitResult
-from .propensities.position import setting
 from .training.trainer import SessionLists
 
 if TYPE_CHECKING:
@@ -90,22 +89,6 @@ class _PositionBiasLog:
             basic.register_logger(logger, info, warning)
 
 
-def _positive_int(config: "RunConfig", name: str) -> int:
-    value = setting(config, name)
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        from ..config import ConfigError
-        raise ConfigError(f"baselines.{name}: expected an integer >= 1, got {value!r}")
-    return int(value)
-
-
-def _threads(config: "RunConfig") -> int:
-    value = setting(config, "lightgbm_num_threads")
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        from ..config import ConfigError
-        raise ConfigError(f"baselines.lightgbm_num_threads: expected an integer >= 0 (0 = all cores), got {value!r}")
-    return int(value)
-
-
 def session_partitions(group_sizes: np.ndarray, n_parts: int) -> list[tuple[int, int]]:
     """[start, end) session ranges cutting the sessions into <= n_parts runs of about equal rows, none empty.
 
@@ -119,11 +102,11 @@ def session_partitions(group_sizes: np.ndarray, n_parts: int) -> list[tuple[int,
 
 
 def wants_dask(config: "RunConfig", client: Any, rows: int) -> bool:
-    """Whether `baselines.lightgbm_distributed` puts a booster of `rows` training rows on the Dask cluster: true
+    """Whether `ranker.lightgbm.distributed` puts a booster of `rows` training rows on the Dask cluster: true
     always, false never, auto when `client` has >= 2 workers, the rows exceed one ingest partition and this is
     not itself a worker's task."""
     from ..cluster import inside_worker, n_workers
-    mode = setting(config, "lightgbm_distributed")
+    mode = config.ranker.lightgbm.distributed
     if mode is True or mode is False:
         return mode
     return client is not None and n_workers(client) >= 2 and rows > config.data.partition_rows and not inside_worker()
@@ -139,10 +122,10 @@ class LightGBMLambdaRank:
         return {
             "objective": "lambdarank", "metric": "None", "verbosity": -1, "seed": config.seed,
             "deterministic": True, "force_row_wise": True,
-            "learning_rate": float(setting(config, "lightgbm_learning_rate")),
-            "num_leaves": _positive_int(config, "lightgbm_num_leaves"),
-            "min_data_in_leaf": _positive_int(config, "lightgbm_min_data_in_leaf"),
-            "num_threads": _threads(config),
+            "learning_rate": float(config.ranker.lightgbm.learning_rate),
+            "num_leaves": config.ranker.lightgbm.num_leaves,
+            "min_data_in_leaf": config.ranker.lightgbm.min_data_in_leaf,
+            "num_threads": config.ranker.lightgbm.num_threads,
         }
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
@@ -160,8 +143,8 @@ class LightGBMLambdaRank:
                               group=groups, free_raw_data=True,
                               position=lists.positions[lists.mask] if self.position_aware else None)
         params = self.params(config)
-        rounds = _positive_int(config, "lightgbm_rounds")
-        points = min(_positive_int(config, "lightgbm_eval_points"), rounds)
+        rounds = config.ranker.lightgbm.rounds
+        points = min(config.ranker.lightgbm.eval_points, rounds)
         checkpoints = sorted({int(round(rounds * (i + 1) / points)) for i in range(points)})
         valid = valid.reset_index(drop=True) if valid is not None and len(valid) else None
         valid_x = feature_matrix(valid, "validation annotations").astype(np.float64) if valid is not None else None
@@ -210,15 +193,15 @@ class LightGBMLambdaRank:
 
     # ------------------------------------------------------------------ lightgbm.dask
     def dask_client(self, config: "RunConfig", rows: int) -> Any:
-        """The Dask client to train on (`baselines.lightgbm_distributed`), or None to train in this process."""
+        """The Dask client to train on (`ranker.lightgbm.distributed`), or None to train in this process."""
         from ..cluster import current_client
-        mode = setting(config, "lightgbm_distributed")
+        mode = config.ranker.lightgbm.distributed
         if mode is False:
             return None
         client = current_client()
         if mode is True and client is None:
             from ..config import ConfigError
-            raise ConfigError("baselines.lightgbm_distributed: true needs a Dask client (the run's cluster) and "
+            raise ConfigError("ranker.lightgbm.distributed: true needs a Dask client (the run's cluster) and "
                               "none is running; set it to auto or false")
         if client is None or not wants_dask(config, client, rows):
             return None
@@ -235,7 +218,7 @@ class LightGBMLambdaRank:
         from lightgbm.dask import DaskLGBMRanker
 
         params = self.params(config)
-        rounds = _positive_int(config, "lightgbm_rounds")
+        rounds = config.ranker.lightgbm.rounds
         from ..cluster import n_workers
         n_parts = max(n_workers(client), math.ceil(len(x) / config.data.partition_rows))
         bounds = session_partitions(groups, n_parts)
@@ -267,7 +250,7 @@ class LightGBMLambdaRank:
     def _checkpoints_after(self, booster: Any, rounds: int, seconds: float, valid: pd.DataFrame | None,
                            config: "RunConfig") -> list[dict[str, Any]]:
         """The history the in-process callback records, from the finished booster; seconds split by rounds."""
-        points = min(_positive_int(config, "lightgbm_eval_points"), rounds)
+        points = min(config.ranker.lightgbm.eval_points, rounds)
         checkpoints = sorted({int(round(rounds * (i + 1) / points)) for i in range(points)})
         valid = valid.reset_index(drop=True) if valid is not None and len(valid) else None
         valid_x = feature_matrix(valid, "validation annotations").astype(np.float64) if valid is not None else None
@@ -315,5 +298,5 @@ class LightGBMPositionLambdaRank(LightGBMLambdaRank):
     def params(self, config: "RunConfig") -> dict[str, Any]:
         out = super().params(config)
         out["lambdarank_position_bias_regularization"] = float(
-            setting(config, "lightgbm_position_bias_regularization"))
+            config.ranker.lightgbm.position_bias_regularization)
         return out

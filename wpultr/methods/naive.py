@@ -3,7 +3,7 @@
 The reproducibility study of Baidu-ULTR found the listwise naive ranker hard to beat, so both are
 offered (`train.loss`). Everything the page does to clicks is learned as if it were relevance.
 With `ranker.backbone: lightgbm` the same losses train a booster by custom objective
-(`gbdt_objectives`): the like-for-like baseline of BAL with the LightGBM backbone.
+(`losses.boosted`): the like-for-like baseline of BAL with the LightGBM backbone.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from ..rundir.layout import SPLIT, TRUTH_DIR, TRUTH_SESSIONS
 from ..schema import MAX_LABEL, POSITION, SESSION_ID, query_key
 from .base import FitResult
-from .losses import listwise_softmax_loss, pointwise_click_loss
+from .losses.lists import listwise_softmax_loss, pointwise_click_loss
 from .training.trainer import LossFn, Trainer, build_ranker
 
 if TYPE_CHECKING:

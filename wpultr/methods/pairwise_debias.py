@@ -15,10 +15,10 @@ closed-form updates, relative to position 1:
 
 Here ℓ is the pairwise logistic (RankNet) loss log(1 + exp(−(s_i − s_j))) — the loss whose gradient
 LambdaMART re-weights by |ΔNDCG|; the neural rankers take it directly (no lambda weighting). The sums
-in the updates are kept as exponential moving averages over batches (step `baselines.pairwise_step_size`,
+in the updates are kept as exponential moving averages over batches (step `pairwise_debias.step_size`,
 as ULTRA's EM_step_size), and t^± are recomputed from them after every batch with the ranker's loss
 values of that batch — Hu et al.'s alternating optimisation, done per batch instead of per boosting
-round. p is `baselines.pairwise_regularization_p` (ULTRA's default regulation_p = 1).
+round. p is `pairwise_debias.regularization_p` (ULTRA's default regulation_p = 1).
 
 `train.loss` is not used (the method is pairwise). t^+ relative to position 1 are reported as the
 method's propensities.
@@ -33,8 +33,8 @@ import pandas as pd
 import torch
 
 from .base import FitResult
-from .losses import pair_terms
-from .propensities.position import as_table, setting
+from .losses.lists import pair_terms
+from .propensities.position import as_table
 from .training.trainer import ListBatch
 from .training.warmup import warmed_up_trainer
 
@@ -81,8 +81,8 @@ class PairwiseDebias:
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         trainer = warmed_up_trainer(train, valid, config)
         lists, n_positions = trainer.lists, int(trainer.lists.positions.max())
-        p = float(setting(config, "pairwise_regularization_p"))   # > 0 and step in (0, 1]: checked when
-        step = float(setting(config, "pairwise_step_size"))       # the config was loaded (BaselinesConfig)
+        p = float(config.pairwise_debias.regularization_p)   # > 0 and step in (0, 1]: checked when
+        step = float(config.pairwise_debias.step_size)       # the config was loaded (PairwiseDebiasConfig)
         ratios = PositionRatios(n_positions, p, step, trainer.device)
 
         def loss(scores: torch.Tensor, batch: ListBatch):

@@ -12,7 +12,7 @@
   `pairwise.lambda_weight: none` drops the |ΔNDCG| factor: the booster then minimises Eq. 10 itself,
   joint model included (its Hessian uses |w|, so LightGBM's Newton steps stay defined where w < 0).
 
-θ_k (relative to position 1, clipped at `baselines.propensity_clip`) comes from `baselines.propensity_source`
+θ_k (relative to position 1, clipped at `propensity.clip`) comes from `propensity.source`
 as for IPW (a simulated RandPair experiment by default on simulated logs); ψ from `pairwise.joint_model`.
 `train.loss` is not used. Each reports θ (and ψ and the joint model, or t⁻) as what it learned about bias.
 """
@@ -30,7 +30,7 @@ from ..schema import POSITION
 from . import lambda_pairs as lp
 from .base import FitResult
 from .propensities.joint_examination import joint_examination, unbiased_pairs
-from .propensities.position import as_table, propensity_array, resolve_propensities, setting
+from .propensities.position import as_table, propensity_array, resolve_propensities
 from .training.trainer import ListBatch
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def examination(train: pd.DataFrame, config: "RunConfig", n_positions: int) -> t
                                                                                      dict[str, Any]]:
     """(θ by position − 1, ψ (n, n) from `pairwise.joint_model`, a JSON-able record of both and their source)."""
     table, info = resolve_propensities(train, config)
-    clip = float(setting(config, "propensity_clip"))
+    clip = float(config.propensity.clip)
     theta = propensity_array(table, n_positions, clip)[1:]
     p = config.pairwise
     psi = joint_examination(theta, p.joint_model, p.grid_columns, p.skip_row, p.continue_prob)
@@ -159,7 +159,7 @@ class UnbiasedLambdaMART:
     Each round the clicked-over-unclicked pairs get |ΔNDCG_ij| / (t⁺_{k(i)} t⁻_{k(j)}) (Table 1), then t⁻ is
     re-estimated from that round's weighted pair losses by Hu et al.'s closed form relative to position 1,
     t⁻_k = [Σ_{k(j)=k} |ΔZ| ℓ_ij / t⁺_{k(i)} / Σ_{k(j)=1} |ΔZ| ℓ_ij / t⁺_{k(i)}]^{1/(p+1)} with
-    p = `baselines.pairwise_regularization_p`. The neural counterpart is `pairwise_debias`.
+    p = `pairwise_debias.regularization_p`. The neural counterpart is `pairwise_debias`.
     """
 
     name = "unbiased_lambdamart"
@@ -170,10 +170,10 @@ class UnbiasedLambdaMART:
         positions = trainer.in_dataset_order(train[POSITION].to_numpy()).astype(np.int64)
         n_positions = int(positions.max())
         table, info = resolve_propensities(train, config)
-        clip = float(setting(config, "propensity_clip"))
+        clip = float(config.propensity.clip)
         t_plus = propensity_array(table, n_positions, clip)                 # index 0 unused
         t_minus = np.ones(n_positions + 1)
-        exponent = 1.0 / (float(setting(config, "pairwise_regularization_p")) + 1.0)
+        exponent = 1.0 / (float(config.pairwise_debias.regularization_p) + 1.0)
         sizes, clicks, sigma = trainer.group_sizes, trainer.clicks, float(config.pairwise.sigma)
         pair_i, pair_j, _, _ = lp.session_pairs(sizes, clicks)
         k_i, k_j = positions[pair_i], positions[pair_j]

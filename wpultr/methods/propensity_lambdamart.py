@@ -6,7 +6,7 @@ Per session, for every clicked i and non-clicked j (the set I_q of §5.1),
     λ̃_ij = −σ |ΔNDCG_ij| / (1 + e^{σ(s_i − s_j)}) · w(k(i), k(j))
 
 with |ΔNDCG_ij| the change of the session's NDCG (clicks as gains) when i and j swap places in the current
-ranking, and w from `baselines.pair_weighting` (`pair_weights`; PRS: min(γ, θ_j/θ_i), Eq. 9/11 — the
+ranking, and w from `prs.weighting` (`pair_weights`; PRS: min(γ, θ_j/θ_i), Eq. 9/11 — the
 default, hence the name; IPS, PNS and naive weights give the comparisons). Each round the booster gets the
 gradient and Newton diagonal of Σ w |ΔNDCG| log(1 + e^{−σ(s_i − s_j)}) with |ΔNDCG| held at the round's
 ranking (`lambda_pairs`), σ = 1. Trees and epochs follow `ranker.lightgbm` and `train.epochs` as for the

@@ -4,8 +4,8 @@ The loss of a batch of sessions (Wang, Wang, Wang, SIGIR 2020, Eq. 9 with the lo
 
     L = Σ_sessions Σ_{i clicked, j not clicked} w(k(i), k(j)) · log(1 + exp(−(s_i − s_j)))  /  #sessions
 
-with w from `baselines.pair_weighting` (`pair_weights`): PRS min(γ, θ_j/θ_i) (Eq. 11), PNS θ_j (Eq. 8),
-IPS 1/θ_i (Eq. 6) or 1 (naive), θ the position propensities IPW uses (`baselines.propensity_source`).
+with w from `prs.weighting` (`pair_weights`): PRS min(γ, θ_j/θ_i) (Eq. 11), PNS θ_j (Eq. 8),
+IPS 1/θ_i (Eq. 6) or 1 (naive), θ the position propensities IPW uses (`propensity.source`).
 `train.loss` is not used (the method is pairwise); the warm-up (`train.warmup_epochs`) is the shared one.
 PRS-LambdaMART, the same weights on a booster's λ-pairs, is `propensity_lambdamart`.
 """
@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from .base import FitResult
-from .losses import pair_terms
+from .losses.lists import pair_terms
 from .propensities.pair_weights import resolve_pair_weights
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up

@@ -10,10 +10,10 @@ EM, run online over the trainer's session batches (one EM iteration per batch):
       c = 1:  P(E=1 | c) = P(R=1 | c) = 1
       c = 0:  P(E=1, R=0 | c=0) = θ(1−γ)/(1−θγ),  P(E=0, R=1 | c=0) = (1−θ)γ/(1−θγ)
 * M-step for θ (closed form): θ_k = mean over results shown at k of P(E=1 | c). Here each batch's
-  estimate moves θ by `baselines.rem_step_size` (a stochastic-EM step, as ULTRA's EM_step_size),
+  estimate moves θ by `regression_em.step_size` (a stochastic-EM step, as ULTRA's EM_step_size),
   because a pass over the data holds many batches and one full M-step per epoch converges slowly.
 * M-step for γ (the paper's regression step): the ranker is fitted to relevance labels drawn from the
-  posterior P(R=1 | c) — sampled binary labels as in the paper with `baselines.rem_sample_labels`,
+  posterior P(R=1 | c) — sampled binary labels as in the paper with `regression_em.sample_labels`,
   or by default the posterior itself as a soft label, which gives the same expected cross-entropy
   gradient with less variance. One gradient step per batch stands in for the paper's full GBDT fit.
 
@@ -30,8 +30,8 @@ import pandas as pd
 import torch
 
 from .base import FitResult
-from .losses import pointwise_click_loss, regression_em_posteriors
-from .propensities.position import as_table, relative_to_first, setting
+from .losses.lists import pointwise_click_loss, regression_em_posteriors
+from .propensities.position import as_table, relative_to_first
 from .training.trainer import ListBatch
 from .training.warmup import warmed_up_trainer
 
@@ -47,8 +47,8 @@ class RegressionEM:
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         trainer = warmed_up_trainer(train, valid, config)
         lists, n_positions = trainer.lists, int(trainer.lists.positions.max())
-        step = float(setting(config, "rem_step_size"))          # in (0, 1]: checked when the config was loaded
-        sample = bool(setting(config, "rem_sample_labels"))
+        step = float(config.regression_em.step_size)          # in (0, 1]: checked when the config was loaded
+        sample = bool(config.regression_em.sample_labels)
         # θ starts flat: no position is favoured until the E-steps say so (θ = 1 would be a fixed point
         # of the θ update, and starting from click-through ratios would start from the naive answer)
         theta = torch.full((n_positions + 1,), INITIAL_THETA, dtype=torch.float32, device=trainer.device)

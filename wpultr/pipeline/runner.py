@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
 
 from ..cluster import WorkerWatch, n_workers, open_client, release_worker_memory, scheduler_address
-from ..config import ConfigError, RunConfig, changed_keys, check_machine, config_from_dict, dump_config, to_dict
+from ..config import ConfigError, RunConfig, changed_keys, check_machine, dump_config, saved_config, to_dict
 from ..rundir.files import RunDir, package_versions, read_json, write_json, write_text
 from ..rundir.layout import CONFIG_FILE, MARKER, METRICS, REPORT, STAGES_DIR, SUMMARY_FILE, VERSIONS_FILE
 from ..storage import WorkingCopy
@@ -46,7 +45,7 @@ def _check_same_config(run: RunDir, cfg: RunConfig) -> bool:
     existing = run.path(CONFIG_FILE)
     if not existing.exists():
         return False
-    changed = changed_keys(config_from_dict(yaml.safe_load(existing.read_text())), cfg)
+    changed = changed_keys(saved_config(existing), cfg)
     if changed:
         raise ConfigError(f"{run.root}: holds a run with a different config (changed: {', '.join(changed)}); "
                           f"use a new run_dir or --fresh to start over")

@@ -23,7 +23,7 @@ from ..rundir.layout import (ANNOTATIONS, ANNOTATIONS_FILE, BIAS, BIASES_FILE, F
                              FEATURED_SESSIONS_DIR, GRAPH_FILE, HELDOUT_SESSIONS_DIR, HISTORY, IDENTIFIABILITY,
                              INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
                              SESSIONS_DIR, SESSION_SCORES, SPLIT, TEST_SCORES, TRUTH_DIR)
-from ..schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, SESSION_ID, page_features_from_config, \
+from ..schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, SESSION_ID, \
     query_key
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
     """Bring the configured logs into the run as validated, partitioned Parquet plus annotations."""
     cfg, run = ctx.config, ctx.run
     data = cfg.data
-    page_features = page_features_from_config(data.page_features, "data.page_features")
+    page_features = data.parsed_page_features
     sessions_dir = run.path(SESSIONS_DIR).parent  # ingest writers append "sessions/"
     if data.source == "simulate":
         from ..io.tables import ingest_tables
@@ -163,7 +163,7 @@ def preprocess(ctx: StageContext) -> dict[str, Any]:
     """Fit the page-feature encoder (Bradley–Terry scores, vocabularies, standardisation) over all partitions."""
     from ..features.preprocess_stage import fit_page_encoder
     cfg = ctx.config
-    features = page_features_from_config(cfg.data.page_features, "data.page_features")
+    features = cfg.data.parsed_page_features
     encoder = fit_page_encoder(ctx.run.path(SESSIONS_DIR), features, cfg.discovery.preprocess,
                                ctx.run.path(PAGE_ENCODER), ctx.client)
     info: dict[str, Any] = {"features": [f.name for f in features]}
@@ -374,7 +374,7 @@ def discover(ctx: StageContext) -> dict[str, Any]:
                              ranker_dir=str(run.path(RANKER_DIR)), rows_per_batch=cfg.train.batch_size * 8,
                              pure=False)
     scored_rows = sum(ctx.client.gather(written))
-    features = page_features_from_config(cfg.data.page_features, "data.page_features")
+    features = cfg.data.parsed_page_features
     result = discover_epoch(run.path(SESSIONS_DIR), run.path(SESSION_SCORES), features, cfg.discovery, run.root, 0,
                             encoder_dir=run.path(PAGE_ENCODER), client=ctx.client, seed=cfg.seed,
                             min_within_document_share=cfg.bal.min_within_document_share)

@@ -1,10 +1,10 @@
 """Where a run stands: stages done, running, failed or died, read from its directory alone.
 
-The runner leaves three kinds of record (JSON) in `stages/`: `<stage>.running` when a stage starts
-(pid, host, start time), `<stage>.json` when it finishes (rundir.RunDir.mark_done) and
-`<stage>.failed` with the error when it raises (not `*.json`: readers of completion records glob those). The newest record of a stage is its state; a
-running record whose process is gone from this host reads as `died` (killed, out of memory, …).
-`wpultr status` prints `format_status(status_of(path))` (experiment directories: experiment/status.py);
+The runner leaves three kinds of record (JSON) in `stages/`: `<stage>.running` when a stage starts (pid,
+host, start time), `<stage>.json` when it finishes (rundir.RunDir.mark_done) and `<stage>.failed` with the
+error when it raises (not `*.json`: readers of completion records glob those). The newest record of a stage
+is its state; a running record whose process is gone from this host reads as `died` (killed, out of memory,
+…). `wpultr status` prints `format_status(status_of(path))` (experiment directories: experiment/status.py);
 `path` may be a run directory's fsspec URL.
 """
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The BERT ranker (BAL §4.1): a transformers encoder over [CLS] query [SEP] title [SEP] abstract [SEP], MLP head on [CLS].
+"""The BERT ranker (BAL §4.1): a transformers encoder over [CLS] query [SEP] title [SEP] abstract [SEP], MLP head
+on [CLS].
 
 The encoder is a `BertForMaskedLM` so that one module serves both the ranking score and the
 masked-LM part of the warm-up (`mlm_loss`, BAL §4.1: MLM plus the naive click loss of Eq. 3). It is
@@ -154,9 +155,9 @@ class BertRanker(Ranker):
         """transformers ties the MLM decoder to the word embeddings, so a file may leave it out."""
         return name.endswith("decoder.weight") or name.endswith("decoder.bias")
 
-    def __init__(self, bert_config: dict[str, Any], special_tokens: dict[str, int], head: Sequence[int] = (512, 256, 128),
-                 dropout: float = 0.1, max_length: int = 64, freeze_encoder: bool = False,
-                 cache_embeddings: bool = False, checkpoint: str | None = None):
+    def __init__(self, bert_config: dict[str, Any], special_tokens: dict[str, int],
+                 head: Sequence[int] = (512, 256, 128), dropout: float = 0.1, max_length: int = 64,
+                 freeze_encoder: bool = False, cache_embeddings: bool = False, checkpoint: str | None = None):
         super().__init__()
         missing = [s for s in SPECIAL_NAMES if s not in special_tokens]
         if missing:
@@ -252,7 +253,8 @@ class BertRanker(Ranker):
         of the chosen 80% become [MASK], 10% a random id, 10% stay; labels hold the chosen ids, IGNORE_INDEX elsewhere.
 
         The draws are three (rows, max_length) CPU tensors from `generator`, so rows [a, b) of one batch's masking
-        are what a DDP rank holding those rows of it takes (methods/training/distributed: the ranks mask as one process)."""
+        are what a DDP rank holding those rows of it takes (methods/training/distributed: the ranks mask as one
+        process)."""
         if CLS_VECTORS in inputs:
             raise ValueError("masked-LM warm-up needs token inputs; it cannot run in cache_embeddings mode")
         ids = inputs[INPUT_IDS]

@@ -56,7 +56,8 @@ class BoosterRanker(Ranker):
         """The booster, parsed from the model bytes on first use (and after a state load)."""
         if self._booster is None:
             if getattr(self, self.BUFFER).numel() == 0:
-                raise ValueError(f"this {self.LIBRARY} ranker holds no model (model_bytes = 0); train or load one first")
+                raise ValueError(f"this {self.LIBRARY} ranker holds no model (model_bytes = 0); "
+                                 f"train or load one first")
             self._booster = self._parse(self.model_bytes(), f"the {self.LIBRARY} ranker's {self.BUFFER}")
         return self._booster
 

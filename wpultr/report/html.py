@@ -84,7 +84,8 @@ def click_edges_section(root: Path) -> str:
     rows = within_document_rows(graph.meta)
     if not rows:
         return ""
-    return _section(f"Page feature → click edges (epoch {k}): how sure the graph is", _table(rows, WITHIN_DOCUMENT_HEADER))
+    return _section(f"Page feature → click edges (epoch {k}): how sure the graph is",
+                    _table(rows, WITHIN_DOCUMENT_HEADER))
 
 
 def figure_html(figure: "Figure") -> str:

@@ -22,7 +22,8 @@ INGEST_SUMMARY = "data/ingest.json"
 INGEST_MARKER = ".wpultr-ingest.json"     # in every sessions table ingest writes: its inputs, complete or not
 TRUTH_DIR = "data/truth"
 TRUTH_JSON = "truth.json"                  # in TRUTH_DIR (and a simulator's out_dir): the true graph and settings
-TRUTH_SESSIONS = "truth_sessions.parquet"  # in TRUTH_DIR: every shown result's true relevance, examination, click chance
+TRUTH_SESSIONS = "truth_sessions.parquet"  # in TRUTH_DIR: every shown result's true relevance, examination,
+#                                            click chance
 FEATURED_SESSIONS_DIR = "data/featured/sessions"
 FEATURED_ANNOTATIONS = "data/featured/annotations.parquet"
 LEXICAL_STATE = "data/featured/lexical.json"

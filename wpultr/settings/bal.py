@@ -60,8 +60,8 @@ class ClickModelConfig:
                 self.learning_rate)
         require(self.batch_size > 0, f"{k}.batch_size", "> 0", self.batch_size)
         require(self.max_rows is None or self.max_rows > 0, f"{k}.max_rows", "> 0 or null", self.max_rows)
-        require(isinstance(self.document_effects, bool) or self.document_effects == "auto", f"{k}.document_effects", "true, false or 'auto'",
-                self.document_effects)
+        require(isinstance(self.document_effects, bool) or self.document_effects == "auto", f"{k}.document_effects",
+                "true, false or 'auto'", self.document_effects)
         require(0.0 < self.document_ridge < float("inf"), f"{k}.document_ridge", "a finite number > 0",
                 self.document_ridge)
 
@@ -76,7 +76,8 @@ class BalConfig:
     graph: Literal["discovered", "position", "all_features"] = "discovered"
     features: list[str] | None = None          # page features BAL sees (None: every declared one)
     estimator_rows: int = 20_000               # rows sampled to fit the influence estimators each epoch
-    graph_bootstrap: int = 0                   # resamples behind each epoch graph's edge stabilities (each costs a PC run)
+    graph_bootstrap: int = 0                   # resamples behind each epoch graph's edge stabilities
+    #                                            (each costs a PC run)
     min_within_document_share: float = 0.05   # a page feature with less of its variance within (query, document)
     #                                            pairs is not corrected: its effect cannot be told from relevance
     #                                            (`separability`; 0 corrects every discovered bias)

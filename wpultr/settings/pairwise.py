@@ -4,7 +4,7 @@
 probabilities of the A matrix (Eq. 9): `independent` (Eq. 21), `continuous` (no skipping, §4) or
 `row_skipping` on a grid of `grid_columns` results per row, skipping a row with `skip_row` (γ) and going
 on after a result with `continue_prob` (C) (Eqs. 22–24). Individual propensities come from
-`baselines.propensity_source` as for IPW. `lambda_weight` picks the booster's pair factor: `ndcg` is
+`propensity.source` as for IPW. `lambda_weight` picks the booster's pair factor: `ndcg` is
 Robust Unbiased LambdaMART (Eq. 26), `none` the unbiased pairwise loss (Eq. 10) itself as the objective.
 """
 from __future__ import annotations

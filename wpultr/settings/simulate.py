@@ -106,7 +106,8 @@ def validate_simulate_config(cfg: SimulateConfig) -> None:
     if any(not (math.isfinite(t) and abs(t) <= 20) for t in cfg.media_label_tilt):
         raise _error("media_label_tilt", f"must be finite numbers in [-20, 20], got {cfg.media_label_tilt}")
     if any(not 0.0 < m <= 1.0 for m in cfg.media_click_scale):
-        raise _error("media_click_scale", f"must all be in (0, 1] (they scale examination), got {cfg.media_click_scale}")
+        raise _error("media_click_scale",
+                     f"must all be in (0, 1] (they scale examination), got {cfg.media_click_scale}")
     if any(h <= 0 for h in cfg.media_heights):
         raise _error("media_heights", f"must all be > 0, got {cfg.media_heights}")
     resolve_user_model_params(cfg.user_model, cfg.user_model_params, n_media_types=len(probs))

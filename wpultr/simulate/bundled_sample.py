@@ -201,7 +201,8 @@ def write_sample(out: str | Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m wpultr.simulate.bundled_sample", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m wpultr.simulate.bundled_sample",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path,
                         help="directory to write the sample to (an earlier sample there is replaced)")
     args = parser.parse_args(argv)

@@ -98,7 +98,7 @@ def build_letor_corpus(cfg: SimulateConfig, rng: np.random.Generator) -> Corpus:
     features = features_all[rows].astype(np.float32)
 
     # the page and text parts, drawn as the synthetic corpus draws them (corpus.build_corpus)
-    n_queries, n_docs = cfg.n_queries, len(rows)
+    n_queries = cfg.n_queries
     popularity, rank = zipf_popularity(n_queries, cfg.zipf_exponent, rng)
     vocab_p, _ = zipf_popularity(cfg.vocab_size, 1.0, rng)
     query_tokens = _query_terms(n_queries, vocab_p, rng)

@@ -1,9 +1,10 @@
 """Pluggable user-behaviour models: given a page, each result's examination and click probability, and clicks.
 
-A model implements the small `UserModel` protocol. Independent-examination models (PBM, whole-page,
-trust bias, individual-level observation, PRS's binary-relevance clicks) give click = examination x click-given-examination and draw
-every click independently; browsing models (cascade, continuous, row skipping) walk the page top-down
-and draw clicks in that order, while `probabilities` gives their exact marginals.
+A model implements the small `UserModel` protocol. Independent-examination models (PBM, whole-page, trust
+bias, individual-level observation, PRS's binary-relevance clicks) give click = examination x
+click-given-examination and draw every click independently; browsing models (cascade, continuous, row
+skipping) walk the page top-down and draw clicks in that order, while `probabilities` gives their exact
+marginals.
 
 Context bias factors act the same way in every model: a result the user reaches is read with the
 product of its context levels' scales (page.context_scale), so examination is scaled by it.

@@ -60,7 +60,8 @@ def _co_clicks(frame: pd.DataFrame) -> pd.DataFrame:
     """Per session: k1, k2, swapped, x = c_k1·c_k2 and y = c_1·c_2."""
     for column in (SESSION_ID, POSITION, CLICK, SWAP_K1, SWAP_K2, RANDPAIR_SWAPPED):
         if column not in frame.columns:
-            raise SchemaError(f"sessions: the pair-swap estimate needs column {column!r}; present: {list(frame.columns)}")
+            raise SchemaError(f"sessions: the pair-swap estimate needs column {column!r}; "
+                              f"present: {list(frame.columns)}")
     f = frame[[SESSION_ID, POSITION, CLICK, SWAP_K1, SWAP_K2, RANDPAIR_SWAPPED]]
     clicked = f[CLICK].to_numpy() > 0
     pos = f[POSITION].to_numpy()

@@ -1,14 +1,14 @@
 """Weights of a pair (clicked i, non-clicked j) from position propensities θ (Wang, Wang, Wang, SIGIR 2020).
 
 With θ_k the examination propensity of position k (relative to position 1, clipped below at
-`baselines.propensity_clip` as IPW's are), the pair's weight under each scheme (`baselines.pair_weighting`):
+`propensity.clip` as IPW's are), the pair's weight under each scheme (`prs.weighting`):
 
 * ``ips``:   1 / θ_{k(i)}                      IPS on the clicked document only (Eq. 6)
 * ``pns``:   θ_{k(j)}                          propensity-weighted negative samples (§4.1, Eq. 8)
 * ``prs``:   min(γ, θ_{k(j)} / θ_{k(i)})       propensity ratio scoring (Eq. 9), clipped at γ (Eq. 11)
 * ``naive``: 1                                 clicks as relevance, non-clicks as irrelevance
 
-γ is `baselines.prs_clip` (the paper's γ = 1). PRS's expectation keeps only relevant-vs-examined-irrelevant
+γ is `prs.clip` (the paper's γ = 1). PRS's expectation keeps only relevant-vs-examined-irrelevant
 pairs (Eq. 10): an unclicked j counts in proportion to the chance it was examined, so an unexamined relevant
 j is not pushed down as a negative.
 """
@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .position import as_table, propensity_array, resolve_propensities, setting
+from ...settings.prs import WEIGHTINGS
+from .position import as_table, propensity_array, resolve_propensities
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ...config import RunConfig
 
-WEIGHTINGS = ("prs", "pns", "ips", "naive")
 
 
 def ips_weights(theta_i: np.ndarray) -> np.ndarray:
@@ -54,7 +54,7 @@ def pair_weights(kind: str, theta_i: np.ndarray, theta_j: np.ndarray, gamma: flo
         return ips_weights(theta_i)
     if kind == "naive":
         return np.ones(np.broadcast(np.asarray(theta_i), np.asarray(theta_j)).shape)
-    raise ValueError(f"baselines.pair_weighting: {kind!r} is not one of {', '.join(WEIGHTINGS)}")
+    raise ValueError(f"prs.weighting: {kind!r} is not one of {', '.join(WEIGHTINGS)}")
 
 
 def weight_table(kind: str, theta: np.ndarray, gamma: float) -> np.ndarray:
@@ -66,10 +66,10 @@ def weight_table(kind: str, theta: np.ndarray, gamma: float) -> np.ndarray:
 
 def resolve_pair_weights(train: "pd.DataFrame", config: "RunConfig",
                          n_positions: int) -> tuple[np.ndarray, dict[str, Any]]:
-    """The (K+1, K+1) weight table of `baselines.pair_weighting` for positions 1..n_positions, and what it came
-    from: θ as IPW gets it (`baselines.propensity_source`, clipped at `baselines.propensity_clip`), γ = prs_clip."""
-    kind, gamma = str(setting(config, "pair_weighting")), float(setting(config, "prs_clip"))
-    clip = float(setting(config, "propensity_clip"))
+    """The (K+1, K+1) weight table of `prs.weighting` for positions 1..n_positions, and what it came
+    from: θ as IPW gets it (`propensity.source`, clipped at `propensity.clip`), γ = prs_clip."""
+    kind, gamma = str(config.prs.weighting), float(config.prs.clip)
+    clip = float(config.propensity.clip)
     if kind == "naive":                                      # needs no propensities: none are estimated
         return weight_table(kind, np.ones(n_positions + 1), gamma), {"pair_weighting": kind}
     estimated, info = resolve_propensities(train, config)

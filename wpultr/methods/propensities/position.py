@@ -2,10 +2,8 @@
 
 What lives here:
 
-* `setting(config, name)`: a baselines setting, read from the run config's `baselines` section (the
-  dataclass `wpultr.config.BaselinesConfig` defines and validates every key and default);
 * propensity tables (position -> examination propensity, relative to position 1) and their clipping;
-* three ways to obtain a table for IPW, chosen by `baselines.propensity_source`:
+* three ways to obtain a table for IPW, chosen by `propensity.source`:
     - ``randomisation``: a result-randomisation experiment. RandPair (Joachims et al. 2017 §5, the swap
       intervention; restated in paper 004 §3.3, Eqs. (15)–(20)): each experiment session draws a partner
       position k in 2..K and swaps the results at positions 1 and k with probability 1/2. Under the
@@ -17,20 +15,19 @@ What lives here:
     - ``harvest``: intervention harvesting from ordinary logs — the position-based click model fitted by
       EM over (query, document) pairs seen at several positions (Wang et al. 2018 §3's PBM EM; the
       estimator behind Agarwal et al. 2019's intervention harvesting), for logs without randomisation;
-    - ``table``: `baselines.propensity_table`, given;
+    - ``table``: `propensity.table`, given;
 * `weighted_softmax_loss`, the IPW softmax loss summed over clicks (not normalised per list), which
   DLA and listwise IPW need to stay unbiased;
 * `true_position_examination`, the simulator's truth by position, for tests and reports.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
-from ...config import BaselinesConfig
+from ...settings.propensity import SOURCES
 from ...errors import ConfigError
 from ...schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, SchemaError, query_document_pairs, \
     row_spans
@@ -44,17 +41,6 @@ RANDPAIR = "randpair"                    # the position swapped with position 1 
 RANDPAIR_SWAPPED = "randpair_swapped"    # 1 when the swap was made, 0 in the control arm
 
 RANDPAIR_CHUNK = 50_000                  # sessions simulated at once by simulate_randpair
-
-SOURCES = ("auto", "randomisation", "harvest", "table")
-
-
-def setting(config: "RunConfig", name: str) -> Any:
-    """`baselines.<name>` of the run config; its `baselines` must be a BaselinesConfig (validated when built)."""
-    section = config.baselines
-    if not isinstance(section, BaselinesConfig):
-        raise TypeError(f"config.baselines must be a BaselinesConfig (built and validated), "
-                        f"got {type(section).__name__}")
-    return getattr(section, name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,7 +60,7 @@ def relative_to_first(values: np.ndarray) -> np.ndarray:
 
 
 def propensity_array(table: Mapping[Any, float], max_position: int, clip: float,
-                     key: str = "baselines.propensity_table") -> np.ndarray:
+                     key: str = "propensity.table") -> np.ndarray:
     """(max_position + 1,) array indexed by position (index 0 unused), relative to position 1 and clipped.
 
     A position missing from the table takes the value of the nearest listed position above it (the
@@ -295,16 +281,16 @@ def harvest_propensities(frame: pd.DataFrame, iterations: int = 200, tol: float 
 # Choosing the source for IPW
 # ---------------------------------------------------------------------------------------------
 def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict[str, float], dict[str, Any]]:
-    """(table {position: θ_k/θ_1}, info) from `baselines.propensity_source` (module docstring).
+    """(table {position: θ_k/θ_1}, info) from `propensity.source` (module docstring).
 
     auto: the given table if any; else the RandPair columns of `train` if present; else a simulated
     RandPair experiment when `data.source` is simulate; else harvesting from the logs.
     """
-    source = setting(config, "propensity_source")
+    source = config.propensity.source
     if source not in SOURCES:
-        raise ConfigError(f"baselines.propensity_source: {source!r} is not allowed; allowed values: "
+        raise ConfigError(f"propensity.source: {source!r} is not allowed; allowed values: "
                             f"{', '.join(map(repr, SOURCES))}")
-    table = setting(config, "propensity_table")
+    table = config.propensity.table
     if source == "auto":
         if table:
             source = "table"
@@ -316,22 +302,22 @@ def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict
             source = "harvest"
     if source == "table":
         if not table:
-            raise ConfigError("baselines.propensity_table: propensity_source 'table' needs {position: propensity}")
+            raise ConfigError("propensity.table: propensity.source 'table' needs {position: propensity}")
         return as_table(table), {"source": "table"}
     if source == "harvest":
-        info = harvest_propensities(train, int(setting(config, "harvest_iterations")))
+        info = harvest_propensities(train, int(config.propensity.harvest_iterations))
         return info["propensities"], {"source": "harvest", **{k: v for k, v in info.items() if k != "propensities"}}
     if RANDPAIR in train.columns and (train[RANDPAIR] > 0).any():
         info = randpair_estimate(train)
         origin = "logs"
     elif getattr(getattr(config, "data", None), "source", None) == "simulate":
-        n = int(setting(config, "randomisation_sessions"))
+        n = int(config.propensity.randomisation_sessions)
         if n <= 0:
-            raise ConfigError(f"baselines.randomisation_sessions: must be > 0, got {n}")
+            raise ConfigError(f"propensity.randomisation_sessions: must be > 0, got {n}")
         info = randpair_estimate(simulate_randpair(config.data.simulate, config.seed, n))
         origin = f"simulated RandPair experiment, {n} sessions"
     else:
-        raise ConfigError(f"baselines.propensity_source: 'randomisation' needs sessions with {RANDPAIR!r} / "
+        raise ConfigError(f"propensity.source: 'randomisation' needs sessions with {RANDPAIR!r} / "
                             f"{RANDPAIR_SWAPPED!r} columns or data.source 'simulate'; use 'harvest' or 'table'")
     return info["propensities"], {"source": "randomisation", "experiment": origin,
                                   **{k: v for k, v in info.items() if k != "propensities"}}
@@ -346,6 +332,3 @@ def true_position_examination(truth_sessions: pd.DataFrame, column: str = "exami
     return as_table(dict(zip(means.index.astype(int), relative_to_first(means.to_numpy()))))
 
 
-def config_dict(section: BaselinesConfig) -> dict[str, Any]:
-    """The resolved baselines settings (for a FitResult's bias record)."""
-    return asdict(section)

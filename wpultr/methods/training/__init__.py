@@ -1,1 +1,2 @@
-"""What the methods' training shares: the trainer over padded session lists, warm-up, the GBDT route, streaming and DDP."""
+"""What the methods' training shares: the trainer over padded session lists, warm-up, the GBDT route, streaming
+and DDP."""

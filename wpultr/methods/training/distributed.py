@@ -51,7 +51,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ...rankers.base import Inputs, Ranker, take
 from ...settings.methods import get_method
 from ..base import FitResult
-from ..losses import click_loss
+from ..losses import click_loss, click_loss_named
 from .trainer import ListBatch, LossFn, Trainer, build_ranker, list_scores
 
 if TYPE_CHECKING:
@@ -83,9 +83,7 @@ def shard(batch: ListBatch, rank: int, world: int) -> ListBatch:
 
 def click_normaliser(loss: str, batch: ListBatch) -> float:
     """What the click loss `loss` (losses.click_loss) divides by: shown results, or lists with a click."""
-    if loss == "listwise":
-        return float(((batch.clicks * batch.mask).sum(dim=1) > 0).sum())
-    return float(batch.mask.sum())
+    return click_loss_named(loss).normaliser(batch.clicks, batch.mask)
 
 
 @dataclass

@@ -3,13 +3,13 @@
 `BoostingTrainer` plays the part `training.Trainer` plays for the neural rankers, for the methods
 whose ranker step is a per-row click loss (Naive, BAL): one persistent LightGBM booster on the
 sessions' dense `features` grows `ranker.lightgbm.rounds_per_epoch` trees per epoch, each round
-calling a gradient/Hessian function of the current raw scores (`gbdt_objectives`). Keeping the
+calling a gradient/Hessian function of the current raw scores (`losses.boosted`). Keeping the
 booster and calling `Booster.update(fobj=...)` is what `lgb.train(params with a callable objective,
 init_model=booster, keep_training_booster=True)` does, without re-predicting the training set to
 rebuild the init scores each epoch. Epochs are validated and the best one kept as the Trainer does;
 the result is a `LightGBMRanker` (LightGBM's model text, never a pickle).
 
-Always in this process, whatever `baselines.lightgbm_distributed` says (a log line says so when it asks
+Always in this process, whatever `ranker.lightgbm.distributed` says (a log line says so when it asks
 for Dask): lightgbm.dask takes a callable objective only as a per-worker function of that worker's labels
 and scores inside one `fit`, while these objectives need state refitted here between epochs (BAL's weights
 and click model, propensities) and grow one booster across epochs round by round.
@@ -28,8 +28,8 @@ from ...metrics import evaluate as evaluate_scores
 from ...rankers.lightgbm import LightGBMRanker
 from ...rankers.mlp import feature_matrix
 from ...schema import CLICK
-from .. import gbdt_objectives as obj
 from ..lambda_pairs import GradHess, Loss, lambda_objective, session_pairs
+from ..losses import click_loss_named
 from .trainer import SessionLists
 
 if TYPE_CHECKING:
@@ -48,14 +48,14 @@ def booster_params(cfg: "RunConfig") -> dict[str, Any]:
 
 
 def note_in_process(cfg: "RunConfig", rows: int) -> bool:
-    """Log (and say True) when `baselines.lightgbm_distributed` would put this booster on Dask; it stays here."""
+    """Log (and say True) when `ranker.lightgbm.distributed` would put this booster on Dask; it stays here."""
     from ...cluster import current_client
     from ..lightgbm_rank import wants_dask
-    mode = cfg.baselines.lightgbm_distributed
+    mode = cfg.ranker.lightgbm.distributed
     wanted = wants_dask(cfg, current_client() if mode is not False else None, rows)
     if wanted:
         log.info("ranker.backbone lightgbm trains in this process: lightgbm.dask cannot grow a booster on a "
-                 "custom objective driven from here (baselines.lightgbm_distributed=%s ignored)", mode)
+                 "custom objective driven from here (ranker.lightgbm.distributed=%s ignored)", mode)
     return wanted
 
 
@@ -128,15 +128,10 @@ class BoostingTrainer:
     def naive_objective(self, kind: str) -> tuple[GradHess, Loss]:
         """Clicks as labels (BAL Eq. 3): `train.loss` pointwise (logistic), listwise (softmax per session) or
         lambdarank (LambdaMART's λ-gradients on clicked-over-skipped pairs)."""
-        c, sizes = self.clicks, self.group_sizes
-        if kind == "pointwise":
-            return (lambda f: obj.pointwise_logistic_grad_hess(f, c)), (lambda f: obj.pointwise_logistic_loss(f, c))
-        if kind == "listwise":
-            return (lambda f: obj.listwise_softmax_grad_hess(f, c, sizes)), \
-                (lambda f: obj.listwise_softmax_loss(f, c, sizes))
-        if kind == "lambdarank":
+        c, sizes, loss = self.clicks, self.group_sizes, click_loss_named(kind)
+        if loss.pairs:
             return self.lambda_objective(np.ones(len(c)))
-        raise ValueError(f"train.loss: {kind!r} is not one of 'pointwise', 'listwise', 'lambdarank'")
+        return (lambda f: loss.grad_hess(f, c, sizes, None)), (lambda f: loss.total(f, c, sizes, None))
 
     def lambda_objective(self, click_weights: np.ndarray, skip_weights: np.ndarray | None = None
                          ) -> tuple[GradHess, Loss]:

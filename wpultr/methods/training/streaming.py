@@ -93,8 +93,8 @@ class PartitionSessions(torch.utils.data.IterableDataset):
               extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
         """One pass: unit order, then session order within each unit, drawn from `rng`; batches on `device`.
 
-        `extras` are per-row arrays over the partitions' concatenation (the order `io.parquet.column_table` reads them in),
-        laid out per batch as (B, K) tensors, 0 in padding, as the in-memory trainer's extras are."""
+        `extras` are per-row arrays over the partitions' concatenation (the order `io.parquet.column_table` reads
+        them in), laid out per batch as (B, K) tensors, 0 in padding, as the in-memory trainer's extras are."""
         pieces: list[Piece] = []
         held = 0
         for u in rng.permutation(len(self.units)):

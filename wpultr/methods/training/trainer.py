@@ -218,7 +218,8 @@ class Trainer:
         return evaluate_scores(scored, "score", ks=tuple(self.cfg.evaluation.ks))["all"]
 
     def record(self, epoch: int, train_stats: dict[str, Any], seconds: float, **more: Any) -> dict[str, Any]:
-        """Validate, remember the epoch if it is the best so far (warm-up epochs never are), append it to the history."""
+        """Validate, remember the epoch if it is the best so far (warm-up epochs never are), append it to the
+        history."""
         valid = self.validate()
         entry = {"epoch": epoch, "seconds": round(seconds, 3), "train": train_stats, "valid": valid, **more}
         metric = self.cfg.train.select_metric

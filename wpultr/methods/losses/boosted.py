@@ -1,8 +1,10 @@
-"""Click losses of a boosted ranker as pure numpy functions: each loss and its gradient and Hessian in the score.
+"""Click losses of a boosted ranker as pure numpy functions: each loss and its gradient and Hessian in the score
+(the numpy side of `losses`' table; the torch side on list tensors is `lists.py`).
 
 A LightGBM booster trained by a custom objective needs, per training row, g = ∂L/∂f and h ≈ ∂²L/∂f²
 of the loss L in the row's raw score f. Four losses are provided, each as `*_loss` (a float, the
-sum over rows) and `*_grad_hess` (two float64 arrays, one value per row):
+sum over rows; the listwise ones `*_sum`, beside the torch means of the same name
+in `lists.py`) and `*_grad_hess` (two float64 arrays, one value per row):
 
 * `bal_click_*`: BAL's ranker step (WWW 2024, Eq. 10 with the page path blocked, §3.3). The click model
   p(c | r̂, x) = σ(u)·σ(v) (multiplicative) or σ(u + v) (additive), u = α·r̂ + β, is held fixed:
@@ -164,7 +166,7 @@ def _session_targets(c: np.ndarray, w: np.ndarray, sizes: np.ndarray,
     return np.where(has_click, cw / np.where(has_click, totals, 1.0), 0.0), has_click
 
 
-def listwise_softmax_loss(scores: np.ndarray, clicks: np.ndarray, group_sizes: np.ndarray,
+def listwise_softmax_sum(scores: np.ndarray, clicks: np.ndarray, group_sizes: np.ndarray,
                           weights: np.ndarray | None = None) -> float:
     """L(f) = Σ_sessions −Σ_j y_j log softmax(f)_j, y = normalised (weighted) clicks; click-less sessions add 0."""
     f, c = _as_arrays(scores, clicks)
@@ -190,10 +192,10 @@ def listwise_softmax_grad_hess(scores: np.ndarray, clicks: np.ndarray, group_siz
     return grad, hess
 
 
-def weighted_softmax_loss(scores: np.ndarray, clicks: np.ndarray, group_sizes: np.ndarray,
+def weighted_softmax_sum(scores: np.ndarray, clicks: np.ndarray, group_sizes: np.ndarray,
                           weights: np.ndarray) -> float:
     """L(f) = −Σ_j c_j ω_j log softmax(f)_j over each session: the IPW softmax loss, each click keeping its
-    own weight ω (not normalised per session, which would re-weight sessions: see losses.weighted_softmax_loss)."""
+    own weight ω (not normalised per session, which would re-weight sessions: see lists.weighted_softmax_loss)."""
     f, c, w = _as_arrays(scores, clicks, weights)
     sizes = np.asarray(group_sizes, dtype=np.int64)
     starts = _group_starts(sizes, len(f))

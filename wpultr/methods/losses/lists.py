@@ -1,8 +1,8 @@
 """Click losses over sessions laid out as lists: tensors (B, K) of scores, clicks and a validity mask.
 
 Pure functions of the list tensors. Padded slots (mask False) never contribute. Shared by every method
-so that "pointwise" and "listwise" mean one thing everywhere; the IPW/DLA softmax loss, DLA's two dual
-losses, Regression-EM's E-step targets and the pairwise debiasing pair terms live here too (BAL's
+so that "pointwise" and "listwise" mean one thing everywhere (looked up by name in `losses.CLICK_LOSSES`); the
+IPW/DLA softmax loss, DLA's two dual losses, Regression-EM's E-step targets and the pairwise debiasing pair terms live here too (BAL's
 click-model loss is `bal.click_model.ranker_loss`: it needs the click model).
 """
 from __future__ import annotations
@@ -86,13 +86,3 @@ def pair_terms(scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor, p
     b, i, j = pairs.nonzero(as_tuple=True)
     loss = F.softplus(-(scores[b, i] - scores[b, j]))                            # log(1 + e^{-(s_i - s_j)})
     return loss, positions[b, i], positions[b, j]
-
-
-def click_loss(kind: str, scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor,
-               weights: torch.Tensor | None = None) -> torch.Tensor:
-    """`train.loss` by name: pointwise or listwise."""
-    if kind == "pointwise":
-        return pointwise_click_loss(scores, clicks, mask, weights)
-    if kind == "listwise":
-        return listwise_softmax_loss(scores, clicks, mask, weights)
-    raise ValueError(f"train.loss: {kind!r} is not one of 'pointwise', 'listwise'")
