@@ -19,15 +19,15 @@ Reference rankers on the same sessions: **Oracle** = the same ranker trained on 
 shown results (listwise softmax on gains), **Ceiling** / **Ceiling-GBDT** = the family's best baseline,
 same method and settings, trained on clicks drawn for the same shown results with no bias at all (every
 result examined, clicked with its relevance's chance): what a perfect debiaser of these logs could reach.
-**Oracle-IPW** / **Oracle-IPW-GBDT** (when BAL-list / BAL-GBDT-lambda-click or -both ran) = that BAL variant's reweighted
-ranker step with each click weighted by 1 / its true examination: the bound of any examination estimate
+**Oracle-IPW** / **Oracle-IPW-GBDT** (when BAL-list / BAL-GBDT-lambda-click or -both ran) = that BAL variant's
+reweighted ranker step with each click weighted by 1 / its true examination: the bound of any examination estimate
 with that step. **Oracle-skip-GBDT** (when BAL-GBDT-lambda ran) = its posterior-weighted λ step with the true
 click model (each skipped result's true chance of not being clicked had it been seen). That chance holds each
 document's true relevance, which no click model can learn from the logs, so this reference leaks labels and is not
 a bound of what debiasing can reach. **Oracle-exam-GBDT** (when BAL-GBDT-lambda ran) is that bound: the same step
 given the true examination of every shown result, with each document's relevance learned from its clicks as a
-perfect click model would (Σ clicks / Σ examination over its impressions). The ceiling also sees every result examined (more clicks than any reweighting can recover),
-so the gap it sets is part bias, part information.
+perfect click model would (Σ clicks / Σ examination over its impressions). The ceiling also sees every result
+examined (more clicks than any reweighting can recover), so the gap it sets is part bias, part information.
 
 The worlds (`default`, `production`, `position_only`, and the transfer checks `cascade` and `trust`) are
 described in `bench/worlds.py`, shared with `bench/discovery.py`; none is built to match BAL's click model.
@@ -404,7 +404,8 @@ def rival_report(seeds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     labels = list(seeds[0]["per_query"])
-    size = "joined from --per-query-dir runs" if args.join else f"{args.sessions} sessions, {args.epochs} epochs after 1 warm-up"
+    size = ("joined from --per-query-dir runs" if args.join
+            else f"{args.sessions} sessions, {args.epochs} epochs after 1 warm-up")
     print(f"\n## world: {world} ({len(seeds)} seeds, {size})")
     print("| method | " + " | ".join(METRICS) + " | better / worse than its family's best baseline (seeds) |")
     print("|---" * (len(METRICS) + 2) + "|")
@@ -441,8 +442,10 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
         summary["methods"][label]["gap_closed"] = shares
         if not shares:                                   # --no-references: no ceiling to close a gap to
             continue
+        mean_gap = np.mean([s["per_query"][FAMILIES[fam]["ceiling"]]["DCG@10"].mean()
+                            - s["per_query"][s["best"][fam]]["DCG@10"].mean() for s in seeds if fam in s["best"]])
         print(f"  {label:14s} {np.nanmean(shares):7.1%}  ({', '.join(f'{g:.1%}' for g in shares)})  "
-              f"[{fam}: baseline {'/'.join(FAMILIES[fam]['baselines'])}, gap {np.mean([s['per_query'][FAMILIES[fam]['ceiling']]['DCG@10'].mean() - s['per_query'][s['best'][fam]]['DCG@10'].mean() for s in seeds if fam in s['best']]):.3f}]")
+              f"[{fam}: baseline {'/'.join(FAMILIES[fam]['baselines'])}, gap {mean_gap:.3f}]")
     naive = [s["seconds"]["Naive"] for s in seeds if "Naive" in s["seconds"]]
     naive_s = float(np.mean(naive)) if naive else None               # no ratio when Naive did not run
     print(f"\nseconds per trained epoch{f' (Naive {naive_s:.2f} s)' if naive_s else ''}:")
@@ -505,10 +508,11 @@ def main() -> None:
     worlds = args.worlds.split(",")
     seeds: dict[str, list[dict[str, Any]]] = {world: [] for world in worlds}
     with open_client():
-        for seed in range(args.first_seed, args.first_seed + args.seeds):   # seed by seed across the worlds: a cut run stays even
+        # seed by seed across the worlds: a cut run stays even
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for world in worlds:
                 seeds[world].append(one_seed(world, seed, args))
-                if seed + 1 < args.first_seed + args.seeds:                # the paired tests so far, in case the run is cut short
+                if seed + 1 < args.first_seed + args.seeds:   # the paired tests so far, in case the run is cut short
                     print(f"\n### {world}: after {seed + 1} seed(s)", end="")
                     rival_report(seeds[world])
     summary = {world: report(world, seeds[world], args) for world in worlds}

@@ -81,7 +81,8 @@ def test_ranker_gradient_flows_only_through_the_relevance_score(form):
     page_logits = model.page_term(numeric, codes)                # built with a graph to φ_c and to x
     scores = ranker(ranker.prepare(frame))
     clicks = torch.as_tensor(frame[CLICK].to_numpy().copy())
-    loss = ranker_loss(model, scores, page_logits, clicks, torch.ones(len(frame)), torch.ones(len(frame), dtype=torch.bool))
+    loss = ranker_loss(model, scores, page_logits, clicks, torch.ones(len(frame)),
+                       torch.ones(len(frame), dtype=torch.bool))
     loss.backward()
     assert numeric.grad is None or torch.count_nonzero(numeric.grad) == 0           # nothing to the page features
     for name, p in model.named_parameters():                                         # nor to φ_c

@@ -161,6 +161,12 @@ def test_shards_split_each_global_batch_and_its_normaliser(logs, loss):
             assert max(len(p.index) for p in parts) - min(len(p.index) for p in parts) <= 1
 
 
+def test_a_booster_with_ddp_ranks_fails_when_the_config_loads():
+    from wpultr.config import config_from_dict
+    with pytest.raises(ConfigError, match=r"ranker.backbone: 'lightgbm' .* train.processes 2; allowed values"):
+        config_from_dict({"ranker": {"backbone": "lightgbm"}, "train": {"processes": 2}})
+
+
 def test_a_booster_is_not_given_ddp_ranks(logs):
     cfg = config("pointwise", 2)
     cfg.ranker.backbone = "lightgbm"

@@ -358,7 +358,8 @@ def test_discover_stage_hybrid_reads_whole_sessions_for_click_tests(tmp_path, da
     result = discover_epoch(sessions_dir, "score", FEATURES, cfg, tmp_path, 0, encoder_dir=tmp_path / "features",
                             client=dask_client, seed=5)
     meta = DiscoveredGraph.load(tmp_path / "epoch_0" / "graph.json").meta
-    assert meta["click_rows"] == {"n_rows": 1500, "n_sessions": 300, "source": "every shown result of the sampled sessions"}
+    assert meta["click_rows"] == {"n_rows": 1500, "n_sessions": 300,
+                                  "source": "every shown result of the sampled sessions"}
     assert meta["sample"]["n_rows"] == 150 and meta["test"]["name"] == "hybrid"
     evidence = {e["node"]: e for e in meta["click_evidence"]}
     assert set(evidence) == {RELEVANCE_SCORE, POSITION, "media_type", "serp_height"}
@@ -417,7 +418,8 @@ def test_discover_command_writes_graph_and_biases(tmp_path, dask_client):
 
 def test_tests_without_relevance_are_reused_and_give_the_graph_a_fresh_run_gives():
     from wpultr.causal.parallel_pc import p_values_without, test_nodes
-    assert test_nodes("0;3|1.2") == {0, 1, 2, 3} and test_nodes("1;4") == {1, 4} and test_nodes("1.2;5|0") == {0, 1, 2, 5}
+    assert (test_nodes("0;3|1.2") == {0, 1, 2, 3} and test_nodes("1;4") == {1, 4}
+            and test_nodes("1.2;5|0") == {0, 1, 2, 5})
     assert p_values_without({"0;3|1": 0.1, "1;3": 0.2, "2;3|0.1": 0.3, "data_hash": 1.0}, {0}) == {"1;3": 0.2}
     rows = whole_page_rows(600, seed=4)
     cfg = DiscoveryConfig(ci_test="fisherz", n_bootstrap=0)

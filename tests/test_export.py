@@ -200,7 +200,8 @@ TAMPERS = {
     "width not a multiple of heads": ("bert", _set_bert("num_attention_heads", 5)),
     "unknown activation": ("bert", _set_bert("hidden_act", "os.system")),
     "unknown encoder key": ("bert", _set_bert("torch_dtype", "float16")),
-    "special id beyond vocabulary": ("bert", _edit_config(lambda c: c["args"]["special_tokens"].__setitem__("cls", 10 ** 6))),
+    "special id beyond vocabulary": ("bert", _edit_config(
+        lambda c: c["args"]["special_tokens"].__setitem__("cls", 10 ** 6))),
     "special ids missing": ("bert", _set_arg("special_tokens", {"pad": 0})),
     "freeze flag as text": ("bert", _set_arg("freeze_encoder", "yes")),
     # LightGBM: the model text

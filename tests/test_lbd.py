@@ -56,7 +56,8 @@ def test_gradient_penalty_is_zero_for_an_observation_model_that_ignores_the_feat
     model = linear_model()
     with torch.no_grad():
         model.net[0].weight.zero_()                    # ô_p = σ(b_p): a position-based model, 0-Lipschitz
-    assert torch.equal(gradient_penalty(model, torch.randn(5, 3, dtype=torch.float64)), torch.zeros(5, dtype=torch.float64))
+    assert torch.equal(gradient_penalty(model, torch.randn(5, 3, dtype=torch.float64)),
+                       torch.zeros(5, dtype=torch.float64))
 
 
 def test_bernoulli_mask_keeps_one_minus_t_of_the_terms_and_t_zero_keeps_all():
@@ -201,7 +202,8 @@ def test_sweep_table_and_figure_put_each_setting_at_its_x(tmp_path):
     table = build_sweep_table("sweep_x", "t", {s: SettingResults(r) for s, r in results.items()}, ["A", "B", "C"],
                               "nDCG@10", {"b": 0.6, "a": 0.0}, "η")
     assert [c.name for c in table.columns] == ["η=0", "η=0.6"] and table.rows == ["A", "B"] and table.missing == ["C"]
-    assert table.mean[("A", "η=0.6")] == pytest.approx(0.6) and table.std[("A", "η=0.6")] == pytest.approx(np.std([0.5, 0.7], ddof=1))
+    assert (table.mean[("A", "η=0.6")] == pytest.approx(0.6)
+            and table.std[("A", "η=0.6")] == pytest.approx(np.std([0.5, 0.7], ddof=1)))
     assert np.isnan(table.mean[("B", "η=0")]) and table.mean[("B", "η=0.6")] == pytest.approx(0.8)
     assert "| A | 2 | **0.900 ± 0.000** | 0.600 ± 0.141 |" in table.to_markdown()
     assert plot_sweep(table, tmp_path / "sweep.png", "nDCG@10", "η").stat().st_size > 0
@@ -213,7 +215,8 @@ def test_reproduce_config_expands_to_both_families_and_checks_its_sweep(tmp_path
     exp = load_experiment(config)
     assert len(exp.runs) == 7 * 10 * len(exp.spec.seeds)
     letor = [r for r in exp.runs if r.setting == "letor_eta0.4" and r.label == "LBD-Ber"][0].config
-    assert letor["data"]["simulate"]["corpus"] == "letor" and letor["data"]["simulate"]["user_model_params"]["eta"] == 0.4
+    assert (letor["data"]["simulate"]["corpus"] == "letor"
+            and letor["data"]["simulate"]["user_model_params"]["eta"] == 0.4)
     assert letor["train"]["method"] == "lbd" and letor["lbd"]["variant"] == "ber"
     assert letor["data"]["simulate"]["letor_path"].endswith("data/letor-sample/rank.train")
     values = yaml.safe_load(config.read_text())

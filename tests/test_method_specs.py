@@ -68,7 +68,8 @@ def test_a_method_with_its_own_loss_refuses_listwise_without_a_warm_up() -> None
         config_from_dict({"train": {"method": "dla", "loss": "listwise"}})
     assert str(err.value) == "train.loss: listwise is not supported by train.method: dla (supports: pointwise)"
     # with a warm-up, train.loss is the shared warm-up's click loss (warmup.warm_up): honoured, so allowed
-    assert config_from_dict({"train": {"method": "dla", "loss": "listwise", "warmup_epochs": 1}}).train.loss == "listwise"
+    assert config_from_dict({"train": {"method": "dla", "loss": "listwise",
+                                       "warmup_epochs": 1}}).train.loss == "listwise"
     with pytest.raises(ConfigError, match="^ranker.backbone: bert is not supported by train.method: "
                                           "lightgbm_lambdarank \\(supports: mlp\\)$"):
         config_from_dict({"train": {"method": "lightgbm_lambdarank"}, "ranker": {"backbone": "bert"}})

@@ -13,9 +13,10 @@ import torch
 from wpultr.config import ConfigError, RunConfig, config_from_dict
 from wpultr.methods import lambda_pairs as lp
 from wpultr.methods.pairwise_framework import RobustObjective, unbiased_pair_loss
-from wpultr.methods.propensities.joint_examination import a_matrix, expected_b, joint_examination, pair_type, unbiased_pairs
-from wpultr.methods.propensities.joint_swap import (estimate_joint_examination, joint_swap_estimate, simulate_pair_swaps,
-                                                    swap_pairs)
+from wpultr.methods.propensities.joint_examination import (a_matrix, expected_b, joint_examination, pair_type,
+                                                          unbiased_pairs)
+from wpultr.methods.propensities.joint_swap import (estimate_joint_examination, joint_swap_estimate,
+                                                    simulate_pair_swaps, swap_pairs)
 from wpultr.metrics import evaluate
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
@@ -52,7 +53,8 @@ def test_unbiased_pairs_of_three_documents_by_hand_and_as_half_of_eq_10():
     # clicked 1 over unclicked 2: a_1 = 1; clicked 1 over clicked 3: a_1 - a_13 = 1 - 3; 3 over 1: a_3 - a_31 = 0;
     # clicked 3 over unclicked 2: a_3 = 3
     assert got == pytest.approx({(0, 1): 1.0, (0, 2): -2.0, (2, 0): 0.0, (2, 1): 3.0})
-    eq10 = sum(ranknet(scores[a], scores[b]) @ a_matrix(THETA3[a], THETA3[b], psi[a, b]) @ pair_type(clicks[a], clicks[b])
+    eq10 = sum(ranknet(scores[a], scores[b]) @ a_matrix(THETA3[a], THETA3[b], psi[a, b])
+               @ pair_type(clicks[a], clicks[b])
                for a, b in itertools.permutations(range(3), 2))
     assert eq10 == pytest.approx(2 * lp.pair_loss(scores, i, j, w))
 
@@ -189,7 +191,8 @@ def test_swap_experiment_recovers_the_simulators_joint_examination(model, params
     with_true_theta2 = joint_swap_estimate(frame, theta[1])
     for key, value in with_true_theta2["joint"].items():
         a, b = map(int, key.split(","))
-        assert abs(value - truth[a - 1, b - 1]) <= 4 * with_true_theta2["stderr"][key], (key, value, truth[a - 1, b - 1])
+        assert (abs(value - truth[a - 1, b - 1])
+                <= 4 * with_true_theta2["stderr"][key]), (key, value, truth[a - 1, b - 1])
     if model == "continuous":   # independence (θ_i θ_j) is rejected on these sessions
         assert any(abs(v - theta[int(key[0]) - 1] * theta[int(key[2]) - 1]) > 4 * with_true_theta2["stderr"][key]
                    for key, v in with_true_theta2["joint"].items())

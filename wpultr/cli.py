@@ -55,7 +55,8 @@ def simulate(out: Path = typer.Option(..., help="directory to write the logs, an
              config: Optional[Path] = typer.Option(None, help="run config whose data.simulate section to use"),
              fmt: str = typer.Option("baidu", "--format", help="baidu (gzip text) or parquet"),
              seed: int = typer.Option(0, help="random seed"),
-             set_: Optional[List[str]] = typer.Option(None, "--set", help="override: --set data.simulate.n_sessions=500")):
+             set_: Optional[List[str]] = typer.Option(None, "--set",
+                                                      help="override: --set data.simulate.n_sessions=500")):
     """Write simulated whole-page click logs with their known truth."""
     from .config import config_from_dict, load_config
     from .simulate import simulate as run_simulator

@@ -91,7 +91,8 @@ class ClusterConfig:
     no_worker_timeout: float = 60.0       # seconds a stage may wait on a cluster with no workers
     worker_profiling: bool = False        # Dask's statistical profiler on the LocalCluster's workers (it samples every
     #                                       thread's stack each 10 ms: about a sixth of an ingest's CPU); true for the
-    #                                       dashboard's profile page. An external cluster's workers keep their own setting
+    #                                       dashboard's profile page. An external cluster's workers keep their own
+    #                                       setting
 
     def __post_init__(self) -> None:
         k = self.KEY
@@ -373,10 +374,12 @@ class RunConfig:
             raise ConfigError(f"ranker.backbone: train.streaming: true trains the 'mlp' backbone only (its "
                               f"standardisation merges over partitions), got {self.ranker.backbone!r}; allowed values "
                               "with streaming: 'mlp' (or set train.streaming: false)")
-        if self.ranker.backbone == "embedding" and self.train.processes > 1:
-            raise ConfigError(f"ranker.backbone: 'embedding' trains in one process (its document vocabulary is the "
-                              f"whole table's), got train.processes {self.train.processes}; allowed values with "
-                              f"train.processes > 1: 'mlp', 'bert' (or set train.processes: 1)")
+        if self.ranker.backbone in ("embedding", "lightgbm") and self.train.processes > 1:
+            why = ("trains in one process (its document vocabulary is the whole table's)" if
+                   self.ranker.backbone == "embedding" else "trains with lightgbm.dask on the run's cluster instead")
+            raise ConfigError(f"ranker.backbone: {self.ranker.backbone!r} {why}, got train.processes "
+                              f"{self.train.processes}; allowed values with train.processes > 1: 'mlp', 'bert' "
+                              "(or set train.processes: 1)")
         if self.train.streaming and self.data.max_sessions is not None:
             raise ConfigError(f"data.max_sessions: must be null with train.streaming: true (every session of the "
                               f"partitions is streamed), got {self.data.max_sessions!r}")
@@ -384,7 +387,8 @@ class RunConfig:
                 and self.bal.click_model.form != "multiplicative":
             raise ConfigError(f"bal.click_model.form: BAL's {self.train.loss} ranker step (train.loss) divides each "
                               "click by the page's examination σ(v), which only the multiplicative form has; allowed "
-                              f"values with train.loss {self.train.loss}: multiplicative, got {self.bal.click_model.form!r}")
+                              f"values with train.loss {self.train.loss}: multiplicative, "
+                              f"got {self.bal.click_model.form!r}")
 
     @property
     def resolved_run_dir(self) -> Path:

@@ -81,7 +81,8 @@ def fixed_graph(kind: str, features: Sequence[PageFeature]) -> DiscoveredGraph:
         kinds = {POSITION: next(f.kind.value for f in features if f.name == POSITION)}
     else:
         nodes = (RELEVANCE_SCORE, *names, CLICK)
-        edges += [GraphEdge(RELEVANCE_SCORE, n, DIRECTED) for n in names] + [GraphEdge(n, CLICK, DIRECTED) for n in names]
+        edges += ([GraphEdge(RELEVANCE_SCORE, n, DIRECTED) for n in names]
+                  + [GraphEdge(n, CLICK, DIRECTED) for n in names])
         kinds = {f.name: f.kind.value for f in features}
     return DiscoveredGraph(nodes, tuple(edges), {RELEVANCE_SCORE: "relevance", CLICK: "click", **kinds},
                            meta={"fixed": kind})
@@ -164,7 +165,8 @@ class BAL:
             trainer = self.booster_trainer(train, valid, config)
             trainer.warm_up()
         else:
-            from ..methods.training.warmup import warm_up     # here: it imports transformers, which a booster never needs
+            # here: it imports transformers, which a booster never needs
+            from ..methods.training.warmup import warm_up
             trainer = Trainer(build_ranker(config, train), train, valid, config)
             warm_up(trainer)
         return self.epochs(trainer, TrainingRows.build(train, config), config)
@@ -203,7 +205,8 @@ class BAL:
             clock = StepClock()
             seed = config.seed * 1000 + k
             nodes, r = rows.with_scores((trainer.train_scores() if boosted                          # step 1
-                                         else trainer.train_scores(scoring_rows(config))).astype(np.float32, copy=False))
+                                         else trainer.train_scores(scoring_rows(config)))
+                                        .astype(np.float32, copy=False))
             clock.lap("score")
             graph, reuse = self.graph(nodes, features, config, client, rows.graph_rows, reuse)   # step 2
             graph.meta["epoch"] = k
@@ -288,7 +291,8 @@ class BAL:
             return trainer.boost(*trainer.lambda_objective(order(np.asarray(weights, np.float64)),
                                                            None if skip is None else order(skip)))
         if loss == "listwise":
-            omega, c, sizes = trainer.in_dataset_order(np.asarray(weights, np.float64)), trainer.clicks, trainer.group_sizes
+            omega, c, sizes = (trainer.in_dataset_order(np.asarray(weights, np.float64)), trainer.clicks,
+                               trainer.group_sizes)
             step = click_loss_named(loss)
             return trainer.boost(lambda f: step.weighted_grad_hess(f, c, sizes, omega),
                                  lambda f: step.weighted_total(f, c, sizes, omega))
@@ -301,8 +305,10 @@ class BAL:
 
     @staticmethod
     def graph(nodes: "NodeColumns | pd.DataFrame", features: Sequence[PageFeature], config: "RunConfig", client: Any,
-              rows: GraphRows | None, reuse: ReusableTests | None = None) -> tuple[DiscoveredGraph, ReusableTests | None]:
-        """This epoch's click-model graph: discovered on the sampled `rows` (`rows.GraphRows`), or the variant's fixed one.
+              rows: GraphRows | None, reuse: ReusableTests | None = None,
+              ) -> tuple[DiscoveredGraph, ReusableTests | None]:
+        """This epoch's click-model graph: discovered on the sampled `rows` (`rows.GraphRows`), or the variant's
+        fixed one.
 
         Every epoch reads the same rows, so the graph moves only with r̂ and each epoch re-runs only the CI
         tests that involve r̂: the others' p-values (`reuse`, from the previous epoch) cannot have changed.
@@ -341,8 +347,9 @@ class BAL:
         return model, stats
 
     @staticmethod
-    def weights(nodes: "NodeColumns | pd.DataFrame", biases: BiasReport, kinds: dict[str, str], n_categories: dict[str, int],
-                config: "RunConfig", seed: int, previous: dict[str, FeatureInfluence] | None = None,
+    def weights(nodes: "NodeColumns | pd.DataFrame", biases: BiasReport, kinds: dict[str, str],
+                n_categories: dict[str, int], config: "RunConfig", seed: int,
+                previous: dict[str, FeatureInfluence] | None = None,
                 ) -> tuple[np.ndarray, dict[str, Any], dict[str, FeatureInfluence]]:
         """Importance weights of every row (1 where nothing is confounded), their diagnostics and the estimators.
 

@@ -155,7 +155,8 @@ class TrainingRows:
             encoder = PageFeatureEncoder((f,), config.discovery.preprocess).fit(frame, spans=spans)
             encoders[f.name] = encoder.encoders_[f.name]
             if separable is None:
-                shares[f.name] = within_document_share(codes, frame[f.name].to_numpy(), f.kind is FeatureKind.CATEGORICAL)
+                shares[f.name] = within_document_share(codes, frame[f.name].to_numpy(),
+                                                       f.kind is FeatureKind.CATEGORICAL)
             nodes.add_all(encoder.transform_columns(frame, drop=True))
             del frame
         del codes
@@ -164,7 +165,8 @@ class TrainingRows:
         return cls(features, {f.name: f.kind.value for f in features},
                    {name: len(enc.vocabulary_) + 1 for name, enc in encoders.items()
                     if isinstance(enc, CategoricalEncoder)},
-                   nodes, graph_rows, document_effects, Separability(shares, threshold) if separable is None else separable)
+                   nodes, graph_rows, document_effects,
+                   Separability(shares, threshold) if separable is None else separable)
 
     @property
     def clicks(self) -> np.ndarray:

@@ -21,9 +21,10 @@ it, and forbidden orientations do not stop the tests, so `enforce_priors` adds o
 the priors dictate (marked `enforced`) and `prior_violations` checks every returned graph.
 
 Rows (of every test but hybrid's click tests, which see whole sessions): one displayed result per
-sampled session. KCI assumes i.i.d. rows and costs O(n³); results of one session are dependent (their positions form a permutation), results of different sessions are
-not. Sessions are sampled stratified by query frequency (equal shares for `n_strata` groups of
-queries ranked by their number of sessions), so tail queries are present in every sample.
+sampled session. KCI assumes i.i.d. rows and costs O(n³); results of one session are dependent (their
+positions form a permutation), results of different sessions are not. Sessions are sampled stratified by
+query frequency (equal shares for `n_strata` groups of queries ranked by their number of sessions), so tail
+queries are present in every sample.
 """
 from __future__ import annotations
 
@@ -280,7 +281,8 @@ def _check_nodes(nodes: pd.DataFrame, names: list[str]) -> np.ndarray:
     return data
 
 
-def _stabilities(graph: DiscoveredGraph, boots: list[DiscoveredGraph]) -> tuple[DiscoveredGraph, tuple[PairStability, ...]]:
+def _stabilities(graph: DiscoveredGraph, boots: list[DiscoveredGraph],
+                 ) -> tuple[DiscoveredGraph, tuple[PairStability, ...]]:
     """Each pair's bootstrap frequencies, and each edge of `graph` annotated with its own."""
     if not boots:
         return graph, ()
@@ -301,7 +303,8 @@ def _stabilities(graph: DiscoveredGraph, boots: list[DiscoveredGraph]) -> tuple[
                                            counts[UNDIRECTED] / n, counts[BIDIRECTED] / n))
     edges = []
     for e in graph.edges:
-        same = sum(1 for g in boots if (o := g.edge(e.source, e.target)) is not None and o.orientation() == e.orientation())
+        same = sum(1 for g in boots
+                   if (o := g.edge(e.source, e.target)) is not None and o.orientation() == e.orientation())
         adjacent = sum(1 for g in boots if g.adjacent(e.source, e.target))
         edges.append(GraphEdge(e.source, e.target, e.type, same / n, adjacent / n, e.enforced))
     return graph.with_edges(edges), tuple(pairs)
@@ -349,7 +352,8 @@ def _click_test_meta(cfg: DiscoveryConfig, within: bool, shares: dict[str, float
         return {"click_test": relevance_test + ", conditioning on r̂" + why}
     return {"click_test": "within-document: score test of a log-link model with a fixed effect per (query, "
                           "document) — per (query, document, position) when position is conditioned on — and the "
-                          "session's clicks above as covariates, sessions as clusters (wpultr.causal.within_document_ci)",
+                          "session's clicks above as covariates, sessions as clusters "
+                          "(wpultr.causal.within_document_ci)",
             "relevance_click_test": relevance_test,
             "within_document_share": {k: round(v, 4) for k, v in shares.items()},
             "min_within_document_share": min_share,

@@ -92,4 +92,5 @@ class Oracle:
         ranker = trainer.fit(loss, epochs=epochs, extras={"target": trainer.lists.gather(target(labels))})
         return FitResult(ranker, trainer.history, {"method": self.name, "loss": loss_name,
                                                     "best_epoch": trainer.best_epoch, "epochs": epochs,
-                                                    "rows": len(train), "test_query_rows_left_out": n_rows - len(train)})
+                                                    "rows": len(train),
+                                                    "test_query_rows_left_out": n_rows - len(train)})

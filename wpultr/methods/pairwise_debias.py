@@ -80,7 +80,7 @@ class PairwiseDebias:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         trainer = warmed_up_trainer(train, valid, config)
-        lists, n_positions = trainer.lists, int(trainer.lists.positions.max())
+        n_positions = int(trainer.lists.positions.max())
         p = float(config.pairwise_debias.regularization_p)   # > 0 and step in (0, 1]: checked when
         step = float(config.pairwise_debias.step_size)       # the config was loaded (PairwiseDebiasConfig)
         ratios = PositionRatios(n_positions, p, step, trainer.device)

@@ -46,7 +46,7 @@ class RegressionEM:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         trainer = warmed_up_trainer(train, valid, config)
-        lists, n_positions = trainer.lists, int(trainer.lists.positions.max())
+        n_positions = int(trainer.lists.positions.max())
         step = float(config.regression_em.step_size)          # in (0, 1]: checked when the config was loaded
         sample = bool(config.regression_em.sample_labels)
         # θ starts flat: no position is favoured until the E-steps say so (θ = 1 would be a fixed point

@@ -42,7 +42,8 @@ METHODS: dict[str, MethodSpec] = {
     # inverse propensity weighting, position propensities
     "ipw": MethodSpec("ipw:IPW", ("pointwise", "listwise")),
     "regression_em": MethodSpec("regression_em:RegressionEM"),                    # Wang et al. 2018
-    "dla": MethodSpec("dla:DLA"),                                                 # dual learning algorithm, Ai et al. 2018
+    # dual learning algorithm, Ai et al. 2018
+    "dla": MethodSpec("dla:DLA"),
     # Unbiased LambdaMART's t+/t- ratios, Hu et al. 2019
     "pairwise_debias": MethodSpec("pairwise_debias:PairwiseDebias"),
     # plain lambdarank on clicks

@@ -2,8 +2,8 @@
 
 Pure functions of the list tensors. Padded slots (mask False) never contribute. Shared by every method
 so that "pointwise" and "listwise" mean one thing everywhere (looked up by name in `losses.CLICK_LOSSES`); the
-IPW/DLA softmax loss, DLA's two dual losses, Regression-EM's E-step targets and the pairwise debiasing pair terms live here too (BAL's
-click-model loss is `bal.click_model.ranker_loss`: it needs the click model).
+IPW/DLA softmax loss, DLA's two dual losses, Regression-EM's E-step targets and the pairwise debiasing pair terms
+live here too (BAL's click-model loss is `bal.click_model.ranker_loss`: it needs the click model).
 """
 from __future__ import annotations
 

@@ -237,7 +237,8 @@ def fit_streamed(sessions_dir: str | Path, valid: pd.DataFrame | None, cfg: "Run
 # ---------------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     """One rank, launched by torchrun (or `fit_data_parallel`): RANK, WORLD_SIZE, MASTER_ADDR/PORT from the env."""
-    parser = argparse.ArgumentParser(prog="python -m wpultr.methods.training.distributed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m wpultr.methods.training.distributed",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("config", help="run config (YAML)")
     parser.add_argument("--sessions", required=True, help="sessions table: a Parquet file or partition directory")
     parser.add_argument("--valid", help="validation annotations (Parquet) that pick the best epoch")
