@@ -25,7 +25,7 @@ CASES: dict[str, tuple[str, dict]] = {
     "bert": ("bert", {"data": "baidu", "ranker": {"backbone": "bert", "bert": {"max_length": 24}}}),
     "lightgbm": ("lightgbm", {     # the lambdarank anchor, boosted by lightgbm.dask over three partitions
         "data": {**SIMULATED, "partition_rows": 400}, "train": {"method": "lightgbm_lambdarank"},
-        "baselines": {"lightgbm_rounds": 5, "lightgbm_min_data_in_leaf": 2, "lightgbm_distributed": True}}),
+        "ranker": {"lightgbm": {"rounds": 5, "min_data_in_leaf": 2, "distributed": True}}}),
     "lightgbm-custom-objective": ("lightgbm", {     # the backbone's booster (BAL, naive, PRS, the pairwise methods)
         "data": SIMULATED, "train": {"epochs": 2, "warmup_epochs": 1},
         "ranker": {"backbone": "lightgbm",
