@@ -9,10 +9,12 @@ it runs (`cluster.*`), never what it computes.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 
 from ..cluster import WorkerWatch, n_workers, open_client, release_worker_memory, scheduler_address
@@ -149,6 +151,24 @@ def _run_stages(cfg: RunConfig, run: RunDir, client: Any, stages: Sequence[Stage
                      url=copy.url if copy is not None else None)
 
 
+# One stage at a time per process: torch's global RNG (dropout, the methods' and encoders' seeds) belongs to the
+# process, so two runs whose stages ran at once in one process (an experiment's run tasks secede their Dask worker
+# threads and can share a worker) would interleave its draws and neither would be reproducible. A run waiting here
+# sits in a seceded thread and holds no worker slot, so the stage it waits for can still use the cluster.
+_STAGE_LOCK = threading.Lock()
+
+
+@contextmanager
+def _one_stage_at_a_time() -> Iterator[None]:
+    if not _STAGE_LOCK.acquire(blocking=False):
+        log.info("another run in this process is inside a stage; waiting for it (one stage per process at a time)")
+        _STAGE_LOCK.acquire()
+    try:
+        yield
+    finally:
+        _STAGE_LOCK.release()
+
+
 def _run_one(ctx: StageContext, stage: Stage, summary: dict[str, Any]) -> tuple[dict[str, Any], float]:
     """Run one stage (marked running by the caller) under a worker watch; on failure record it (and a lost
     cluster as ClusterError) and re-raise."""
@@ -156,7 +176,7 @@ def _run_one(ctx: StageContext, stage: Stage, summary: dict[str, Any]) -> tuple[
     start = time.perf_counter()
     watch = WorkerWatch(ctx.client, stage.name, ctx.config.cluster.no_worker_timeout)
     try:
-        with watch:
+        with watch, _one_stage_at_a_time():
             info = stage.run(ctx) or {}
     except BaseException as e:
         error = watch.error or e
