@@ -112,6 +112,21 @@ def _write_repeated(source: Path, target: Path, copies: int) -> None:
     os.replace(tmp, target)
 
 
+def check_scratch(directory: Path) -> None:
+    """Exit unless `directory` is new, empty or this bench's own (its manifest.json): the bench deletes and rebuilds
+    what it keeps there (the logs, every reader's output), so it must never be a directory of the user's."""
+    manifest = directory / "manifest.json"
+    if not directory.exists() or not any(directory.iterdir()):
+        return
+    try:
+        ours = "layout" in json.loads(manifest.read_text()).get("params", {})
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:
+        sys.exit(f"--dir {directory}: exists, is not empty and holds no manifest.json of this bench; it deletes and "
+                 "rebuilds what it keeps there, so give a new or empty directory")
+
+
 def build_logs(directory: Path, gb: float, n_files: int) -> dict:
     """The 1x log set in directory/x1; reused when the manifest matches."""
     manifest_path = directory / "manifest.json"
@@ -353,7 +368,7 @@ def measure_command(paths: list[str], out: Path) -> dict:
     seconds, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:     # e.g. it refused an `out` it did not write: nothing of ours there to remove
         raise RuntimeError(f"wpultr ingest: exited with {proc.returncode}\n{stderr[-4000:]}")
-    shutil.rmtree(out)           # what that ingest just wrote
+    shutil.rmtree(out)           # what that ingest just wrote, inside the bench's own --dir (check_scratch)
     summary = json.loads(stdout)
     return {"label": "wpultr ingest", "seconds": seconds, "peak_rss": rss.peak,
             "load": (load_before, os.getloadavg()[0]),
@@ -463,6 +478,8 @@ def main() -> None:
         child_main(args.child)
         return
 
+    args.dir = args.dir.resolve()
+    check_scratch(args.dir)
     manifest = build_logs(args.dir, args.gb, args.files)
     one = [str(p) for p in sorted((args.dir / "x1").glob("*.gz"))]
     mb = manifest["bytes"] / 1e6
