@@ -307,12 +307,9 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         out["per_query"]["Oracle"] = measured(oracle(train, truth, valid, cfg))
     click_noise = logs.truth["user_model"]["params"].get("click_noise", 0.1)   # the world's own ε
     unbiased = train.assign(**{CLICK: unbiased_clicks(train, truth, click_noise, seed)})
-    for name, fam in FAMILIES.items():
-        ran = [m for m in fam["baselines"] if m in out["per_query"]]
-        if not ran:
-            continue
-        best = max(ran, key=lambda m: out["per_query"][m]["DCG@10"].mean())
-        out["best"][name] = best
+    out["best"] = best_baselines(out["per_query"])
+    for name, best in out["best"].items():
+        fam = FAMILIES[name]
         # the ceiling: the better baseline's own method and settings, on clicks drawn with no bias
         overrides = METHODS[best]
         result = get_method(overrides["train.method"]).fit(unbiased, valid,
@@ -344,6 +341,17 @@ def rival_of(seed: dict[str, Any], rival: str) -> str | None:
     return max(ran, key=lambda m: seed["per_query"][m]["DCG@10"].mean()) if ran else None
 
 
+def best_baselines(per_query: dict[str, pd.DataFrame]) -> dict[str, str]:
+    """Each family's best baseline among those that ran: the higher mean DCG@10 on these test queries (the harder
+    bar for the family's debiasing methods)."""
+    best = {}
+    for name, fam in FAMILIES.items():
+        ran = [m for m in fam["baselines"] if m in per_query]
+        if ran:
+            best[name] = max(ran, key=lambda m: per_query[m]["DCG@10"].mean())
+    return best
+
+
 def save_per_query(args: argparse.Namespace, world: str, seed: int, label: str, table: pd.DataFrame) -> None:
     """With --per-query-dir: this method's per-query test metrics as soon as it is scored, so runs split over
     processes or machines (or cut short) can be joined and tested later (`--join`)."""
@@ -364,14 +372,9 @@ def joined_seeds(directory: Path) -> dict[str, list[dict[str, Any]]]:
     for world, by_seed in found.items():
         for seed in sorted(by_seed):
             per_query = by_seed[seed]
-            best = {}
-            for name, fam in FAMILIES.items():
-                ran = [m for m in fam["baselines"] if m in per_query]
-                if ran:
-                    best[name] = max(ran, key=lambda m: per_query[m]["DCG@10"].mean())
-            seeds.setdefault(world, []).append({"per_query": per_query, "best": best, "seconds": {}, "steps": {},
-                                                "graphs": {}, "examination": {}, "seed": seed,
-                                                "true_examination": np.full(1, np.nan)})
+            seeds.setdefault(world, []).append({"per_query": per_query, "best": best_baselines(per_query),
+                                                "seconds": {}, "steps": {}, "graphs": {}, "examination": {},
+                                                "seed": seed, "true_examination": np.full(1, np.nan)})
     return seeds
 
 
