@@ -576,16 +576,12 @@ def moved_keys_translated(values: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(old, Mapping):
         return out
     method = (out.get("train") or {}).get("method", "naive")
+    backbone_knobs = {f"ranker.lightgbm.{k}" for k in ((out.get("ranker") or {}).get("lightgbm") or {})}
     for key, value in old.items():
         dotted = MOVED_KEYS.get(f"baselines.{key}")
         if dotted is None:
             raise ConfigError(f"baselines.{key}: not a key this version knows (a run directory from another version?)")
-        section, _, leaf = dotted.rpartition(".")
-        node = out
-        for part in section.split("."):
-            node = node.get(part) if isinstance(node.get(part), dict) else node.setdefault(part, {})
-        both = section == "ranker.lightgbm" and leaf in node    # a knob the backbone's section spelled too
-        if not both or method in _BASELINE_BOOSTERS:
+        if dotted not in backbone_knobs or method in _BASELINE_BOOSTERS:   # both spelled it: the one the method read
             set_dotted(out, dotted, value)
     return out
 
