@@ -43,6 +43,8 @@ LETOR query no click touched (rank.test's 50 and the 40 rank.train queries the c
     .venv/bin/python bench/bal.py --worlds letor-pbm-2x,letor-pbm-1x,letor-cascade-2x,letor-cascade-1x --seeds 5 \
         --sessions 40000 --no-oracle --methods \
         Naive,Naive-list,PB-BAL,BAL,Naive-GBDT,LambdaMART,BAL-GBDT,XGB-unbiased,LambdaMART-pos   # issue 30's wins
+    .venv/bin/python bench/bal.py --worlds letor-pbm-2x --seeds 5 --sessions 40000 --no-oracle --resume \
+        --per-query-dir DIR --methods Naive,Naive-list,Naive-GBDT,LambdaMART  # the ceilings of an earlier DIR run
 """
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ from wpultr.methods.training.trainer import Trainer, build_ranker
 from wpultr.metrics import paired_test
 from wpultr.metrics import per_query
 from wpultr.rankers.base import score_frame
-from wpultr.schema import CLICK, DOC_ID, LABEL, POSITION, QUERY_ID, SESSION_ID
+from wpultr.schema import CLICK, DOC_ID, LABEL, POSITION, QUERY_ID, QUERY_KEY, SESSION_ID
 from wpultr.schema import FEATURES
 from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
@@ -275,6 +277,13 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     exam = pd.Series(true_examination(train, truth)).groupby(train[POSITION].to_numpy()).mean()
     out["true_examination"] = (exam / exam.iloc[0]).to_numpy()
     for label in args.methods:
+        kept = saved_per_query(args, world, seed, label)
+        if kept is not None:                             # --resume: scored by an earlier run of this bench
+            out["per_query"][label] = kept
+            out["seconds"][label] = float("nan")
+            print(f"  {world} seed {seed} {label:14s} DCG@10 {kept['DCG@10'].mean():.3f}  (read back: --resume)",
+                  flush=True)
+            continue
         cfg = config_from_dict(with_overrides(values, METHODS[label]))
         start = time.perf_counter()
         result = get_method(cfg.train.method).fit(train, valid, cfg)
@@ -361,13 +370,28 @@ def save_per_query(args: argparse.Namespace, world: str, seed: int, label: str, 
         table.to_csv(directory / f"{world}__seed{seed}__{label}.csv", index=False)
 
 
+def saved_per_query(args: argparse.Namespace, world: str, seed: int, label: str) -> pd.DataFrame | None:
+    """With --resume: the per-query table an earlier run wrote for this world, seed and method (None: train it).
+    The logs are simulated again from the same seed and settings, so the ceilings and references computed after
+    it see the same sessions and test queries; keep --sessions and --epochs as they were."""
+    if not (args.resume and args.per_query_dir):
+        return None
+    path = Path(args.per_query_dir) / f"{world}__seed{seed}__{label}.csv"
+    return read_per_query(path) if path.is_file() else None
+
+
+def read_per_query(path: Path) -> pd.DataFrame:
+    """A table `save_per_query` wrote, its query ids and keys as text (as `metrics.per_query` gives them)."""
+    return pd.read_csv(path, dtype={QUERY_ID: str, QUERY_KEY: str})
+
+
 def joined_seeds(directory: Path) -> dict[str, list[dict[str, Any]]]:
     """The per-seed results `save_per_query` wrote, by world and seed, each family's best baseline chosen as
     `one_seed` chooses it (seconds and steps are not saved: a joined run reports quality only)."""
     found: dict[str, dict[int, dict[str, pd.DataFrame]]] = {}
     for path in sorted(directory.glob("*__seed*__*.csv")):
         world, seed, label = path.stem.split("__")
-        found.setdefault(world, {}).setdefault(int(seed[4:]), {})[label] = pd.read_csv(path, dtype={QUERY_ID: str})
+        found.setdefault(world, {}).setdefault(int(seed[4:]), {})[label] = read_per_query(path)
     seeds: dict[str, list[dict[str, Any]]] = {}
     for world, by_seed in found.items():
         for seed in sorted(by_seed):
@@ -493,6 +517,9 @@ def main() -> None:
     parser.add_argument("--no-oracle", action="store_true", help="skip the Oracle (the ceilings still run)")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--per-query-dir", help="write each method's per-query test metrics here as it is scored")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --per-query-dir: read back each method that dir already holds for the world and "
+                             "seed instead of training it again (a cut run goes on; references added to an old run)")
     parser.add_argument("--join", help="no training: join the per-query tables of earlier --per-query-dir runs "
                                        "(any number of processes or machines) and report over all their seeds")
     args = parser.parse_args()
