@@ -344,6 +344,28 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def gap_closed(method: float, baseline: float, ceiling: float, ceiling_p: float) -> float:
+    """The share of the baseline → ceiling gap a method's mean DCG@10 closes; NaN where the ceiling is not
+    significantly above the baseline (`ceiling_p`: their paired test): clicks with no bias did not rank measurably
+    better, so there is no cost of bias to recover, and a ratio to a gap near 0 reads as a huge or inverted share."""
+    gap = ceiling - baseline
+    return (method - baseline) / gap if gap > 0 and ceiling_p < ALPHA else float("nan")
+
+
+def headroom(seeds: list[dict[str, Any]]) -> None:
+    """Per family and seed, the unbiased-click ceiling against the best baseline (Δ DCG@10, paired p): what a perfect
+    debiaser of these logs could gain at most."""
+    for name, fam in FAMILIES.items():
+        cells = []
+        for s in seeds:
+            if name in s["best"] and fam["ceiling"] in s["per_query"]:
+                p, diff, _ = paired_test(s["per_query"][fam["ceiling"]], s["per_query"][s["best"][name]], "DCG@10",
+                                         "all")
+                cells.append(f"{diff:+.3f} ({p:.3f}){'+' if p < ALPHA and diff > 0 else '−' if p < ALPHA else ''}")
+        if cells:
+            print(f"  {fam['ceiling']:14s} − best {name} baseline: " + "; ".join(cells))
+
+
 def rival_of(seed: dict[str, Any], rival: str) -> str | None:
     """The method `rival` ("A|B": the better of those that ran, by mean DCG@10) names on one seed's tables."""
     ran = [m for m in rival.split("|") if m in seed["per_query"]]
@@ -454,7 +476,10 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
                                      "better": better, "worse": worse,
                                      "p": [p for p, _ in tests], "diff": [d for _, d in tests]}
     summary["rivals"] = rival_report(seeds)
-    print("\nshare of the best-baseline -> ceiling DCG@10 gap closed (mean; per seed):")
+    print("\nheadroom: each family's unbiased-click ceiling against its best baseline, per seed (Δ DCG@10, p):")
+    headroom(seeds)
+    print("\nshare of the best-baseline -> ceiling DCG@10 gap closed (mean; per seed; 'no gap' where the ceiling is "
+          "not significantly above the best baseline):")
     for label in labels:
         fam = family(label)
         if label in FAMILIES[fam]["baselines"] or label in ("Oracle", FAMILIES[fam]["ceiling"]):
@@ -463,16 +488,20 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
         for s in seeds:
             if fam not in s["best"] or FAMILIES[fam]["ceiling"] not in s["per_query"]:
                 continue
-            base = s["per_query"][s["best"][fam]]["DCG@10"].mean()
-            gap = s["per_query"][FAMILIES[fam]["ceiling"]]["DCG@10"].mean() - base
-            shares.append((s["per_query"][label]["DCG@10"].mean() - base) / gap if abs(gap) > 1e-9 else float("nan"))
+            base_table, ceiling = s["per_query"][s["best"][fam]], s["per_query"][FAMILIES[fam]["ceiling"]]
+            shares.append(gap_closed(s["per_query"][label]["DCG@10"].mean(), base_table["DCG@10"].mean(),
+                                     ceiling["DCG@10"].mean(), paired_test(ceiling, base_table, "DCG@10", "all")[0]))
         summary["methods"][label]["gap_closed"] = shares
         if not shares:                                   # --no-references: no ceiling to close a gap to
             continue
         mean_gap = np.mean([s["per_query"][FAMILIES[fam]["ceiling"]]["DCG@10"].mean()
                             - s["per_query"][s["best"][fam]]["DCG@10"].mean() for s in seeds if fam in s["best"]])
-        print(f"  {label:14s} {np.nanmean(shares):7.1%}  ({', '.join(f'{g:.1%}' for g in shares)})  "
-              f"[{fam}: baseline {'/'.join(FAMILIES[fam]['baselines'])}, gap {mean_gap:.3f}]")
+        closed = [g for g in shares if not np.isnan(g)]
+        none = (f"; no significant gap in {len(shares) - len(closed)} of {len(shares)} seeds: no measurable cost "
+                "of bias to recover there") if len(closed) < len(shares) else ""
+        print(f"  {label:14s} {f'{np.mean(closed):7.1%}' if closed else '      –'}  "
+              f"({', '.join('no gap' if np.isnan(g) else f'{g:.1%}' for g in shares)})  "
+              f"[{fam}: baseline {'/'.join(FAMILIES[fam]['baselines'])}, gap {mean_gap:.3f}{none}]")
     naive = [s["seconds"]["Naive"] for s in seeds if "Naive" in s["seconds"]]
     naive_s = float(np.mean(naive)) if naive else None               # no ratio when Naive did not run
     print(f"\nseconds per trained epoch{f' (Naive {naive_s:.2f} s)' if naive_s else ''}:")

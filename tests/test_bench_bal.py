@@ -1,5 +1,6 @@
-"""bench/bal.py's --resume: a method whose per-query table an earlier run wrote is read back, not trained again, so
-a cut run goes on and references (the ceilings) can be added to an old run on the same logs."""
+"""bench/bal.py's report helpers: --resume (a method whose per-query table an earlier run wrote is read back, not
+trained again, so a cut run goes on and the ceilings can be added to an old run on the same logs) and the share of the
+baseline → ceiling gap (defined only where the ceiling is significantly above the baseline)."""
 from __future__ import annotations
 
 import argparse
@@ -39,3 +40,11 @@ def test_resume_reads_back_what_an_earlier_run_scored_and_trains_only_the_rest(t
     assert (tmp_path / "default__seed0__Naive-list.csv").is_file()
     p, diff, n = bench.paired_test(again["per_query"]["Naive-list"], again["per_query"]["Naive"], "DCG@10", "all")
     assert n == len(first["per_query"]["Naive"])           # read-back and fresh tables pair up query by query
+
+
+def test_the_share_of_the_gap_is_defined_only_where_the_ceiling_is_significantly_above_the_baseline():
+    bench = _bench()
+    assert bench.gap_closed(10.5, 10.0, 11.0, ceiling_p=0.01) == 0.5
+    assert pd.isna(bench.gap_closed(10.5, 10.0, 11.0, ceiling_p=0.30))    # a gap the test cannot tell from noise
+    assert pd.isna(bench.gap_closed(10.5, 10.0, 9.9, ceiling_p=0.01))     # the ceiling below: nothing to recover
+    assert pd.isna(bench.gap_closed(10.5, 10.0, 10.0, ceiling_p=0.01))
