@@ -9,7 +9,9 @@ Printed per world:
 
 * DCG@1,3,5,10 and ERR@10 (mean ± std over seeds) for every method;
 * per method: seeds significantly better / worse than its family's best baseline (p < 0.05, two-sided);
-* the share of the best-baseline → ceiling DCG@10 gap each debiasing method closes (mean and per seed);
+* the headroom: each family's unbiased-click ceiling against its best baseline per seed (Δ DCG@10, paired p), and
+  the share of that gap each debiasing method closes (mean and per seed; undefined where the ceiling is not
+  significantly above the baseline: the logs then carry no measurable cost of bias to recover);
 * seconds per trained epoch against Naive's on the same data in the same run (BAL's by step);
 * per seed, each `RIVALS` method (BAL, BAL-GBDT) against each rival a user would pick instead (the better Naive and
   PB-BAL; XGBoost's unbiased LambdaMART and LightGBM's position-aware ranker) and its unbiased-click ceiling: Δ DCG@10,
