@@ -257,3 +257,37 @@ def test_weight_parts_from_one_design_matrix_are_the_separate_densities(kind):
     np.testing.assert_array_equal(log_den, density.log_prob(frame))
     permuted = [density.log_prob(frame.assign(**{R: r[o]})) for o in orders]
     np.testing.assert_array_equal(log_num, log_mean_exp(np.stack(permuted), axis=0))
+
+
+@pytest.mark.parametrize("kind", ["continuous", "categorical"])
+def test_a_density_of_r_hat_alone_runs_its_network_once_per_distinct_score(kind, monkeypatch):
+    """p(x | r̂) over many impressions of few documents (one r̂ each) evaluates the network on the distinct scores and
+    gathers: the log-probs, permuted numerators included, equal one network pass over every row."""
+    from wpultr.bal import influence
+    rng = np.random.default_rng(11)
+    scores = rng.normal(size=300)                       # 300 documents, 20 000 impressions
+    frame = pd.DataFrame({R: scores[rng.integers(0, 300, 20_000)]})
+    frame["x"] = rng.integers(0, 4, len(frame)) if kind == "categorical" else frame[R] + rng.normal(size=len(frame))
+    density = ConditionalDensity(kind, [R], 4 if kind == "categorical" else None, None,
+                                 InfluenceConfig(epochs=2), 0).fit(frame, "x")
+    orders = [rng.permutation(len(frame)) for _ in range(2)]
+    assert influence.distinct_inputs(density._inputs(frame))[0].shape == (300, 1)
+    seen = []
+    network = density._network_params
+    monkeypatch.setattr(density, "_network_params", lambda X: seen.append(len(X)) or network(X))
+    fast, fast_permuted = density.log_prob(frame), density.log_prob_permuted(frame, R, orders, observed=True)
+    assert seen == [300, 300]                           # never a pass over the 20 000 rows
+    monkeypatch.setattr(influence, "DISTINCT_SHARE", 0.0)   # the path every row takes without it
+    np.testing.assert_array_equal(fast, density.log_prob(frame))
+    np.testing.assert_array_equal(fast_permuted, density.log_prob_permuted(frame, R, orders, observed=True))
+    assert seen[2:] == [20_000, 20_000, 20_000, 20_000]
+
+
+def test_distinct_inputs_only_for_one_column_with_few_values():
+    from wpultr.bal.influence import distinct_inputs
+    many = np.random.default_rng(0).normal(size=(10_000, 1))
+    assert distinct_inputs(many) is None                               # every value distinct: no gain
+    assert distinct_inputs(np.repeat(many[:10], 1000, axis=0)[:, [0, 0]]) is None   # two columns
+    assert distinct_inputs(np.repeat(many[:10], 100, axis=0)) is None  # 1 000 rows: one pass is cheap
+    values, inverse = distinct_inputs(np.repeat(many[:10], 1000, axis=0))
+    assert values.shape == (10, 1) and np.array_equal(values[inverse, 0], np.repeat(many[:10, 0], 1000))

@@ -54,6 +54,8 @@ DENSITY_JSON, DENSITY_TENSORS = "density.json", "density.safetensors"
 INFLUENCE_JSON, INFLUENCE_TENSORS = "influence.json", "influence.safetensors"
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _PREDICT_CHUNK = 65_536
+DISTINCT_MIN_ROWS = 4096         # below: one network pass is cheap anyway
+DISTINCT_SHARE = 0.25            # `distinct_inputs` pays its sort when distinct values are at most this share
 _MAX_LOG_STD = 10.0   # a standardised std above e^10 only means the network is far off; it keeps exp finite
 
 
@@ -120,6 +122,23 @@ def _kind(kind: FeatureKind | str) -> FeatureKind:
         return FeatureKind(kind)
     except ValueError:
         raise ValueError(f"kind {kind!r} is not one of: {', '.join(k.value for k in FeatureKind)}") from None
+
+
+def distinct_inputs(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(distinct rows, each row's index among them) of a one-column design matrix whose distinct values are at most
+    a DISTINCT_SHARE of its rows, else None. BAL's r̂ is one score per shown (query, document), so p(x | r̂) over
+    millions of impressions needs the network on a few thousand values; the sort costs less than one pass."""
+    if X.ndim != 2 or X.shape[1] != 1 or len(X) < DISTINCT_MIN_ROWS:
+        return None
+    values, inverse = np.unique(X[:, 0], return_inverse=True)
+    if len(values) > DISTINCT_SHARE * len(X):
+        return None
+    return values[:, None], inverse.ravel()
+
+
+def _gathered(params: tuple[torch.Tensor, ...], rows: np.ndarray) -> tuple[torch.Tensor, ...]:
+    index = torch.as_tensor(rows)
+    return tuple(p[index] for p in params)
 
 
 def _mlp(n_in: int, hidden: Sequence[int], n_out: int) -> nn.Sequential:
@@ -349,17 +368,27 @@ class ConditionalDensity:
     # -- predict --------------------------------------------------------------------------------
     def _params(self, nodes_df: pd.DataFrame, inputs: np.ndarray | None = None) -> tuple[torch.Tensor, ...]:
         """Distribution parameters per row, in standardised units for a Gaussian head (`inputs`: the rows'
-        design matrix when the caller already built it)."""
+        design matrix when the caller already built it). A one-column design with few distinct values (r̂ alone,
+        one score per shown document) runs the network once per value (`distinct_inputs`)."""
         n = len(nodes_df)
         if self.net_ is None:
             theta = torch.as_tensor(self.marginal_, dtype=torch.float64)
             if self.categorical:
                 return (theta.unsqueeze(0).expand(n, -1),)
             return theta[0].expand(n), theta[1].expand(n)
-        X = torch.as_tensor(self._inputs(nodes_df) if inputs is None else inputs, dtype=torch.float32)
+        X = self._inputs(nodes_df) if inputs is None else inputs
+        distinct = distinct_inputs(X)
+        if distinct is not None:
+            values, inverse = distinct
+            return _gathered(self._network_params(values), inverse)
+        return self._network_params(X)
+
+    def _network_params(self, X: np.ndarray) -> tuple[torch.Tensor, ...]:
+        """The head's parameters (float64) of each row of the design matrix X, `_PREDICT_CHUNK` rows at a time."""
+        X = torch.as_tensor(X, dtype=torch.float32)
         parts = []
         with torch.no_grad():
-            for start in range(0, n, _PREDICT_CHUNK):
+            for start in range(0, len(X), _PREDICT_CHUNK):
                 parts.append(self._head(self.net_(X[start:start + _PREDICT_CHUNK])))
         if not parts:
             with torch.no_grad():
@@ -391,6 +420,12 @@ class ConditionalDensity:
             row = self._log_prob_of(targets, self._params(nodes_df))
             return np.stack([row] * (len(orders) + observed))
         inputs = self._inputs(nodes_df)
+        distinct = distinct_inputs(inputs)
+        if distinct is not None:               # r̂ alone: a permutation only reorders the same distinct values
+            values, inverse = distinct
+            params = self._network_params(values)
+            return np.stack([self._log_prob_of(targets, _gathered(params, rows))
+                             for rows in ([inverse] if observed else []) + [inverse[order] for order in orders]])
         out = [self._log_prob_of(targets, self._params(nodes_df, inputs))] if observed else []
         j = self.numeric_parents.index(parent)
         column = _numeric_column(nodes_df, parent, self._what())
