@@ -63,6 +63,17 @@ def _setting_x(exp: Experiment) -> dict[str, tuple[str, float]]:
     return out
 
 
+def k_sweeps(setting_x: dict[str, tuple[str, float]]) -> dict[str, list[tuple[str, float]]]:
+    """corpus -> its settings as (setting, K) in K's order, for the corpora whose settings are a sweep over K: two or
+    more, each with its own K. Settings that share a K differ in something else (LBD's η, PRS's μ: every one K = 1),
+    so a column per K would mix them; those corpora get no MCC-against-K table (each setting keeps its own)."""
+    by_corpus: dict[str, dict[str, float]] = {}
+    for setting, (corpus, k) in setting_x.items():
+        by_corpus.setdefault(corpus, {})[setting] = k
+    return {corpus: sorted(points.items(), key=lambda item: item[1]) for corpus, points in by_corpus.items()
+            if len(points) >= 2 and len(set(points.values())) == len(points)}
+
+
 def identifiability_tables(exp: Experiment, records: Sequence[RunRecord]) -> list[tuple[Table, Path | None]]:
     """(table, figure) pairs: one table per setting, then one MCC-against-K figure (as a table) per corpus."""
     results = {s: _results(records, s) for s in exp.settings}
@@ -89,13 +100,8 @@ def identifiability_tables(exp: Experiment, records: Sequence[RunRecord]) -> lis
                         "best mean: the largest, the smallest for click MSE.")
         table.write(exp.out_dir / "tables")
         out.append((table, None))
-    by_corpus: dict[str, dict[str, float]] = {}
-    for setting, (corpus, k) in _setting_x(exp).items():
-        by_corpus.setdefault(corpus, {})[setting] = k
-    for corpus, points in by_corpus.items():
-        if len(points) < 2:
-            continue
-        columns = [SettingColumn(s, x, f"K={x:g}") for s, x in sorted(points.items(), key=lambda i: (i[1], i[0]))]
+    for corpus, points in k_sweeps(_setting_x(exp)).items():
+        columns = [SettingColumn(s, x, f"K={x:g}") for s, x in points]
         table = Table(name=f"identifiability_mcc_{corpus}", title=f"MCC against the IG's components K ({corpus})",
                       columns=columns)   # type: ignore[arg-type]
         _fill(table, results, exp.labels, {c: (c.setting, TRUTH, "MCC") for c in columns})
