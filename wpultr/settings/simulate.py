@@ -16,6 +16,7 @@ from .user_model import KEY_PREFIX, MEDIA_TYPE_NAMES, resolve_user_model_params 
 MIN_VOCAB_SIZE = 100          # below this, distinct documents start to share their whole text
 MIN_QUERIES = 10              # one query per frequency bucket at least
 CORPORA = ("synthetic", "letor", "onehot")   # where queries, documents, features and labels come from
+LOGGING_RANKERS = ("grade", "linear")         # what the logging ranker's score is made of (simulate.logging_policy)
 
 
 @dataclass
@@ -36,7 +37,11 @@ class SimulateConfig:
     n_dense_features: int = 16
     media_type_features: bool = False      # append a one-hot of the media type to the dense features
     zipf_exponent: float = 1.1            # query popularity ∝ 1 / rank^zipf_exponent
-    logging_noise: float = 1.0            # std of the noise the logging ranker adds to relevance
+    logging_noise: float = 1.0            # std of the noise the logging ranker adds to its score, per session
+    # what the logging ranker scores: "grade" (the true grade) or "linear" (a linear pairwise ranker on the dense
+    # features, fitted on the grades of logging_ranker_queries random queries: 004's Ranking SVM on 1 % of the data)
+    logging_ranker: Literal[LOGGING_RANKERS] = "grade"
+    logging_ranker_queries: int = 20      # logging_ranker linear: the queries whose grades train it
     user_model: str = "whole_page"        # pbm, whole_page, trust, cascade, continuous, row_skipping, lbd, prs
     user_model_params: dict[str, Any] = field(default_factory=dict)
     n_context_factors: int = 0            # extra categorical columns context_0.. that scale examination
@@ -74,7 +79,7 @@ def validate_simulate_config(cfg: SimulateConfig) -> None:
     """
     at_least = {"n_queries": MIN_QUERIES, "docs_per_query": 1, "n_sessions": 1, "n_annotated_queries": 1,
                 "results_per_page": 1, "vocab_size": MIN_VOCAB_SIZE, "n_dense_features": 1,
-                "n_context_factors": 0, "context_levels": 2, "n_documents": 1}
+                "n_context_factors": 0, "context_levels": 2, "n_documents": 1, "logging_ranker_queries": 1}
     for key, low in at_least.items():
         if getattr(cfg, key) < low:
             raise _error(key, f"must be >= {low}, got {getattr(cfg, key)}")
@@ -84,6 +89,12 @@ def validate_simulate_config(cfg: SimulateConfig) -> None:
     if not 1 <= cfg.position_blocks <= cfg.results_per_page:
         raise _error("position_blocks", f"must be in [1, results_per_page ({cfg.results_per_page})], "
                                         f"got {cfg.position_blocks}")
+    if cfg.logging_ranker not in LOGGING_RANKERS:
+        raise _error("logging_ranker", f"{cfg.logging_ranker!r} is not allowed; allowed values: "
+                                       f"{', '.join(map(repr, LOGGING_RANKERS))}")
+    if cfg.logging_ranker == "linear" and cfg.logging_ranker_queries > cfg.n_queries:
+        raise _error("logging_ranker_queries", f"must be <= n_queries ({cfg.n_queries}), "
+                                               f"got {cfg.logging_ranker_queries}")
     if cfg.n_annotated_queries > cfg.n_queries:
         raise _error("n_annotated_queries", f"must be <= n_queries ({cfg.n_queries}), got {cfg.n_annotated_queries}")
     for key in ("zipf_exponent", "logging_noise", "height_spread", "scroll_screens"):

@@ -48,6 +48,7 @@ class Corpus:
     media_type: np.ndarray         # int64 (n_docs,): media type code (see spec.MEDIA_TYPE_NAMES)
     docs_per_query: int
     source: dict[str, Any] | None = None   # real-feature corpora: files, kept and dropped queries (truth.json)
+    logging_score: np.ndarray | None = None   # float64 (n_docs,): what the logging ranker scores; None: the grade
 
     @property
     def n_queries(self) -> int:

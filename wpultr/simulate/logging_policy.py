@@ -1,8 +1,13 @@
-"""The production ranker that chose what users saw: it sorts a query's candidates by noisy relevance.
+"""The production ranker that chose what users saw: it sorts a query's candidates by a noisy relevance score.
 
 Because the shown order follows relevance, relevance causes position: the confounding BAL removes
 (BAL Fig. 2a, relevance → position and relevance → click). A per-media-type boost (a ranker that
 promotes videos, say) adds media type → position, BAL's second confounder case (Fig. 2b).
+
+What it scores (`data.simulate.logging_ranker`): the true grade ("grade"), or ("linear") a linear pairwise
+ranker on the dense features fitted on the grades of a few random queries — the feature-based production ranker
+of 004 §6.1 (a Ranking SVM trained on 1 % of the labelled queries, via Hu et al. 2019 and Ai et al. 2018), whose
+errors follow the features the learner sees, and whose lists repeat exactly when `logging_noise` is 0.
 
 Position blocks (`data.simulate.position_blocks: K`, Identifiability paper §5.1): the K contiguous
 blocks of positions each take their own share of a query's candidates, so a document is only ever
@@ -15,11 +20,47 @@ from __future__ import annotations
 
 import numpy as np
 
+LINEAR_RANKER_C = 1.0      # the Ranking SVM's C: squared hinge loss summed over pairs, C·Σ + ½‖w‖²
+
 
 def logging_scores(label: np.ndarray, media_type: np.ndarray, media_boost: np.ndarray, noise: float,
                    rng: np.random.Generator) -> np.ndarray:
-    """The logging ranker's score of each candidate: grade + media boost + N(0, noise^2), drawn per session."""
+    """The logging ranker's score of each candidate: `label` (the grade, or `logging_base`'s linear score) + media
+    boost + N(0, noise^2), drawn per session."""
     return label + media_boost[media_type] + noise * rng.standard_normal(label.shape)
+
+
+def logging_base(label: np.ndarray, logging_score: np.ndarray | None) -> np.ndarray:
+    """What `logging_scores` adds noise to: the corpus's logging-ranker score when it has one, else the grade."""
+    return label if logging_score is None else logging_score
+
+
+def linear_logging_score(features: np.ndarray, label: np.ndarray, doc_query: np.ndarray, n_train_queries: int,
+                         rng: np.random.Generator) -> np.ndarray:
+    """Each document's score under a Ranking SVM (linear, squared hinge on every within-query pair of unequal
+    grades, C = LINEAR_RANKER_C) fitted on `n_train_queries` queries drawn by `rng`; on standardised features,
+    rescaled to the grades' spread so that `logging_noise` means the same in both rankers."""
+    from scipy.optimize import minimize
+    x = np.asarray(features, dtype=np.float64)
+    std = x.std(axis=0)
+    x = (x - x.mean(axis=0)) / np.where(std > 0, std, 1.0)
+    queries = rng.choice(int(doc_query.max()) + 1, size=n_train_queries, replace=False)
+    rows = np.flatnonzero(np.isin(doc_query, queries))
+    same = doc_query[rows][:, None] == doc_query[rows][None, :]
+    hi, lo = np.nonzero(same & (label[rows][:, None] > label[rows][None, :]))
+    diff = x[rows[hi]] - x[rows[lo]]
+    if len(diff) == 0:                     # every training query holds one grade only: nothing to order
+        return np.zeros(len(x))
+
+    def objective(w: np.ndarray) -> tuple[float, np.ndarray]:
+        slack = np.maximum(0.0, 1.0 - diff @ w)
+        return (LINEAR_RANKER_C * float(slack @ slack) + 0.5 * float(w @ w),
+                w - 2.0 * LINEAR_RANKER_C * (diff.T @ slack))
+
+    w = minimize(objective, np.zeros(x.shape[1]), jac=True, method="L-BFGS-B").x
+    score = x @ w
+    spread = score.std()
+    return score * (float(np.std(label)) / spread if spread > 0 else 1.0)
 
 
 def block_sizes(n: int, n_blocks: int) -> np.ndarray:

@@ -1,0 +1,164 @@
+"""ULM against RULM (paper 004) as the number of training lists grows: the paired nDCG@10 difference per seed.
+
+Each (setting, lists, seed) simulates one log from `pipelines/reproduce/pairwise_framework.yaml` (its base, the
+named setting, `--set` overrides on top), with `lists / --replays` training queries (004 §6.1 replays every query's
+list 16 times) and `--annotated` annotated queries more; every method of `--methods` (labels of the YAML) is fitted
+on the same log in this process and scored on the same held-out test queries. The annotated queries are split into
+validation and test by the seed as the split stage does, and with `--unseen` (the default, as in the paper, whose test
+queries are Yahoo's test part) their sessions are dropped from the training log, so the test queries are unseen.
+
+One JSON line per (setting, lists, seed) goes to --out: each method's nDCG@k, and per pair of methods the paired
+t-test over the test queries (`metrics.paired_test`). `--summary` prints mean ± std over seeds per size.
+
+    nice -n 10 .venv/bin/python bench/pairwise_size.py --settings continuous_30 independent_30 \
+        --lists 2000 8000 32000 --seeds 0 1 2 --out runs/pw/size.jsonl
+    .venv/bin/python bench/pairwise_size.py --summary runs/pw/size.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from wpultr.config import config_from_dict, parse_overrides
+from wpultr.experiment.spec import load_experiment
+from wpultr.metrics import paired_test, per_query
+from wpultr.rankers.base import score_frame
+from wpultr.schema import QUERY_ID, QUERY_KEY, query_key
+from wpultr.settings.methods import get_method
+from wpultr.simulate import simulate
+
+YAML = Path(__file__).resolve().parents[1] / "pipelines" / "reproduce" / "pairwise_framework.yaml"
+KS = (1, 3, 5, 10)
+# the paper's upper bound, LambdaMART on the labelled data: LambdaMART-clicks' config on the shown lists' true grades
+LABELS_OF = {"LambdaMART-labels": "LambdaMART-clicks"}
+
+
+def run_configs(setting: str, lists: int, seed: int, replays: int, annotated: int, sets: dict[str, Any],
+                methods: list[str]) -> dict[str, Any]:
+    """Each method's resolved run config for one (setting, lists, seed), from the YAML and the overrides:
+    `lists / replays` training queries plus `annotated` annotated ones, sessions spread evenly over all of them
+    (zipf_exponent 0), so that the training queries hold `lists` lists on average."""
+    train_queries = max(lists // replays, 1)
+    n_queries = train_queries + annotated
+    overrides = {"seeds": [seed], "base.data.simulate.n_sessions": int(round(lists * n_queries / train_queries)),
+                 "base.data.simulate.n_queries": n_queries, "base.data.simulate.n_annotated_queries": annotated}
+    overrides.update({f"base.{k}": v for k, v in sets.items()})
+    exp = load_experiment(YAML, overrides)
+    runs = {r.label: r.config for r in exp.runs if r.setting == setting and r.label in methods}
+    missing = set(methods) - set(runs)
+    if missing:
+        raise SystemExit(f"no run for {sorted(missing)} in setting {setting!r} (settings and labels: the YAML)")
+    return {m: config_from_dict(runs[m]) for m in methods}
+
+
+def split_queries(annotations: pd.DataFrame, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(validation, test) query keys, drawn as the split stage draws them."""
+    queries = np.sort(query_key(annotations).unique())
+    rng = np.random.default_rng(seed)
+    valid = np.sort(rng.choice(queries, size=int(round(len(queries) * fraction)), replace=False))
+    return valid, np.setdiff1d(queries, valid)
+
+
+def one_log(setting: str, lists: int, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    wanted = [LABELS_OF.get(m, m) for m in args.methods]
+    configs = run_configs(setting, lists, seed, args.replays, args.annotated, args.sets, list(dict.fromkeys(wanted)))
+    configs = {m: configs[LABELS_OF.get(m, m)] for m in args.methods}
+    first = next(iter(configs.values()))
+    start = time.perf_counter()
+    logs = simulate(first.data.simulate, seed)
+    sessions, annotations = logs.sessions.assign(true_label=logs.truth_sessions["true_label"].to_numpy()), \
+        logs.annotations
+    valid_q, test_q = split_queries(annotations, first.data.valid_fraction, seed)
+    keys = query_key(annotations)
+    valid, test = annotations[keys.isin(valid_q)], annotations[keys.isin(test_q)].reset_index(drop=True)
+    if args.unseen:
+        sessions = sessions[~sessions[QUERY_ID].isin(set(annotations[QUERY_ID]))].reset_index(drop=True)
+    record: dict[str, Any] = {"setting": setting, "lists": lists, "seed": seed, "unseen": args.unseen,
+                              "labels_once": args.labels_once,
+                              "train_lists": int(sessions["session_id"].nunique()),
+                              "test_queries": int(len(test_q)), "sets": args.sets,
+                              "clicks_per_list": float(sessions["click"].sum() / sessions["session_id"].nunique()),
+                              "simulate_seconds": round(time.perf_counter() - start, 1), "methods": {}}
+    tables = {}
+    for label, cfg in configs.items():
+        start = time.perf_counter()
+        frame = sessions
+        if label in LABELS_OF:     # the labelled data: grades as gains, each query's list once (replays are copies)
+            first = sessions.groupby(QUERY_ID)["session_id"].min() if args.labels_once else sessions["session_id"]
+            frame = sessions[sessions["session_id"].isin(first)].assign(click=lambda f: f["true_label"])
+        result = get_method(cfg.train.method).fit(frame.drop(columns="true_label"), valid, cfg)
+        scored = test.assign(score=score_frame(result.ranker, test, cfg.train.batch_size))
+        tables[label] = per_query(scored, "score", ks=KS)
+        record["methods"][label] = {**{f"nDCG@{k}": float(tables[label][f"nDCG@{k}"].mean()) for k in KS},
+                                    "seconds": round(time.perf_counter() - start, 1),
+                                    "best_epoch": result.bias.get("best_epoch"),
+                                    **({"t_minus": result.bias["t_minus"]} if "t_minus" in result.bias else {})}
+    record["per_query"] = {label: dict(zip(t[QUERY_KEY].astype(str), t["nDCG@10"].round(6))) if QUERY_KEY in t
+                           else {} for label, t in tables.items()}     # to pair runs of one log afterwards
+    record["paired"] = {}
+    for a, b in itertools.combinations(configs, 2):
+        p, diff, n = paired_test(tables[b], tables[a], "nDCG@10", "all")
+        record["paired"][f"{b} - {a}"] = {"diff": diff, "p": p, "n": n}
+    return record
+
+
+def summary(path: Path) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["setting"], json.dumps(r.get("sets", {}), sort_keys=True), r["unseen"], r["lists"]),
+                          []).append(r)
+    for (setting, sets, unseen, lists), rs in sorted(groups.items()):
+        print(f"{setting} lists={lists} unseen={unseen} sets={sets} seeds={[r['seed'] for r in rs]}")
+        for label in rs[0]["methods"]:
+            v = [r["methods"][label]["nDCG@10"] for r in rs]
+            print(f"   {label:<20} nDCG@10 {np.mean(v):.4f} ± {np.std(v, ddof=1) if len(v) > 1 else 0:.4f}")
+        for pair in rs[0]["paired"]:
+            d = [r["paired"][pair]["diff"] for r in rs]
+            marks = " ".join(f"{x['diff']:+.4f}{'*' if x['p'] < 0.05 else ''}" for x in (r["paired"][pair] for r in rs))
+            print(f"   {pair:<32} {np.mean(d):+.4f} ± {np.std(d, ddof=1) if len(d) > 1 else 0:.4f}   per seed: {marks}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", nargs="+", default=["continuous_30", "independent_30"])
+    parser.add_argument("--lists", type=int, nargs="+", default=[2000, 8000, 32000])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--methods", nargs="+", default=["LambdaMART-clicks", "ULM", "RULM"])
+    parser.add_argument("--replays", type=int, default=16, help="lists per query (004 §6.1: 16)")
+    parser.add_argument("--annotated", type=int, default=400,
+                        help="annotated queries besides the training ones (data.valid_fraction of them validate)")
+    parser.add_argument("--unseen", action=argparse.BooleanOptionalAction, default=True,
+                        help="drop the annotated queries' sessions from training (the paper's disjoint test set)")
+    parser.add_argument("--set", dest="sets", action="append", default=[],
+                        help="run-config override on the YAML's base, e.g. data.simulate.logging_ranker=linear")
+    parser.add_argument("--labels-once", action=argparse.BooleanOptionalAction, default=True,
+                        help="LambdaMART-labels trains on one list per query (its replays hold the same grades)")
+    parser.add_argument("--out", type=Path, default=Path("runs/pw/size.jsonl"))
+    parser.add_argument("--summary", type=Path, default=None, help="print mean ± std over seeds of a --out file")
+    args = parser.parse_args()
+    if args.summary:
+        summary(args.summary)
+        return
+    args.sets = parse_overrides(args.sets)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for lists, setting, seed in itertools.product(args.lists, args.settings, args.seeds):
+        record = one_log(setting, lists, seed, args)
+        with args.out.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        times = {m: v["seconds"] for m, v in record["methods"].items()}
+        print(f"{setting} lists={lists} seed={seed}: " + ", ".join(
+            f"{m} {v['nDCG@10']:.4f}" for m, v in record["methods"].items())
+            + f" | {json.dumps({k: round(v['diff'], 4) for k, v in record['paired'].items()})} | s {times}",
+            flush=True)
+
+
+if __name__ == "__main__":
+    main()
