@@ -51,6 +51,12 @@ class Corpus:
     logging_score: np.ndarray | None = None   # float64 (n_docs,): what the logging ranker scores; None: the grade
 
     @property
+    def logging_base(self) -> np.ndarray:
+        """What the logging ranker scores (before its media boost and noise): `logging_score` when the corpus has
+        one (`data.simulate.logging_ranker: linear`), else the grade."""
+        return self.label if self.logging_score is None else self.logging_score
+
+    @property
     def n_queries(self) -> int:
         return len(self.query_ids)
 

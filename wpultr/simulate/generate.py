@@ -28,7 +28,7 @@ from ..schema import (ABSTRACT_TOKENS, BUCKET, CLICK, DOC_ID, FEATURE_VECTOR_TYP
 from ..settings.simulate import MEDIA_TYPE_NAMES, SimulateConfig, validate_simulate_config
 from .corpus import Corpus, build_corpus
 from .letor_corpus import build_letor_corpus
-from .logging_policy import candidate_blocks, linear_logging_score, logging_base, logging_scores, shown_order
+from .logging_policy import candidate_blocks, linear_logging_score, logging_scores, shown_order
 from .onehot_corpus import build_onehot_corpus
 from .page import (MEDIA_TYPE, SERP_HEIGHT, SERP_MAX_SHOW_HEIGHT, Page, build_page, context_columns,
                    draw_context_scales, presented_media)
@@ -73,7 +73,7 @@ def _session_chunk(first_session: int, query_index: np.ndarray, corpus: Corpus, 
     k = cfg.results_per_page
     candidates = corpus.docs_of(query_index)
     media = presented_media(corpus.media_type[candidates], cfg, rngs["presentation"])
-    scores = logging_scores(logging_base(corpus.label, corpus.logging_score)[candidates], media,
+    scores = logging_scores(corpus.logging_base[candidates], media,
                             np.asarray(cfg.logging_media_boost, dtype=np.float64), cfg.logging_noise, rngs["logging"])
     order = (np.broadcast_to(np.arange(k), (len(query_index), k)).copy() if cfg.corpus == "onehot"   # as designed
              else shown_order(scores, k, rngs["logging"],

@@ -25,14 +25,9 @@ LINEAR_RANKER_C = 1.0      # the Ranking SVM's C: squared hinge loss summed over
 
 def logging_scores(label: np.ndarray, media_type: np.ndarray, media_boost: np.ndarray, noise: float,
                    rng: np.random.Generator) -> np.ndarray:
-    """The logging ranker's score of each candidate: `label` (the grade, or `logging_base`'s linear score) + media
-    boost + N(0, noise^2), drawn per session."""
+    """The logging ranker's score of each candidate: `label` (`Corpus.logging_base`: the grade or the linear score)
+    + media boost + N(0, noise^2), drawn per session."""
     return label + media_boost[media_type] + noise * rng.standard_normal(label.shape)
-
-
-def logging_base(label: np.ndarray, logging_score: np.ndarray | None) -> np.ndarray:
-    """What `logging_scores` adds noise to: the corpus's logging-ranker score when it has one, else the grade."""
-    return label if logging_score is None else logging_score
 
 
 def linear_logging_score(features: np.ndarray, label: np.ndarray, doc_query: np.ndarray, n_train_queries: int,

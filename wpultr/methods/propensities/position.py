@@ -164,7 +164,7 @@ def simulate_swaps(cfg: "SimulateConfig", seed: int, n_sessions: int, draw: Swap
     partners[:, t] trade places for every t. `stream` tags the experiment's own SeedSequence.
     """
     from ...simulate.generate import simulation_engine
-    from ...simulate.logging_policy import logging_base, logging_scores, shown_order
+    from ...simulate.logging_policy import logging_scores, shown_order
     from ...simulate.page import build_page, presented_media
 
     engine = simulation_engine(cfg, seed)
@@ -179,7 +179,7 @@ def simulate_swaps(cfg: "SimulateConfig", seed: int, n_sessions: int, draw: Swap
         query_index = queries.choice(corpus.n_queries, size=n, p=corpus.popularity)
         candidates = corpus.docs_of(query_index)
         media = presented_media(corpus.media_type[candidates], cfg, presentation)
-        scores = logging_scores(logging_base(corpus.label, corpus.logging_score)[candidates], media,
+        scores = logging_scores(corpus.logging_base[candidates], media,
                                 np.asarray(cfg.logging_media_boost, dtype=np.float64), cfg.logging_noise, logging)
         order = shown_order(scores, k, logging)
         doc_rows = np.take_along_axis(candidates, order, axis=1)
