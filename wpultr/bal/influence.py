@@ -426,12 +426,13 @@ class ConditionalDensity:
             params = self._network_params(values)
             return np.stack([self._log_prob_of(targets, _gathered(params, rows))
                              for rows in ([inverse] if observed else []) + [inverse[order] for order in orders]])
-        out = [self._log_prob_of(targets, self._params(nodes_df, inputs))] if observed else []
+        # every row through the network (`distinct_inputs` said no once: a permutation cannot change its answer)
+        out = [self._log_prob_of(targets, self._network_params(inputs))] if observed else []
         j = self.numeric_parents.index(parent)
         column = _numeric_column(nodes_df, parent, self._what())
         for order in orders:                        # the elementwise standardisation of `_inputs`, on the drawn rows
             inputs[:, j] = (np.asarray(column[order], np.float64) - self.input_mean_[j]) / self.input_scale_[j]
-            out.append(self._log_prob_of(targets, self._params(nodes_df, inputs)))
+            out.append(self._log_prob_of(targets, self._network_params(inputs)))
         return np.stack(out)
 
     def score(self, nodes_df: pd.DataFrame) -> float:
