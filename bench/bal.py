@@ -354,16 +354,24 @@ def gap_closed(method: float, baseline: float, ceiling: float, ceiling_p: float)
     return (method - baseline) / gap if gap > 0 and ceiling_p < ALPHA else float("nan")
 
 
-def headroom(seeds: list[dict[str, Any]]) -> None:
-    """Per family and seed, the unbiased-click ceiling against the best baseline (Δ DCG@10, paired p): what a perfect
-    debiaser of these logs could gain at most."""
+def ceiling_tests(seeds: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[float, float]]:
+    """(family, seed index) -> (p, Δ DCG@10) of the family's unbiased-click ceiling against its best baseline on that
+    seed (paired t-test over the test queries): what a perfect debiaser of these logs could gain at most."""
+    out = {}
     for name, fam in FAMILIES.items():
-        cells = []
-        for s in seeds:
+        for i, s in enumerate(seeds):
             if name in s["best"] and fam["ceiling"] in s["per_query"]:
                 p, diff, _ = paired_test(s["per_query"][fam["ceiling"]], s["per_query"][s["best"][name]], "DCG@10",
                                          "all")
-                cells.append(f"{diff:+.3f} ({p:.3f}){'+' if p < ALPHA and diff > 0 else '−' if p < ALPHA else ''}")
+                out[name, i] = p, diff
+    return out
+
+
+def headroom(tests: dict[tuple[str, int], tuple[float, float]]) -> None:
+    """Print `ceiling_tests` per family, seed by seed."""
+    for name, fam in FAMILIES.items():
+        cells = [f"{diff:+.3f} ({p:.3f}){'+' if p < ALPHA and diff > 0 else '−' if p < ALPHA else ''}"
+                 for (family_name, _), (p, diff) in tests.items() if family_name == name]
         if cells:
             print(f"  {fam['ceiling']:14s} − best {name} baseline: " + "; ".join(cells))
 
@@ -479,7 +487,8 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
                                      "p": [p for p, _ in tests], "diff": [d for _, d in tests]}
     summary["rivals"] = rival_report(seeds)
     print("\nheadroom: each family's unbiased-click ceiling against its best baseline, per seed (Δ DCG@10, p):")
-    headroom(seeds)
+    ceilings = ceiling_tests(seeds)
+    headroom(ceilings)
     print("\nshare of the best-baseline -> ceiling DCG@10 gap closed (mean; per seed; 'no gap' where the ceiling is "
           "not significantly above the best baseline):")
     for label in labels:
@@ -487,12 +496,12 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
         if label in FAMILIES[fam]["baselines"] or label in ("Oracle", FAMILIES[fam]["ceiling"]):
             continue
         shares = []
-        for s in seeds:
-            if fam not in s["best"] or FAMILIES[fam]["ceiling"] not in s["per_query"]:
+        for i, s in enumerate(seeds):
+            if (fam, i) not in ceilings:
                 continue
-            base_table, ceiling = s["per_query"][s["best"][fam]], s["per_query"][FAMILIES[fam]["ceiling"]]
-            shares.append(gap_closed(s["per_query"][label]["DCG@10"].mean(), base_table["DCG@10"].mean(),
-                                     ceiling["DCG@10"].mean(), paired_test(ceiling, base_table, "DCG@10", "all")[0]))
+            base = s["per_query"][s["best"][fam]]["DCG@10"].mean()
+            shares.append(gap_closed(s["per_query"][label]["DCG@10"].mean(), base,
+                                     s["per_query"][FAMILIES[fam]["ceiling"]]["DCG@10"].mean(), ceilings[fam, i][0]))
         summary["methods"][label]["gap_closed"] = shares
         if not shares:                                   # --no-references: no ceiling to close a gap to
             continue
