@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from wpultr.config import config_from_dict, parse_overrides
 from wpultr.experiment.spec import load_experiment
 from wpultr.metrics import paired_test, per_query
+from wpultr.pipeline.stages import split_queries
 from wpultr.rankers.base import score_frame
 from wpultr.schema import QUERY_ID, QUERY_KEY, query_key
 from wpultr.settings.methods import get_method
@@ -56,14 +56,6 @@ def run_configs(setting: str, lists: int, seed: int, replays: int, annotated: in
     if missing:
         raise SystemExit(f"no run for {sorted(missing)} in setting {setting!r} (settings and labels: the YAML)")
     return {m: config_from_dict(runs[m]) for m in methods}
-
-
-def split_queries(annotations: pd.DataFrame, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(validation, test) query keys, drawn as the split stage draws them."""
-    queries = np.sort(query_key(annotations).unique())
-    rng = np.random.default_rng(seed)
-    valid = np.sort(rng.choice(queries, size=int(round(len(queries) * fraction)), replace=False))
-    return valid, np.setdiff1d(queries, valid)
 
 
 def one_log(setting: str, lists: int, seed: int, args: argparse.Namespace) -> dict[str, Any]:

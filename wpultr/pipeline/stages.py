@@ -175,14 +175,18 @@ def preprocess(ctx: StageContext) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
+def split_queries(annotations: pd.DataFrame, valid_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(validation, test) query keys (schema.query_key): a seeded `valid_fraction` of the annotated queries validate."""
+    queries = np.sort(query_key(annotations).unique())
+    n_valid = int(round(len(queries) * valid_fraction))
+    valid = (np.sort(np.random.default_rng(seed).choice(queries, size=n_valid, replace=False)) if n_valid
+             else np.array([], dtype=object))
+    return valid, np.setdiff1d(queries, valid)
+
+
 def split(ctx: StageContext) -> dict[str, Any]:
     """Hold out a seeded share of annotated queries (schema.query_key) for model selection; the rest is the test set."""
-    annotations = read_table(ctx.run.path(ANNOTATIONS))
-    queries = np.sort(query_key(annotations).unique())
-    rng = np.random.default_rng(ctx.config.seed)
-    n_valid = int(round(len(queries) * ctx.config.data.valid_fraction))
-    valid = np.sort(rng.choice(queries, size=n_valid, replace=False)) if n_valid else np.array([], dtype=object)
-    test = np.setdiff1d(queries, valid)
+    valid, test = split_queries(read_table(ctx.run.path(ANNOTATIONS)), ctx.config.data.valid_fraction, ctx.config.seed)
     write_json(ctx.run.path(SPLIT), {"valid_queries": valid.tolist(), "test_queries": test.tolist(),
                                      "seed": ctx.config.seed})
     info = {"valid_queries": int(len(valid)), "test_queries": int(len(test))}
