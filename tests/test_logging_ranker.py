@@ -74,3 +74,15 @@ def test_bad_logging_ranker_settings_name_the_key(changes, fragment):
     with pytest.raises(ConfigError) as err:
         simulate(SimulateConfig(**{**SMALL, "n_sessions": 10, **changes}), seed=0)
     assert fragment in str(err.value)
+
+
+def test_the_ranking_svm_pairs_are_built_a_block_of_rows_at_a_time_in_the_dense_order():
+    """The within-query pairs of unequal grades, a block of rows at a time (memory block × rows, not rows²), are the
+    pairs of the dense rows × rows comparison in its order, so the fitted logger is the same."""
+    from wpultr.simulate.logging_policy import _ordered_pairs
+    rng = np.random.default_rng(0)
+    query, label = rng.permutation(np.repeat(np.arange(40), 25)), rng.integers(0, 5, 1000)
+    dense = np.nonzero((query[:, None] == query[None, :]) & (label[:, None] > label[None, :]))
+    for block in (1, 97, 1000, 4096):
+        got = _ordered_pairs(query, label, block)
+        assert np.array_equal(got[0], dense[0]) and np.array_equal(got[1], dense[1])

@@ -41,8 +41,7 @@ def linear_logging_score(features: np.ndarray, label: np.ndarray, doc_query: np.
     x = (x - x.mean(axis=0)) / np.where(std > 0, std, 1.0)
     queries = rng.choice(int(doc_query.max()) + 1, size=n_train_queries, replace=False)
     rows = np.flatnonzero(np.isin(doc_query, queries))
-    same = doc_query[rows][:, None] == doc_query[rows][None, :]
-    hi, lo = np.nonzero(same & (label[rows][:, None] > label[rows][None, :]))
+    hi, lo = _ordered_pairs(doc_query[rows], label[rows])
     diff = x[rows[hi]] - x[rows[lo]]
     if len(diff) == 0:                     # every training query holds one grade only: nothing to order
         return np.zeros(len(x))
@@ -56,6 +55,17 @@ def linear_logging_score(features: np.ndarray, label: np.ndarray, doc_query: np.
     score = x @ w
     spread = score.std()
     return score * (float(np.std(label)) / spread if spread > 0 else 1.0)
+
+
+def _ordered_pairs(query: np.ndarray, label: np.ndarray, block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j) of every pair of rows of one query with label[i] > label[j], in row-major order; `block` rows of i at a
+    time, so memory stays block × rows however many queries fit the ranker."""
+    parts = [np.nonzero((query[a:a + block, None] == query[None, :]) & (label[a:a + block, None] > label[None, :]))
+             for a in range(0, len(query), block)]
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return (np.concatenate([i + a for (i, _), a in zip(parts, range(0, len(query), block))]),
+            np.concatenate([j for _, j in parts]))
 
 
 def block_sizes(n: int, n_blocks: int) -> np.ndarray:
