@@ -410,3 +410,37 @@ def test_listwise_bal_with_the_mlp_trains_on_the_ipw_softmax_and_ranks(typed_log
     ideal = evaluate(annotated.assign(score=annotated["label"].astype(float)), "score")["all"]["DCG@10"]
     dcg = evaluate(annotated, "score")["all"]["DCG@10"]
     assert dcg > random + 0.3 * (ideal - random), (dcg, random, ideal)   # 300 sessions, 10 queries: a loose bar
+
+
+@pytest.mark.e2e
+def test_bal_fits_its_small_networks_under_the_cpu_thread_cap_and_trains_the_ranker_without_it(typed_logs,
+                                                                                               monkeypatch):
+    """The influence estimators and the click model fit under `bal.cpu_threads`; the ranker step does not."""
+    from wpultr.bal import influence, method
+    cfg, logs = typed_logs
+    run = RunConfig()
+    run.data.simulate, run.train.method, run.train.device = cfg, "bal", "cpu"
+    run.train.epochs, run.train.warmup_epochs, run.train.batch_size = 1, 1, 32
+    run.bal.graph, run.bal.cpu_threads = "all_features", 1         # fixed graph: every feature confounded
+    run.bal.estimator_rows, run.bal.influence.epochs, run.bal.click_model.epochs = 500, 2, 1
+    seen: dict[str, list[int]] = {"density": [], "click_model": [], "ranker": []}
+
+    def recording(name, fn):
+        def wrapped(*args, **kwargs):
+            seen[name].append(torch.get_num_threads())
+            return fn(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(influence.ConditionalDensity, "fit", recording("density", influence.ConditionalDensity.fit))
+    monkeypatch.setattr(method.ClickModel, "fit", recording("click_model", method.ClickModel.fit))
+    monkeypatch.setattr(method, "ranker_loss", recording("ranker", method.ranker_loss))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.manual_seed(0)
+        BAL().fit(logs.sessions, logs.annotations, run)
+    finally:
+        torch.set_num_threads(before)
+    assert seen["density"] and set(seen["density"]) == {1}
+    assert seen["click_model"] and set(seen["click_model"]) == {1}
+    assert seen["ranker"] and set(seen["ranker"]) == {2}

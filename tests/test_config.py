@@ -152,7 +152,7 @@ BAD: dict[str, typing.Any] = {
     "ranker.lightgbm.position_bias_regularization": -1.0, "ranker.lightgbm.eval_points": 0,
     "prs.weighting": "dcg", "prs.clip": 0.0, "ranker.lightgbm.distributed": "yes",
     "bal.graph": "learned", "bal.features": [], "bal.estimator_rows": 0, "bal.graph_bootstrap": -1,
-    "bal.pair_weights": "none",
+    "bal.pair_weights": "none", "bal.cpu_threads": 0,
     "bal.min_within_document_share": 1.0,
     "bal.click_model.form": "linear", "bal.click_model.hidden": [0], "bal.click_model.embedding_dim": 0,
     "bal.click_model.epochs": 0, "bal.click_model.learning_rate": 0.0, "bal.click_model.batch_size": 0,

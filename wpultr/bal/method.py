@@ -51,6 +51,7 @@ from ..methods.losses import click_loss_named
 from ..methods.training.trainer import Trainer, build_ranker
 from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature
 from .click_model import ClickModel, examination_table, page_inputs, ranker_loss, skipped_irrelevance
+from .cpu_threads import torch_threads
 from .influence import FeatureInfluence, fit_influence_estimators
 from .rows import GraphRows, TrainingRows, discovery_seed
 from .weights import clip_and_normalise, importance_weights
@@ -212,15 +213,16 @@ class BAL:
             graph.meta["epoch"] = k
             biases = identify_biases(graph).without(separable.set_aside)                        # step 3
             clock.lap("graph")
-            weights, weight_info, estimators = self.weights(nodes, biases, kinds, n_categories, config, seed,  # step 4
-                                                            estimators)
-            clock.lap("weights")
-            click_model, cm_stats = self.click_model(r, nodes, weights, biases, kinds, n_categories,  # step 5
-                                                     config, seed, trainer.generator, rows.pairs_at)
-            page_logits = click_model.page_logits(nodes)                    # v(x): a constant of the ranker step
-            cm_stats["examination"] = examination_table(click_model, r, page_logits, weights, rows)   # + intervals
-            cm_stats["examination_by_position"] = examination_by_position(cm_stats["examination"])
-            clock.lap("click_model")
+            with torch_threads(config.bal.cpu_threads):                      # small networks: few CPU threads
+                weights, weight_info, estimators = self.weights(nodes, biases, kinds, n_categories, config, seed,  # 4
+                                                                estimators)
+                clock.lap("weights")
+                click_model, cm_stats = self.click_model(r, nodes, weights, biases, kinds, n_categories,  # step 5
+                                                         config, seed, trainer.generator, rows.pairs_at)
+                page_logits = click_model.page_logits(nodes)                # v(x): a constant of the ranker step
+                cm_stats["examination"] = examination_table(click_model, r, page_logits, weights, rows)  # + intervals
+                cm_stats["examination_by_position"] = examination_by_position(cm_stats["examination"])
+                clock.lap("click_model")
             reweighted = config.train.loss in ("listwise", "lambdarank")    # a click-reweighting ranker step
             lambdarank, pair_weights = config.train.loss == "lambdarank", config.bal.pair_weights  # (a booster's)
             skip = None

@@ -86,6 +86,9 @@ class BalConfig:
     # rather than unseen, the click side weighing 1 (the step bench/bal.py's Oracle-skip-GBDT runs); skip = that
     # chance times the click's w; click = the click's ω = w/σ(v) (IPW of the click); both = ω times that chance
     pair_weights: Literal["click", "skip", "posterior", "both"] = "posterior"
+    # torch's CPU threads while the influence estimators and the click model fit and run (`bal/cpu_threads`):
+    # small networks run faster on few threads on a many-core machine; null = torch's default (all cores)
+    cpu_threads: int | None = 4
     click_model: ClickModelConfig = field(default_factory=ClickModelConfig)
     influence: InfluenceConfig = field(default_factory=InfluenceConfig)
     weights: WeightConfig = field(default_factory=WeightConfig)
@@ -100,5 +103,8 @@ class BalConfig:
         require(self.graph_bootstrap >= 0, f"{self.KEY}.graph_bootstrap", ">= 0", self.graph_bootstrap)
         require(0.0 <= self.min_within_document_share < 1.0, f"{self.KEY}.min_within_document_share",
                 "a share in [0, 1)", self.min_within_document_share)
+        threads = self.cpu_threads
+        require(threads is None or (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1),
+                f"{self.KEY}.cpu_threads", "null (torch's default) or an integer >= 1", self.cpu_threads)
         require(self.pair_weights in ("click", "skip", "posterior", "both"), f"{self.KEY}.pair_weights",
                 "one of 'click', 'skip', 'posterior', 'both'", self.pair_weights)
