@@ -1,0 +1,143 @@
+"""Propensity Ratio Scoring (paper 003) in process: the pair weightings of `pipelines/reproduce/prs.yaml` fitted on
+one simulated log per (setting, seed), with paired tests over the same test queries.
+
+Each (setting, seed) resolves the YAML's runs (its base with the `--set` overrides, then the named setting's own
+keys, as the harness does), simulates the log once, splits the annotated queries into validation and test as the
+split stage does (`stages.split_queries`: 400 test queries at the YAML's sizes), and fits every method of `--methods`
+(labels of the YAML) on that log in this process: the harness's configs, data and split without its ingest, so a fit
+takes seconds, not minutes (checked: seed 0 of the default setting gives the harness's nDCG@10 to the last digit for
+IPS-LR, PRS-LR, IPS- and PRS-LambdaMART). Like the harness, training keeps every query's sessions (the paper's clicks
+cover its training queries; here the test queries' clicks are simulated the same way and stay in).
+`--oracle` adds `IPS-LR+oracle`: IPS-LR on the sessions with the skipped relevant results (binary relevance,
+grade >= 3) removed — the negatives Eq. 10 of the paper wants, which no method can see, so it measures the gain
+that cleaning the negatives would bring.
+
+One JSON line per (setting, seed) goes to --out: each method's nDCG@10 and, against the first method, the paired
+t-test over the test queries (`metrics.paired_test`). `--summary` prints mean ± std over seeds and how many seeds
+each difference is significant in:
+
+    nice -n 10 .venv/bin/python bench/prs_probe.py --settings eta1_mu0.1 eta2 mu0.4 --seeds 0 1 2 3 4 \
+        --methods IPS-LR Naive-LR PNS-LR PRS-LR --oracle --out runs/prs/probe.jsonl
+    .venv/bin/python bench/prs_probe.py --summary runs/prs/probe.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wpultr.config import config_from_dict, parse_overrides
+from wpultr.experiment.spec import load_experiment
+from wpultr.metrics import paired_test, per_query
+from wpultr.pipeline.stages import split_queries
+from wpultr.rankers.base import score_frame
+from wpultr.schema import CLICK, query_key
+from wpultr.settings.methods import get_method
+from wpultr.simulate import simulate
+
+YAML = Path(__file__).resolve().parents[1] / "pipelines" / "reproduce" / "prs.yaml"
+ORACLE = "IPS-LR+oracle"          # IPS-LR without the skipped relevant results among its negatives
+RELEVANT_GRADE = 3                # the prs user model's binary relevance: grades 3-4 of 0-4 (§4.3)
+
+
+def run_configs(setting: str, seed: int, sets: dict[str, Any], methods: list[str]) -> dict[str, Any]:
+    """Each method's resolved run config for (setting, seed), from the YAML and the `--set` overrides."""
+    exp = load_experiment(YAML, {"seeds": [seed], **{f"base.{k}": v for k, v in sets.items()}})
+    runs = {r.label: r.config for r in exp.runs if r.setting == setting and r.label in methods}
+    missing = set(methods) - set(runs)
+    if missing:
+        raise SystemExit(f"no run for {sorted(missing)} in setting {setting!r} (settings and labels: the YAML)")
+    return {m: config_from_dict(runs[m]) for m in methods}
+
+
+def one_log(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    labels = list(dict.fromkeys(args.methods + (["IPS-LR"] if args.oracle else [])))
+    configs = run_configs(setting, seed, args.sets, labels)
+    first = next(iter(configs.values()))
+    start = time.perf_counter()
+    logs = simulate(first.data.simulate, seed)
+    sessions, annotations = logs.sessions, logs.annotations
+    valid_q, test_q = split_queries(annotations, first.data.valid_fraction, seed)
+    keys = query_key(annotations)
+    valid, test = annotations[keys.isin(valid_q)], annotations[keys.isin(test_q)].reset_index(drop=True)
+    relevant_skipped = (sessions[CLICK].to_numpy() == 0) & (logs.truth_sessions["true_label"].to_numpy()
+                                                           >= RELEVANT_GRADE)
+    record: dict[str, Any] = {"setting": setting, "seed": seed, "sets": args.sets, "test_queries": int(len(test_q)),
+                              "sessions": int(sessions["session_id"].nunique()), "clicks": int(sessions[CLICK].sum()),
+                              "relevant_skipped_rows": int(relevant_skipped.sum()),
+                              "simulate_seconds": round(time.perf_counter() - start, 1), "methods": {}}
+    fits = [(m, m, sessions) for m in args.methods]
+    if args.oracle:
+        fits.append((ORACLE, "IPS-LR", sessions[~relevant_skipped].reset_index(drop=True)))
+    tables = {}
+    for label, config_label, frame in fits:
+        cfg = configs[config_label]
+        start = time.perf_counter()
+        result = get_method(cfg.train.method).fit(frame, valid, cfg)
+        scored = test.assign(score=score_frame(result.ranker, test, cfg.train.batch_size))
+        tables[label] = per_query(scored, "score", ks=(10,))
+        record["methods"][label] = {"nDCG@10": float(tables[label]["nDCG@10"].mean()),
+                                    "seconds": round(time.perf_counter() - start, 1)}
+    base = fits[0][0]
+    record["paired"] = {}
+    for label in list(tables)[1:]:
+        p, diff, n = paired_test(tables[label], tables[base], "nDCG@10", "all")
+        record["paired"][f"{label} - {base}"] = {"diff": diff, "p": p, "n": n}
+    return record
+
+
+def summary(path: Path) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["setting"], json.dumps(r.get("sets", {}), sort_keys=True)), []).append(r)
+    for (setting, sets), rs in sorted(groups.items()):
+        rs = sorted({r["seed"]: r for r in rs}.values(), key=lambda r: r["seed"])     # a re-run seed counts once
+        print(f"{setting} sets={sets} seeds={[r['seed'] for r in rs]}")
+        for label in rs[0]["methods"]:
+            v = [r["methods"][label]["nDCG@10"] for r in rs if label in r["methods"]]
+            print(f"   {label:<16} nDCG@10 {np.mean(v):.4f} ± {np.std(v, ddof=1) if len(v) > 1 else 0:.4f}")
+        for pair in rs[0]["paired"]:
+            tests = [r["paired"][pair] for r in rs if pair in r["paired"]]
+            d = [t["diff"] for t in tests]
+            better = sum(t["p"] < 0.05 and t["diff"] > 0 for t in tests)
+            worse = sum(t["p"] < 0.05 and t["diff"] < 0 for t in tests)
+            marks = " ".join(f"{t['diff']:+.4f}{'*' if t['p'] < 0.05 else ''}" for t in tests)
+            print(f"   {pair:<28} {np.mean(d):+.4f} ± {np.std(d, ddof=1) if len(d) > 1 else 0:.4f}  "
+                  f"better/worse/seeds {better}/{worse}/{len(tests)}   per seed: {marks}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", nargs="+", default=["eta1_mu0.1"], help="setting names of the YAML")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--methods", nargs="+", default=["IPS-LR", "PRS-LR"],
+                        help="labels of the YAML; the first is what the others are paired against")
+    parser.add_argument("--oracle", action="store_true", help=f"add {ORACLE} (IPS without relevant negatives)")
+    parser.add_argument("--set", dest="sets", action="append", default=[],
+                        help="run-config override on the YAML's base, e.g. train.epochs=8")
+    parser.add_argument("--out", type=Path, default=Path("runs/prs/probe.jsonl"))
+    parser.add_argument("--summary", type=Path, default=None, help="print mean ± std over seeds of a --out file")
+    args = parser.parse_args()
+    if args.summary:
+        summary(args.summary)
+        return
+    args.sets = parse_overrides(args.sets)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for setting, seed in itertools.product(args.settings, args.seeds):
+        record = one_log(setting, seed, args)
+        with args.out.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"{setting} seed={seed}: " + ", ".join(f"{m} {v['nDCG@10']:.4f} ({v['seconds']:.0f}s)"
+                                                      for m, v in record["methods"].items())
+              + " | " + json.dumps({k: [round(v["diff"], 4), float(f"{v['p']:.3g}")]
+                                    for k, v in record["paired"].items()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""bench/prs_probe.py: the PRS study's pair weightings fitted in process on one log, from the YAML's own run configs;
+the oracle leaves out exactly the skipped relevant results; the summary counts significant seeds."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"data.simulate.n_queries": 60, "data.simulate.n_sessions": 900, "data.simulate.n_annotated_queries": 30,
+         "data.simulate.docs_per_query": 10, "train.epochs": 1}
+
+
+def _probe():
+    spec = importlib.util.spec_from_file_location("prs_probe", ROOT / "bench" / "prs_probe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_probe_fits_the_yamls_configs_and_pairs_them_on_the_same_test_queries(tmp_path, capsys):
+    probe = _probe()
+    configs = probe.run_configs("eta2", 3, SMALL, ["IPS-LR", "PRS-LR"])
+    assert configs["IPS-LR"].prs.weighting == "ips" and configs["IPS-LR"].propensity.clip == 0.05
+    assert configs["PRS-LR"].prs.weighting == "prs" and configs["PRS-LR"].seed == 3
+    assert configs["PRS-LR"].data.simulate.user_model_params["eta"] == 2.0          # the setting's overrides
+    assert configs["PRS-LR"].data.simulate.n_sessions == 145_000     # a setting's own keys win over --set ...
+    assert probe.run_configs("eta1_mu0.1", 0, SMALL, ["IPS-LR"])["IPS-LR"].data.simulate.n_sessions == 900  # ... others
+    with pytest.raises(SystemExit, match="No-such"):
+        probe.run_configs("eta2", 0, SMALL, ["No-such"])
+
+    args = argparse.Namespace(methods=["IPS-LR", "PRS-LR"], oracle=True, sets=SMALL)
+    record = probe.one_log("eta1_mu0.1", 0, args)
+    assert list(record["methods"]) == ["IPS-LR", "PRS-LR", probe.ORACLE]
+    assert set(record["paired"]) == {"PRS-LR - IPS-LR", f"{probe.ORACLE} - IPS-LR"}
+    assert all(p["n"] == record["test_queries"] > 0 for p in record["paired"].values())
+    assert 0 < record["relevant_skipped_rows"] < record["sessions"] * 10
+    out = tmp_path / "probe.jsonl"
+    out.write_text(json.dumps(record) + "\n" + json.dumps({**record, "seed": 1}) + "\n")
+    probe.summary(out)
+    printed = capsys.readouterr().out
+    assert "seeds=[0, 1]" in printed and "better/worse/seeds" in printed and "/2 " in printed
