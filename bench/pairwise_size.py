@@ -23,16 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
-from wpultr.config import config_from_dict, parse_overrides
-from wpultr.experiment.spec import load_experiment
+from wpultr.config import parse_overrides
 from wpultr.metrics import paired_test, per_query
 from wpultr.pipeline.stages import split_queries
 from wpultr.rankers.base import score_frame
 from wpultr.schema import QUERY_ID, QUERY_KEY, query_key
 from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
+
+import seed_tables   # bench/seed_tables.py, shared with bench/prs_probe.py
 
 YAML = Path(__file__).resolve().parents[1] / "pipelines" / "reproduce" / "pairwise_framework.yaml"
 KS = (1, 3, 5, 10)
@@ -47,15 +47,10 @@ def run_configs(setting: str, lists: int, seed: int, replays: int, annotated: in
     (zipf_exponent 0), so that the training queries hold `lists` lists on average."""
     train_queries = max(lists // replays, 1)
     n_queries = train_queries + annotated
-    overrides = {"seeds": [seed], "base.data.simulate.n_sessions": int(round(lists * n_queries / train_queries)),
+    overrides = {"base.data.simulate.n_sessions": int(round(lists * n_queries / train_queries)),
                  "base.data.simulate.n_queries": n_queries, "base.data.simulate.n_annotated_queries": annotated}
     overrides.update({f"base.{k}": v for k, v in sets.items()})
-    exp = load_experiment(YAML, overrides)
-    runs = {r.label: r.config for r in exp.runs if r.setting == setting and r.label in methods}
-    missing = set(methods) - set(runs)
-    if missing:
-        raise SystemExit(f"no run for {sorted(missing)} in setting {setting!r} (settings and labels: the YAML)")
-    return {m: config_from_dict(runs[m]) for m in methods}
+    return seed_tables.run_configs(YAML, setting, seed, overrides, methods)
 
 
 def one_log(setting: str, lists: int, seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -102,20 +97,9 @@ def one_log(setting: str, lists: int, seed: int, args: argparse.Namespace) -> di
 
 
 def summary(path: Path) -> None:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["setting"], json.dumps(r.get("sets", {}), sort_keys=True), r["unseen"], r["lists"]),
-                          []).append(r)
-    for (setting, sets, unseen, lists), rs in sorted(groups.items()):
-        print(f"{setting} lists={lists} unseen={unseen} sets={sets} seeds={[r['seed'] for r in rs]}")
-        for label in rs[0]["methods"]:
-            v = [r["methods"][label]["nDCG@10"] for r in rs]
-            print(f"   {label:<20} nDCG@10 {np.mean(v):.4f} ± {np.std(v, ddof=1) if len(v) > 1 else 0:.4f}")
-        for pair in rs[0]["paired"]:
-            d = [r["paired"][pair]["diff"] for r in rs]
-            marks = " ".join(f"{x['diff']:+.4f}{'*' if x['p'] < 0.05 else ''}" for x in (r["paired"][pair] for r in rs))
-            print(f"   {pair:<32} {np.mean(d):+.4f} ± {np.std(d, ddof=1) if len(d) > 1 else 0:.4f}   per seed: {marks}")
+    seed_tables.print_summary(
+        path, lambda r: (r["setting"], json.dumps(r.get("sets", {}), sort_keys=True), r["unseen"], r["lists"]),
+        lambda key: f"{key[0]} lists={key[3]} unseen={key[2]} sets={key[1]}")
 
 
 def main() -> None:

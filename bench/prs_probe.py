@@ -29,10 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from wpultr.config import config_from_dict, parse_overrides
-from wpultr.experiment.spec import load_experiment
+from wpultr.config import parse_overrides
 from wpultr.metrics import paired_test, per_query
 from wpultr.pipeline.stages import split_queries
 from wpultr.rankers.base import score_frame
@@ -40,24 +37,16 @@ from wpultr.schema import CLICK, query_key
 from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
 
+from seed_tables import print_summary, run_configs   # bench/seed_tables.py, shared with bench/pairwise_size.py
+
 YAML = Path(__file__).resolve().parents[1] / "pipelines" / "reproduce" / "prs.yaml"
 ORACLE = "IPS-LR+oracle"          # IPS-LR without the skipped relevant results among its negatives
 RELEVANT_GRADE = 3                # the prs user model's binary relevance: grades 3-4 of 0-4 (§4.3)
 
 
-def run_configs(setting: str, seed: int, sets: dict[str, Any], methods: list[str]) -> dict[str, Any]:
-    """Each method's resolved run config for (setting, seed), from the YAML and the `--set` overrides."""
-    exp = load_experiment(YAML, {"seeds": [seed], **{f"base.{k}": v for k, v in sets.items()}})
-    runs = {r.label: r.config for r in exp.runs if r.setting == setting and r.label in methods}
-    missing = set(methods) - set(runs)
-    if missing:
-        raise SystemExit(f"no run for {sorted(missing)} in setting {setting!r} (settings and labels: the YAML)")
-    return {m: config_from_dict(runs[m]) for m in methods}
-
-
 def one_log(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     labels = list(dict.fromkeys(args.methods + (["IPS-LR"] if args.oracle else [])))
-    configs = run_configs(setting, seed, args.sets, labels)
+    configs = run_configs(YAML, setting, seed, {f"base.{k}": v for k, v in args.sets.items()}, labels)
     first = next(iter(configs.values()))
     start = time.perf_counter()
     logs = simulate(first.data.simulate, seed)
@@ -92,24 +81,8 @@ def one_log(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
 
 
 def summary(path: Path) -> None:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["setting"], json.dumps(r.get("sets", {}), sort_keys=True)), []).append(r)
-    for (setting, sets), rs in sorted(groups.items()):
-        rs = sorted({r["seed"]: r for r in rs}.values(), key=lambda r: r["seed"])     # a re-run seed counts once
-        print(f"{setting} sets={sets} seeds={[r['seed'] for r in rs]}")
-        for label in rs[0]["methods"]:
-            v = [r["methods"][label]["nDCG@10"] for r in rs if label in r["methods"]]
-            print(f"   {label:<16} nDCG@10 {np.mean(v):.4f} ± {np.std(v, ddof=1) if len(v) > 1 else 0:.4f}")
-        for pair in rs[0]["paired"]:
-            tests = [r["paired"][pair] for r in rs if pair in r["paired"]]
-            d = [t["diff"] for t in tests]
-            better = sum(t["p"] < 0.05 and t["diff"] > 0 for t in tests)
-            worse = sum(t["p"] < 0.05 and t["diff"] < 0 for t in tests)
-            marks = " ".join(f"{t['diff']:+.4f}{'*' if t['p'] < 0.05 else ''}" for t in tests)
-            print(f"   {pair:<28} {np.mean(d):+.4f} ± {np.std(d, ddof=1) if len(d) > 1 else 0:.4f}  "
-                  f"better/worse/seeds {better}/{worse}/{len(tests)}   per seed: {marks}")
+    print_summary(path, lambda r: (r["setting"], json.dumps(r.get("sets", {}), sort_keys=True)),
+                  lambda key: f"{key[0]} sets={key[1]}")
 
 
 def main() -> None:

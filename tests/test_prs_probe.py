@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,22 +16,28 @@ SMALL = {"data.simulate.n_queries": 60, "data.simulate.n_sessions": 900, "data.s
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("prs_probe", ROOT / "bench" / "prs_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(ROOT / "bench"))          # as when run as a script: its sibling seed_tables.py
+    try:
+        spec = importlib.util.spec_from_file_location("prs_probe", ROOT / "bench" / "prs_probe.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
     return module
 
 
 def test_the_probe_fits_the_yamls_configs_and_pairs_them_on_the_same_test_queries(tmp_path, capsys):
     probe = _probe()
-    configs = probe.run_configs("eta2", 3, SMALL, ["IPS-LR", "PRS-LR"])
+    small = {f"base.{k}": v for k, v in SMALL.items()}
+    configs = probe.run_configs(probe.YAML, "eta2", 3, small, ["IPS-LR", "PRS-LR"])
     assert configs["IPS-LR"].prs.weighting == "ips" and configs["IPS-LR"].propensity.clip == 0.05
     assert configs["PRS-LR"].prs.weighting == "prs" and configs["PRS-LR"].seed == 3
     assert configs["PRS-LR"].data.simulate.user_model_params["eta"] == 2.0          # the setting's overrides
     assert configs["PRS-LR"].data.simulate.n_sessions == 145_000     # a setting's own keys win over --set ...
-    assert probe.run_configs("eta1_mu0.1", 0, SMALL, ["IPS-LR"])["IPS-LR"].data.simulate.n_sessions == 900  # ... others
+    default = probe.run_configs(probe.YAML, "eta1_mu0.1", 0, small, ["IPS-LR"])["IPS-LR"]
+    assert default.data.simulate.n_sessions == 900                        # ... the others' base takes them
     with pytest.raises(SystemExit, match="No-such"):
-        probe.run_configs("eta2", 0, SMALL, ["No-such"])
+        probe.run_configs(probe.YAML, "eta2", 0, small, ["No-such"])
 
     args = argparse.Namespace(methods=["IPS-LR", "PRS-LR"], oracle=True, sets=SMALL)
     record = probe.one_log("eta1_mu0.1", 0, args)

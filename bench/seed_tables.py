@@ -1,0 +1,54 @@
+"""What the in-process reproduction drivers (bench/pairwise_size.py, bench/prs_probe.py) share: an experiment YAML's
+run configs for one (setting, seed), and the summary over seeds of their one-JSON-line-per-log output."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+from wpultr.config import config_from_dict
+from wpultr.experiment.spec import load_experiment
+
+ALPHA = 0.05
+
+
+def run_configs(yaml: Path, setting: str, seed: int, overrides: dict[str, Any], methods: list[str]) -> dict[str, Any]:
+    """Each method's resolved run config for (setting, seed), as the harness resolves it: the YAML's base with
+    `overrides` (experiment keys, e.g. `base.train.epochs`), then the setting's own keys, then the method's."""
+    exp = load_experiment(yaml, {"seeds": [seed], **overrides})
+    runs = {r.label: r.config for r in exp.runs if r.setting == setting and r.label in methods}
+    missing = set(methods) - set(runs)
+    if missing:
+        raise SystemExit(f"no run for {sorted(missing)} in setting {setting!r} (settings and labels: the YAML)")
+    return {m: config_from_dict(runs[m]) for m in methods}
+
+
+def _std(values: list[float]) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def print_summary(path: Path, group_of: Callable[[dict[str, Any]], tuple[Hashable, ...]],
+                  title: Callable[[tuple[Hashable, ...]], str]) -> None:
+    """Mean ± std over seeds of each method's nDCG@10 and of each paired difference, with how many seeds it is
+    significantly better / worse in and the per-seed differences (* p < 0.05), for each group of lines of `path`
+    (`group_of` a line's key); a seed written twice counts once (its last line)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(group_of(r), []).append(r)
+    for key, rs in sorted(groups.items(), key=lambda kv: json.dumps(kv[0])):
+        rs = sorted({r["seed"]: r for r in rs}.values(), key=lambda r: r["seed"])
+        print(f"{title(key)} seeds={[r['seed'] for r in rs]}")
+        for label in rs[0]["methods"]:
+            v = [r["methods"][label]["nDCG@10"] for r in rs if label in r["methods"]]
+            print(f"   {label:<20} nDCG@10 {np.mean(v):.4f} ± {_std(v):.4f}")
+        for pair in rs[0]["paired"]:
+            tests = [r["paired"][pair] for r in rs if pair in r["paired"]]
+            d = [t["diff"] for t in tests]
+            better = sum(t["p"] < ALPHA and t["diff"] > 0 for t in tests)
+            worse = sum(t["p"] < ALPHA and t["diff"] < 0 for t in tests)
+            marks = " ".join(f"{t['diff']:+.4f}{'*' if t['p'] < ALPHA else ''}" for t in tests)
+            print(f"   {pair:<32} {np.mean(d):+.4f} ± {_std(d):.4f}  better/worse/seeds {better}/{worse}/{len(tests)}"
+                  f"   per seed: {marks}")
