@@ -113,22 +113,17 @@ def main() -> None:
                         help="annotated queries besides the training ones (data.valid_fraction of them validate)")
     parser.add_argument("--unseen", action=argparse.BooleanOptionalAction, default=True,
                         help="drop the annotated queries' sessions from training (the paper's disjoint test set)")
-    parser.add_argument("--set", dest="sets", action="append", default=[],
-                        help="run-config override on the YAML's base, e.g. data.simulate.logging_ranker=linear")
     parser.add_argument("--labels-once", action=argparse.BooleanOptionalAction, default=True,
                         help="LambdaMART-labels trains on one list per query (its replays hold the same grades)")
-    parser.add_argument("--out", type=Path, default=Path("runs/pw/size.jsonl"))
-    parser.add_argument("--summary", type=Path, default=None, help="print mean ± std over seeds of a --out file")
+    seed_tables.add_output_arguments(parser, "runs/pw/size.jsonl", "data.simulate.logging_ranker=linear")
     args = parser.parse_args()
     if args.summary:
         summary(args.summary)
         return
     args.sets = parse_overrides(args.sets)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     for lists, setting, seed in itertools.product(args.lists, args.settings, args.seeds):
         record = one_log(setting, lists, seed, args)
-        with args.out.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        seed_tables.append_record(args.out, record)
         times = {m: v["seconds"] for m, v in record["methods"].items()}
         print(f"{setting} lists={lists} seed={seed}: " + ", ".join(
             f"{m} {v['nDCG@10']:.4f}" for m, v in record["methods"].items())

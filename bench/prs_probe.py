@@ -37,7 +37,8 @@ from wpultr.schema import CLICK, query_key
 from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
 
-from seed_tables import print_summary, run_configs   # bench/seed_tables.py, shared with bench/pairwise_size.py
+# bench/seed_tables.py, shared with bench/pairwise_size.py
+from seed_tables import add_output_arguments, append_record, print_summary, run_configs
 
 YAML = Path(__file__).resolve().parents[1] / "pipelines" / "reproduce" / "prs.yaml"
 ORACLE = "IPS-LR+oracle"          # IPS-LR without the skipped relevant results among its negatives
@@ -92,20 +93,15 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["IPS-LR", "PRS-LR"],
                         help="labels of the YAML; the first is what the others are paired against")
     parser.add_argument("--oracle", action="store_true", help=f"add {ORACLE} (IPS without relevant negatives)")
-    parser.add_argument("--set", dest="sets", action="append", default=[],
-                        help="run-config override on the YAML's base, e.g. train.epochs=8")
-    parser.add_argument("--out", type=Path, default=Path("runs/prs/probe.jsonl"))
-    parser.add_argument("--summary", type=Path, default=None, help="print mean ± std over seeds of a --out file")
+    add_output_arguments(parser, "runs/prs/probe.jsonl", "train.epochs=8")
     args = parser.parse_args()
     if args.summary:
         summary(args.summary)
         return
     args.sets = parse_overrides(args.sets)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     for setting, seed in itertools.product(args.settings, args.seeds):
         record = one_log(setting, seed, args)
-        with args.out.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_record(args.out, record)
         print(f"{setting} seed={seed}: " + ", ".join(f"{m} {v['nDCG@10']:.4f} ({v['seconds']:.0f}s)"
                                                       for m, v in record["methods"].items())
               + " | " + json.dumps({k: [round(v["diff"], 4), float(f"{v['p']:.3g}")]

@@ -52,3 +52,18 @@ def print_summary(path: Path, group_of: Callable[[dict[str, Any]], tuple[Hashabl
             marks = " ".join(f"{t['diff']:+.4f}{'*' if t['p'] < ALPHA else ''}" for t in tests)
             print(f"   {pair:<32} {np.mean(d):+.4f} ± {_std(d):.4f}  better/worse/seeds {better}/{worse}/{len(tests)}"
                   f"   per seed: {marks}")
+
+
+def add_output_arguments(parser: Any, default_out: str, set_example: str) -> None:
+    """The options both drivers take: `--set` run-config overrides, the JSON-lines `--out` file and `--summary`."""
+    parser.add_argument("--set", dest="sets", action="append", default=[],
+                        help=f"run-config override on the YAML's base, e.g. {set_example}")
+    parser.add_argument("--out", type=Path, default=Path(default_out))
+    parser.add_argument("--summary", type=Path, default=None, help="print mean ± std over seeds of a --out file")
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """One log's result as one JSON line of `path` (created with its folder), so a cut run keeps what it finished."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
