@@ -23,10 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from wpultr.config import parse_overrides
 from wpultr.metrics import paired_test, per_query
-from wpultr.pipeline.stages import split_queries
 from wpultr.rankers.base import score_frame
 from wpultr.schema import QUERY_ID, QUERY_KEY, query_key
 from wpultr.settings.methods import get_method
@@ -62,15 +60,13 @@ def one_log(setting: str, lists: int, seed: int, args: argparse.Namespace) -> di
     logs = simulate(first.data.simulate, seed)
     sessions, annotations = logs.sessions.assign(true_label=logs.truth_sessions["true_label"].to_numpy()), \
         logs.annotations
-    valid_q, test_q = split_queries(annotations, first.data.valid_fraction, seed)
-    keys = query_key(annotations)
-    valid, test = annotations[keys.isin(valid_q)], annotations[keys.isin(test_q)].reset_index(drop=True)
+    valid, test = seed_tables.validation_and_test(annotations, first.data.valid_fraction, seed)
     if args.unseen:
         sessions = sessions[~sessions[QUERY_ID].isin(set(annotations[QUERY_ID]))].reset_index(drop=True)
     record: dict[str, Any] = {"setting": setting, "lists": lists, "seed": seed, "unseen": args.unseen,
                               "labels_once": args.labels_once,
                               "train_lists": int(sessions["session_id"].nunique()),
-                              "test_queries": int(len(test_q)), "sets": args.sets,
+                              "test_queries": int(query_key(test).nunique()), "sets": args.sets,
                               "clicks_per_list": float(sessions["click"].sum() / sessions["session_id"].nunique()),
                               "simulate_seconds": round(time.perf_counter() - start, 1), "methods": {}}
     tables = {}

@@ -31,14 +31,13 @@ from typing import Any
 
 from wpultr.config import parse_overrides
 from wpultr.metrics import paired_test, per_query
-from wpultr.pipeline.stages import split_queries
 from wpultr.rankers.base import score_frame
 from wpultr.schema import CLICK, query_key
 from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
 
 # bench/seed_tables.py, shared with bench/pairwise_size.py
-from seed_tables import add_output_arguments, append_record, print_summary, run_configs
+from seed_tables import add_output_arguments, append_record, print_summary, run_configs, validation_and_test
 
 YAML = Path(__file__).resolve().parents[1] / "pipelines" / "reproduce" / "prs.yaml"
 ORACLE = "IPS-LR+oracle"          # IPS-LR without the skipped relevant results among its negatives
@@ -52,12 +51,11 @@ def one_log(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     start = time.perf_counter()
     logs = simulate(first.data.simulate, seed)
     sessions, annotations = logs.sessions, logs.annotations
-    valid_q, test_q = split_queries(annotations, first.data.valid_fraction, seed)
-    keys = query_key(annotations)
-    valid, test = annotations[keys.isin(valid_q)], annotations[keys.isin(test_q)].reset_index(drop=True)
+    valid, test = validation_and_test(annotations, first.data.valid_fraction, seed)
     relevant_skipped = (sessions[CLICK].to_numpy() == 0) & (logs.truth_sessions["true_label"].to_numpy()
                                                            >= RELEVANT_GRADE)
-    record: dict[str, Any] = {"setting": setting, "seed": seed, "sets": args.sets, "test_queries": int(len(test_q)),
+    record: dict[str, Any] = {"setting": setting, "seed": seed, "sets": args.sets,
+                              "test_queries": int(query_key(test).nunique()),
                               "sessions": int(sessions["session_id"].nunique()), "clicks": int(sessions[CLICK].sum()),
                               "relevant_skipped_rows": int(relevant_skipped.sum()),
                               "simulate_seconds": round(time.perf_counter() - start, 1), "methods": {}}

@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any, Callable, Hashable
 
 import numpy as np
+import pandas as pd
 
 from wpultr.config import config_from_dict
 from wpultr.experiment.spec import load_experiment
+from wpultr.pipeline.stages import split_queries
+from wpultr.schema import query_key
 
 ALPHA = 0.05
 
@@ -23,6 +26,14 @@ def run_configs(yaml: Path, setting: str, seed: int, overrides: dict[str, Any], 
     if missing:
         raise SystemExit(f"no run for {sorted(missing)} in setting {setting!r} (settings and labels: the YAML)")
     return {m: config_from_dict(runs[m]) for m in methods}
+
+
+def validation_and_test(annotations: pd.DataFrame, valid_fraction: float, seed: int) -> tuple[pd.DataFrame,
+                                                                                           pd.DataFrame]:
+    """(validation, test) annotated rows, the queries drawn as the split stage draws them (`stages.split_queries`)."""
+    valid_q, test_q = split_queries(annotations, valid_fraction, seed)
+    keys = query_key(annotations)
+    return annotations[keys.isin(valid_q)], annotations[keys.isin(test_q)].reset_index(drop=True)
 
 
 def _std(values: list[float]) -> float:

@@ -23,11 +23,11 @@ import numpy as np
 LINEAR_RANKER_C = 1.0      # the Ranking SVM's C: squared hinge loss summed over pairs, C·Σ + ½‖w‖²
 
 
-def logging_scores(label: np.ndarray, media_type: np.ndarray, media_boost: np.ndarray, noise: float,
+def logging_scores(base: np.ndarray, media_type: np.ndarray, media_boost: np.ndarray, noise: float,
                    rng: np.random.Generator) -> np.ndarray:
-    """The logging ranker's score of each candidate: `label` (`Corpus.logging_base`: the grade or the linear score)
+    """The logging ranker's score of each candidate: `base` (`Corpus.logging_base`: the grade or the linear score)
     + media boost + N(0, noise^2), drawn per session."""
-    return label + media_boost[media_type] + noise * rng.standard_normal(label.shape)
+    return base + media_boost[media_type] + noise * rng.standard_normal(base.shape)
 
 
 def linear_logging_score(features: np.ndarray, label: np.ndarray, doc_query: np.ndarray, n_train_queries: int,
@@ -60,12 +60,12 @@ def linear_logging_score(features: np.ndarray, label: np.ndarray, doc_query: np.
 def _ordered_pairs(query: np.ndarray, label: np.ndarray, block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
     """(i, j) of every pair of rows of one query with label[i] > label[j], in row-major order; `block` rows of i at a
     time, so memory stays block × rows however many queries fit the ranker."""
-    parts = [np.nonzero((query[a:a + block, None] == query[None, :]) & (label[a:a + block, None] > label[None, :]))
-             for a in range(0, len(query), block)]
-    if not parts:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return (np.concatenate([i + a for (i, _), a in zip(parts, range(0, len(query), block))]),
-            np.concatenate([j for _, j in parts]))
+    his, los = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    for a in range(0, len(query), block):
+        i, j = np.nonzero((query[a:a + block, None] == query[None, :]) & (label[a:a + block, None] > label[None, :]))
+        his.append(i + a)
+        los.append(j)
+    return np.concatenate(his), np.concatenate(los)
 
 
 def block_sizes(n: int, n_blocks: int) -> np.ndarray:
