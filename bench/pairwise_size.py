@@ -64,6 +64,7 @@ def one_log(setting: str, lists: int, seed: int, args: argparse.Namespace) -> di
     if args.unseen:
         sessions = sessions[~sessions[QUERY_ID].isin(set(annotations[QUERY_ID]))].reset_index(drop=True)
     record: dict[str, Any] = {"setting": setting, "lists": lists, "seed": seed, "unseen": args.unseen,
+                              "annotated": args.annotated,
                               "labels_once": args.labels_once,
                               "train_lists": int(sessions["session_id"].nunique()),
                               "test_queries": int(query_key(test).nunique()), "sets": args.sets,
@@ -94,8 +95,9 @@ def one_log(setting: str, lists: int, seed: int, args: argparse.Namespace) -> di
 
 def summary(path: Path) -> None:
     seed_tables.print_summary(
-        path, lambda r: (r["setting"], json.dumps(r.get("sets", {}), sort_keys=True), r["unseen"], r["lists"]),
-        lambda key: f"{key[0]} lists={key[3]} unseen={key[2]} sets={key[1]}")
+        path, lambda r: (r["setting"], json.dumps(r.get("sets", {}), sort_keys=True), r["unseen"], r["lists"],
+                         r.get("annotated", 400)),      # lines written before the key held the default 400
+        lambda key: f"{key[0]} lists={key[3]} annotated={key[4]} unseen={key[2]} sets={key[1]}")
 
 
 def main() -> None:

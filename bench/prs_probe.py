@@ -10,7 +10,9 @@ IPS-LR, PRS-LR, IPS- and PRS-LambdaMART). Like the harness, training keeps every
 cover its training queries; here the test queries' clicks are simulated the same way and stay in).
 `--oracle` adds `IPS-LR+oracle`: IPS-LR on the sessions with the skipped relevant results (binary relevance,
 grade >= 3) removed — the negatives Eq. 10 of the paper wants, which no method can see, so it measures the gain
-that cleaning the negatives would bring.
+that cleaning the negatives would bring. `--full-info` adds the paper's skyline (§5: "the Full-Info ranker trained
+with fully-labeled data"), one per learner among --methods: that learner's Naive config trained on the same shown
+lists with every result labelled by its binary relevance instead of its click (`Full-Info-LR`, `Full-Info-LambdaMART`).
 
 One JSON line per (setting, seed) goes to --out: each method's nDCG@10 and, against the first method, the paired
 t-test over the test queries (`metrics.paired_test`). `--summary` prints mean ± std over seeds and how many seeds
@@ -29,6 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from wpultr.config import parse_overrides
 from wpultr.metrics import paired_test, per_query
 from wpultr.rankers.base import score_frame
@@ -42,18 +47,33 @@ from seed_tables import add_output_arguments, append_record, print_summary, run_
 YAML = Path(__file__).resolve().parents[1] / "pipelines" / "reproduce" / "prs.yaml"
 ORACLE = "IPS-LR+oracle"          # IPS-LR without the skipped relevant results among its negatives
 RELEVANT_GRADE = 3                # the prs user model's binary relevance: grades 3-4 of 0-4 (§4.3)
+FULL_INFO = "Full-Info-{learner}"  # the skyline: the learner's Naive config on every shown result's true relevance
+LEARNERS = ("LR", "LambdaMART")    # the YAML's labels end in -<learner>
+
+
+def full_info_frame(sessions: pd.DataFrame, true_label: np.ndarray) -> pd.DataFrame:
+    """The shown lists fully labelled: each result's click replaced by its binary relevance (grade >= 3), so that the
+    Naive weighting (every pair weight 1) trains on ground truth, not on what users happened to examine."""
+    return sessions.assign(**{CLICK: (np.asarray(true_label) >= RELEVANT_GRADE).astype(sessions[CLICK].dtype)})
+
+
+def full_info_runs(methods: list[str]) -> list[tuple[str, str]]:
+    """(label, config label) of the Full-Info row of each learner that `methods` uses, in LEARNERS order."""
+    used = [learner for learner in LEARNERS if any(m.endswith(f"-{learner}") for m in methods)]
+    return [(FULL_INFO.format(learner=learner), f"Naive-{learner}") for learner in used]
 
 
 def one_log(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    labels = list(dict.fromkeys(args.methods + (["IPS-LR"] if args.oracle else [])))
+    skylines = full_info_runs(args.methods) if args.full_info else []
+    labels = list(dict.fromkeys(args.methods + (["IPS-LR"] if args.oracle else []) + [c for _, c in skylines]))
     configs = run_configs(YAML, setting, seed, {f"base.{k}": v for k, v in args.sets.items()}, labels)
     first = next(iter(configs.values()))
     start = time.perf_counter()
     logs = simulate(first.data.simulate, seed)
     sessions, annotations = logs.sessions, logs.annotations
     valid, test = validation_and_test(annotations, first.data.valid_fraction, seed)
-    relevant_skipped = (sessions[CLICK].to_numpy() == 0) & (logs.truth_sessions["true_label"].to_numpy()
-                                                           >= RELEVANT_GRADE)
+    true_label = logs.truth_sessions["true_label"].to_numpy()
+    relevant_skipped = (sessions[CLICK].to_numpy() == 0) & (true_label >= RELEVANT_GRADE)
     record: dict[str, Any] = {"setting": setting, "seed": seed, "sets": args.sets,
                               "test_queries": int(query_key(test).nunique()),
                               "sessions": int(sessions["session_id"].nunique()), "clicks": int(sessions[CLICK].sum()),
@@ -62,6 +82,9 @@ def one_log(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     fits = [(m, m, sessions) for m in args.methods]
     if args.oracle:
         fits.append((ORACLE, "IPS-LR", sessions[~relevant_skipped].reset_index(drop=True)))
+    if skylines:
+        labelled = full_info_frame(sessions, true_label)
+        fits += [(label, config_label, labelled) for label, config_label in skylines]
     tables = {}
     for label, config_label, frame in fits:
         cfg = configs[config_label]
@@ -91,6 +114,8 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["IPS-LR", "PRS-LR"],
                         help="labels of the YAML; the first is what the others are paired against")
     parser.add_argument("--oracle", action="store_true", help=f"add {ORACLE} (IPS without relevant negatives)")
+    parser.add_argument("--full-info", action="store_true",
+                        help="add the paper's Full-Info skyline per learner (its Naive config on true relevance)")
     add_output_arguments(parser, "runs/prs/probe.jsonl", "train.epochs=8")
     args = parser.parse_args()
     if args.summary:
