@@ -124,6 +124,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 RIVALS: dict[str, tuple[str, ...]] = {
     "BAL": ("Naive|Naive-list", "PB-BAL", "Ceiling"),
     "BAL-GBDT": ("XGB-unbiased", "LambdaMART-pos", "Naive-GBDT|LambdaMART", "Ceiling-GBDT"),
+    "BAL-GBDT-lambda": ("XGB-unbiased", "LambdaMART-pos", "Naive-GBDT|LambdaMART", "Ceiling-GBDT"),   # the λ step
 }
 GBDT_METHODS = ("Naive-GBDT", "LambdaMART", "BAL-GBDT", "BAL-GBDT-list", "BAL-GBDT-lambda", "Naive-GBDT-lambda",
                 "LambdaMART-pos", "Ceiling-GBDT", "BAL-GBDT-nodoc", "BAL-GBDT-lambda-nodoc", "Oracle-IPW-GBDT",
