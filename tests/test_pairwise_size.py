@@ -4,26 +4,17 @@ paired tests over the same test queries, and the summary's grouping by size and 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_scripts import load_bench_script
+
 TINY = {"train.epochs": 1,
         "ranker.lightgbm.rounds_per_epoch": 5, "ranker.lightgbm.rounds": 10, "ranker.lightgbm.eval_points": 1,
         "data.simulate.logging_ranker": "linear", "data.simulate.logging_noise": 0.0}
 
 
 def _driver():
-    sys.path.insert(0, str(ROOT / "bench"))          # as when run as a script: its sibling seed_tables.py
-    try:
-        spec = importlib.util.spec_from_file_location("pairwise_size", ROOT / "bench" / "pairwise_size.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return module
+    return load_bench_script("pairwise_size")
 
 
 def test_a_size_holds_that_many_training_lists_and_the_test_queries_stay_unseen(tmp_path, capsys):

@@ -3,29 +3,20 @@ the oracle leaves out exactly the skipped relevant results; the summary counts s
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_scripts import load_bench_script
+
 SMALL = {"data.simulate.n_queries": 60, "data.simulate.n_sessions": 900, "data.simulate.n_annotated_queries": 30,
          "data.simulate.docs_per_query": 10, "train.epochs": 1}
 
 
 def _probe():
-    sys.path.insert(0, str(ROOT / "bench"))          # as when run as a script: its sibling seed_tables.py
-    try:
-        spec = importlib.util.spec_from_file_location("prs_probe", ROOT / "bench" / "prs_probe.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return module
+    return load_bench_script("prs_probe")
 
 
 def test_the_probe_fits_the_yamls_configs_and_pairs_them_on_the_same_test_queries(tmp_path, capsys):
