@@ -24,10 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from wpultr.config import parse_overrides
-from wpultr.metrics import paired_test, per_query
-from wpultr.rankers.base import score_frame
 from wpultr.schema import QUERY_ID, QUERY_KEY, query_key
-from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
 
 import seed_tables   # bench/seed_tables.py, shared with bench/prs_probe.py
@@ -72,24 +69,20 @@ def one_log(setting: str, lists: int, seed: int, args: argparse.Namespace) -> di
                               "simulate_seconds": round(time.perf_counter() - start, 1), "methods": {}}
     tables = {}
     for label, cfg in configs.items():
-        start = time.perf_counter()
         frame = sessions
         if label in LABELS_OF:     # the labelled data: grades as gains, each query's list once (replays are copies)
-            first = sessions.groupby(QUERY_ID)["session_id"].min() if args.labels_once else sessions["session_id"]
-            frame = sessions[sessions["session_id"].isin(first)].assign(click=lambda f: f["true_label"])
-        result = get_method(cfg.train.method).fit(frame.drop(columns="true_label"), valid, cfg)
-        scored = test.assign(score=score_frame(result.ranker, test, cfg.train.batch_size))
-        tables[label] = per_query(scored, "score", ks=KS)
+            kept = sessions.groupby(QUERY_ID)["session_id"].min() if args.labels_once else sessions["session_id"]
+            frame = sessions[sessions["session_id"].isin(kept)].assign(click=lambda f: f["true_label"])
+        result, tables[label], seconds = seed_tables.fit_and_score(cfg, frame.drop(columns="true_label"), valid, test,
+                                                                   ks=KS)
         record["methods"][label] = {**{f"nDCG@{k}": float(tables[label][f"nDCG@{k}"].mean()) for k in KS},
-                                    "seconds": round(time.perf_counter() - start, 1),
+                                    "seconds": round(seconds, 1),
                                     "best_epoch": result.bias.get("best_epoch"),
                                     **({"t_minus": result.bias["t_minus"]} if "t_minus" in result.bias else {})}
     record["per_query"] = {label: dict(zip(t[QUERY_KEY].astype(str), t["nDCG@10"].round(6))) if QUERY_KEY in t
                            else {} for label, t in tables.items()}     # to pair runs of one log afterwards
-    record["paired"] = {}
-    for a, b in itertools.combinations(configs, 2):
-        p, diff, n = paired_test(tables[b], tables[a], "nDCG@10", "all")
-        record["paired"][f"{b} - {a}"] = {"diff": diff, "p": p, "n": n}
+    record["paired"] = {f"{b} - {a}": seed_tables.paired_entry(tables[b], tables[a])
+                        for a, b in itertools.combinations(configs, 2)}
     return record
 
 

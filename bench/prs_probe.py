@@ -35,14 +35,12 @@ import numpy as np
 import pandas as pd
 
 from wpultr.config import parse_overrides
-from wpultr.metrics import paired_test, per_query
-from wpultr.rankers.base import score_frame
 from wpultr.schema import CLICK, query_key
-from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
 
 # bench/seed_tables.py, shared with bench/pairwise_size.py
-from seed_tables import add_output_arguments, append_record, print_summary, run_configs, validation_and_test
+from seed_tables import (add_output_arguments, append_record, fit_and_score, paired_entry, print_summary, run_configs,
+                         validation_and_test)
 
 YAML = Path(__file__).resolve().parents[1] / "pipelines" / "reproduce" / "prs.yaml"
 ORACLE = "IPS-LR+oracle"          # IPS-LR without the skipped relevant results among its negatives
@@ -87,18 +85,10 @@ def one_log(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
         fits += [(label, config_label, labelled) for label, config_label in skylines]
     tables = {}
     for label, config_label, frame in fits:
-        cfg = configs[config_label]
-        start = time.perf_counter()
-        result = get_method(cfg.train.method).fit(frame, valid, cfg)
-        scored = test.assign(score=score_frame(result.ranker, test, cfg.train.batch_size))
-        tables[label] = per_query(scored, "score", ks=(10,))
-        record["methods"][label] = {"nDCG@10": float(tables[label]["nDCG@10"].mean()),
-                                    "seconds": round(time.perf_counter() - start, 1)}
+        _, tables[label], seconds = fit_and_score(configs[config_label], frame, valid, test, ks=(10,))
+        record["methods"][label] = {"nDCG@10": float(tables[label]["nDCG@10"].mean()), "seconds": round(seconds, 1)}
     base = fits[0][0]
-    record["paired"] = {}
-    for label in list(tables)[1:]:
-        p, diff, n = paired_test(tables[label], tables[base], "nDCG@10", "all")
-        record["paired"][f"{label} - {base}"] = {"diff": diff, "p": p, "n": n}
+    record["paired"] = {f"{label} - {base}": paired_entry(tables[label], tables[base]) for label in list(tables)[1:]}
     return record
 
 

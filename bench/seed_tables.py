@@ -1,8 +1,10 @@
 """What the in-process reproduction drivers (bench/pairwise_size.py, bench/prs_probe.py) share: an experiment YAML's
-run configs for one (setting, seed), and the summary over seeds of their one-JSON-line-per-log output."""
+run configs for one (setting, seed), the split, fitting and scoring of one method on one log, the paired test's
+record, and the summary over seeds of their one-JSON-line-per-log output."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable, Hashable
 
@@ -11,8 +13,11 @@ import pandas as pd
 
 from wpultr.config import config_from_dict
 from wpultr.experiment.spec import load_experiment
+from wpultr.metrics import paired_test, per_query
 from wpultr.pipeline.stages import split_queries
+from wpultr.rankers.base import score_frame
 from wpultr.schema import query_key
+from wpultr.settings.methods import get_method
 
 ALPHA = 0.05
 
@@ -34,6 +39,23 @@ def validation_and_test(annotations: pd.DataFrame, valid_fraction: float, seed: 
     valid_q, test_q = split_queries(annotations, valid_fraction, seed)
     keys = query_key(annotations)
     return annotations[keys.isin(valid_q)], annotations[keys.isin(test_q)].reset_index(drop=True)
+
+
+def fit_and_score(cfg: Any, frame: pd.DataFrame, valid: pd.DataFrame, test: pd.DataFrame,
+                  ks: tuple[int, ...]) -> tuple[Any, pd.DataFrame, float]:
+    """One run config's method fitted on `frame` (model selection on `valid`), its ranker scored on the test rows:
+    (the fit's result, the per-query metrics at `ks`, seconds it took)."""
+    start = time.perf_counter()
+    result = get_method(cfg.train.method).fit(frame, valid, cfg)
+    scored = test.assign(score=score_frame(result.ranker, test, cfg.train.batch_size))
+    return result, per_query(scored, "score", ks=ks), time.perf_counter() - start
+
+
+def paired_entry(table: pd.DataFrame, base: pd.DataFrame) -> dict[str, float]:
+    """A record's "paired" entry, `table` − `base` over the same test queries (`metrics.paired_test` on nDCG@10):
+    what `print_summary` reads."""
+    p, diff, n = paired_test(table, base, "nDCG@10", "all")
+    return {"diff": diff, "p": p, "n": n}
 
 
 def _std(values: list[float]) -> float:

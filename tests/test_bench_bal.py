@@ -4,21 +4,14 @@ baseline → ceiling gap (defined only where the ceiling is significantly above 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_scripts import load_bench_script
 
 
 def _bench():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import bal as bench
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return bench
+    return load_bench_script("bal")
 
 
 def test_resume_reads_back_what_an_earlier_run_scored_and_trains_only_the_rest(tmp_path, capsys):
