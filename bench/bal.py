@@ -12,7 +12,8 @@ Printed per world:
 * the headroom: each family's unbiased-click ceiling against its best baseline per seed (Δ DCG@10, paired p), and
   the share of that gap each debiasing method closes (mean and per seed; undefined where the ceiling is not
   significantly above the baseline: the logs then carry no measurable cost of bias to recover);
-* seconds per trained epoch against Naive's on the same data in the same run (BAL's by step);
+* seconds per trained epoch against Naive's on the same data in the same run (BAL's by step; `--timing-rounds N`
+  fits every method N times, the order reversed every other round, and averages: the machine's speed drifts);
 * per seed, each `RIVALS` method (BAL, BAL-GBDT) against each rival a user would pick instead (the better Naive and
   PB-BAL; XGBoost's unbiased LambdaMART and LightGBM's position-aware ranker) and its unbiased-click ceiling: Δ DCG@10,
   p, and the seeds significantly better / worse (also after every seed, so a cut run still reports).
@@ -41,7 +42,7 @@ LETOR query no click touched (rank.test's 50 and the 40 rank.train queries the c
     .venv/bin/python bench/bal.py --worlds production --seeds 5 --sessions 100000
     .venv/bin/python bench/bal.py --methods Naive,Naive-list,BAL --seeds 2 --sessions 20000   # quick look
     .venv/bin/python bench/bal.py --worlds production --methods Naive,BAL --seeds 1 --sessions 200000 \
-        --epochs 2 --no-references                                  # epoch cost at 200 000 sessions
+        --no-references --timing-rounds 4                           # epoch cost at 200 000 sessions
     .venv/bin/python bench/bal.py --worlds letor-pbm-2x,letor-pbm-1x,letor-cascade-2x,letor-cascade-1x --seeds 5 \
         --sessions 40000 --no-oracle --methods \
         Naive,Naive-list,PB-BAL,BAL,Naive-GBDT,LambdaMART,BAL-GBDT,XGB-unbiased,LambdaMART-pos   # issue 30's wins
@@ -262,6 +263,23 @@ def test_metrics(ranker: Any, test: pd.DataFrame) -> pd.DataFrame:
     return per_query(test.assign(score=score_frame(ranker, test)), "score", label_col=LABEL)
 
 
+def fit_method(label: str, values: dict[str, Any], train: pd.DataFrame, valid: pd.DataFrame) -> Any:
+    """`label`'s method (its METHODS overrides on the world's config) fitted on the logs."""
+    cfg = config_from_dict(with_overrides(values, METHODS[label]))
+    return get_method(cfg.train.method).fit(train, valid, cfg)
+
+
+def epoch_seconds(result: Any) -> float:
+    """Mean seconds of a fit's trained epochs (warm-up left out); NaN if none was recorded."""
+    trained = [e["seconds"] for e in result.history if e.get("phase") != "warmup" and "seconds" in e]
+    return float(np.mean(trained)) if trained else float("nan")
+
+
+def round_ratios(rounds: dict[str, list[float]], label: str) -> list[float]:
+    """`label`'s seconds per epoch over Naive's, timing round by timing round (empty without Naive)."""
+    return [a / b for a, b in zip(rounds[label], rounds.get("Naive", []))]
+
+
 def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """Every method on one world's logs of one seed: per-query test metrics and seconds per epoch."""
     values = base_config(seed, args.sessions, args.epochs, BENCH_WORLDS[world])
@@ -276,7 +294,7 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     def measured(ranker: Any) -> pd.DataFrame:
         return test_metrics(ranker, test)
 
-    out: dict[str, Any] = {"per_query": {}, "seconds": {}, "steps": {}, "graphs": {}, "examination": {}}
+    out: dict[str, Any] = {"per_query": {}, "seconds": {}, "rounds": {}, "steps": {}, "graphs": {}, "examination": {}}
     exam = pd.Series(true_examination(train, truth)).groupby(train[POSITION].to_numpy()).mean()
     out["true_examination"] = (exam / exam.iloc[0]).to_numpy()
     for label in args.methods:
@@ -287,13 +305,12 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             print(f"  {world} seed {seed} {label:14s} DCG@10 {kept['DCG@10'].mean():.3f}  (read back: --resume)",
                   flush=True)
             continue
-        cfg = config_from_dict(with_overrides(values, METHODS[label]))
         start = time.perf_counter()
-        result = get_method(cfg.train.method).fit(train, valid, cfg)
+        result = fit_method(label, values, train, valid)
         out["per_query"][label] = measured(result.ranker)
         save_per_query(args, world, seed, label, out["per_query"][label])
-        trained = [e["seconds"] for e in result.history if e.get("phase") != "warmup" and "seconds" in e]
-        out["seconds"][label] = float(np.mean(trained)) if trained else float("nan")
+        out["seconds"][label] = epoch_seconds(result)
+        out["rounds"][label] = [out["seconds"][label]]
         steps = [e["step_seconds"] for e in result.history if e.get("step_seconds")]
         for e in (e for e in result.history if e.get("step_seconds")):      # where each BAL epoch's time went
             fits = {k: v["denominator_history"]["epochs_run"] for k, v in e["weights"].get("estimators", {}).items()}
@@ -311,6 +328,12 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  {world} seed {seed} {label:14s} DCG@10 {out['per_query'][label]['DCG@10'].mean():.3f}"
               f"  {time.perf_counter() - start:5.0f}s  {edges[-1] if edges else ''}"
               f"{f'  not corrected: {aside}' if aside else ''}", flush=True)
+    timed = [label for label in args.methods if label in out["rounds"]]   # trained here, not read back
+    for r in range(1, getattr(args, "timing_rounds", 1)):     # the machine's speed drifts: time again, the
+        for label in (timed[::-1] if r % 2 else timed):        # order reversed every other round
+            out["rounds"][label].append(epoch_seconds(fit_method(label, values, train, valid)))
+    for label, rounds in out["rounds"].items():
+        out["seconds"][label] = float(np.mean(rounds))
     out["best"] = {}
     if args.no_references:                               # a timing run: no Oracle, no ceilings
         return out
@@ -516,12 +539,17 @@ def report(world: str, seeds: list[dict[str, Any]], args: argparse.Namespace) ->
               f"[{fam}: baseline {'/'.join(FAMILIES[fam]['baselines'])}, gap {mean_gap:.3f}{none}]")
     naive = [s["seconds"]["Naive"] for s in seeds if "Naive" in s["seconds"]]
     naive_s = float(np.mean(naive)) if naive else None               # no ratio when Naive did not run
-    print(f"\nseconds per trained epoch{f' (Naive {naive_s:.2f} s)' if naive_s else ''}:")
+    n_rounds = max((len(r) for s in seeds for r in s.get("rounds", {}).values()), default=1)
+    print(f"\nseconds per trained epoch{f' (Naive {naive_s:.2f} s)' if naive_s else ''}"
+          f"{f', mean of {n_rounds} timing rounds, the order reversed every other round' if n_rounds > 1 else ''}:")
     for label in labels:
         sec = [s["seconds"][label] for s in seeds if label in s["seconds"]]
         if sec and label != "Naive":
             ratio = f"  {np.mean(sec) / naive_s:5.2f}x Naive" if naive_s else ""
-            print(f"  {label:14s} {np.mean(sec):7.2f} s{ratio}")
+            per_round = [round_ratios(s["rounds"], label) for s in seeds if label in s.get("rounds", {})]
+            rounds = (f"  (per round: {', '.join(f'{x:.2f}x' for r in per_round for x in r)})"
+                      if n_rounds > 1 and naive_s else "")
+            print(f"  {label:14s} {np.mean(sec):7.2f} s{ratio}{rounds}")
     for label in labels:
         steps = [s["steps"][label] for s in seeds if label in s["steps"]]
         if steps:
@@ -556,6 +584,10 @@ def main() -> None:
     parser.add_argument("--no-references", action="store_true",
                         help="skip the Oracle and the ceilings (timing runs: seconds per epoch only)")
     parser.add_argument("--no-oracle", action="store_true", help="skip the Oracle (the ceilings still run)")
+    parser.add_argument("--timing-rounds", type=int, default=1,
+                        help="fit every trained method this many times, the order reversed every other round, and "
+                             "report the mean seconds per epoch: the machine's speed drifts within a run, and a "
+                             "round in each order cancels a steady drift (rounds after the first only time)")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--per-query-dir", help="write each method's per-query test metrics here as it is scored")
     parser.add_argument("--resume", action="store_true",

@@ -352,6 +352,12 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
         # the data must decide this one (the priors force only r̂ → click): whole-page users examine by position
         found = graph.edge(POSITION, CLICK)
         assert found is not None and found.source == POSITION and not found.enforced
+        # r̂ — click is kept by prior 1 untested; every node's evidence carries its effect sizes
+        evidence = {e["node"]: e for e in graph.meta["click_evidence"]}
+        assert all("effect" in e for n, e in evidence.items() if n in graph.nodes)
+        assert evidence[POSITION]["within_document"] and evidence[POSITION]["effect"]["rows"] > 0
+        assert evidence[RELEVANCE_SCORE]["by_prior"] and evidence[RELEVANCE_SCORE]["pc_tests"] == 0
+        assert graph.meta["pc"]["kept_by_prior_untested"] > 0
     # epoch 1 samples the same sessions: it re-runs only the tests involving r̂ and warm-starts its estimators
     later = DiscoveredGraph.load(epoch_dir(run, 1) / "graph.json").meta
     assert later["sample"]["same_rows_every_epoch"] and later["pc"]["tests_reused"] > 0

@@ -5,10 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from causallearn.search.ConstraintBased.PC import pc
+from causallearn.utils.cit import FisherZ, register_ci_test
 from scipy.special import expit
 
 from wpultr.causal.biases import identify_biases
-from wpultr.causal.click_evidence import holm_adjusted
+from wpultr.causal.click_evidence import REQUIRED_UNTESTED, holm_adjusted
 from wpultr.causal.discover_stage import discover_epoch
 from wpultr.causal.discovery import (DiscoveryConfig, PageFeatureCIT, ci_test_spec, discover, enforce_priors,
                                      one_row_per_session, prior_knowledge, prior_violations, query_strata,
@@ -233,8 +234,49 @@ def test_priors_override_what_the_data_suggest(dask_client):
     for graph in [result.graph, *result.bootstrap]:
         assert prior_violations(graph, ["dwell", "pixels"]) == []
     rc = result.graph.edge(RELEVANCE_SCORE, CLICK)
-    assert rc.source == RELEVANCE_SCORE and rc.enforced                    # PC removed it; the prior put it back
+    assert rc.source == RELEVANCE_SCORE and rc.type == DIRECTED            # r ⫫ c | dwell, but prior 1 keeps it
     assert result.graph.edge("dwell", CLICK).source == "dwell"
+    pc_meta = result.graph.meta["pc"]
+    assert pc_meta["kept_by_prior_untested"] > 0                          # PC asked for r̂ — c tests: none ran
+    assert {0, 3} not in [pair_of(k) for k in result.runs[0].p_values]
+    record = next(e for e in result.graph.meta["click_evidence"] if e["node"] == RELEVANCE_SCORE)
+    assert record["by_prior"] and record["pc_tests"] == 0 and record["decision"].startswith(REQUIRED_UNTESTED)
+    assert record["effect"]["p_value"] > 0.05 and "does not predict clicks" in record["decision"]
+
+
+def pair_of(key: str) -> set[int]:
+    """The two nodes a causal-learn cache key 'x;y|s…' tests (single-column nodes)."""
+    return set(map(int, key.partition("|")[0].split(";")))
+
+
+class _NeverSeparates15(FisherZ):
+    """The reference for `kept_pairs`: causal-learn's Fisher-z, except that x1 and x5 are never found independent."""
+
+    def __call__(self, X, Y, condition_set=None):
+        key = self.get_formatted_XYZ_and_cachekey(X, Y, condition_set)[3]
+        if {X, Y} == {1, 5}:
+            self.pvalue_cache[key] = 0.0
+            return 0.0
+        return super().__call__(X, Y, condition_set)
+
+
+@pytest.mark.e2e
+def test_a_required_pair_is_never_tested_and_pc_is_otherwise_causallearns(dask_client):
+    """`kept_pairs`: exactly causal-learn's serial pc with a test that never separates the pair, without its tests."""
+    register_ci_test("never-separates-1-5", _NeverSeparates15)
+    data = linear_dag_data(400, 6, seed=4)
+    data[:, 1] = np.random.default_rng(1).normal(size=400)                  # x1 ⫫ everything: PC would cut x1 — x5
+    names = [f"x{i}" for i in range(6)]
+    ours = parallel_pc([data], names, 0.05, CITestSpec("fisherz"), client=dask_client, kept_pairs=[(5, 1)])[0]
+    reference = pc(data, 0.05, "never-separates-1-5", show_progress=False, node_names=names)
+    assert same_pc_result(ours.graph, reference)
+    assert ours.graph.G.is_adjacent_to(ours.graph.G.nodes[1], ours.graph.G.nodes[5])
+    plain = pc(data, 0.05, "fisherz", show_progress=False, node_names=names)
+    assert not plain.G.is_adjacent_to(plain.G.nodes[1], plain.G.nodes[5])  # the pair is one PC alone would cut
+    asked = {k for k in reference.test.pvalue_cache if k not in ("data_hash", "method_name", "parameters_hash")}
+    pair = {k for k in asked if pair_of(k) == {1, 5}}
+    assert ours.kept_untested == len(pair) > 1
+    assert set(ours.p_values) == asked - pair                 # every other test ran, and only those
 
 
 def test_enforce_priors_on_hand_built_graph():

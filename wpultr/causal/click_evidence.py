@@ -6,7 +6,9 @@ one test exceeds alpha), an effect size, the edge's stability over the bootstrap
 used. The effect is x's gain in a flexible logistic model of the click given the click's other
 parents in the graph (near-deterministic proxies of x left out): the in-sample log-likelihood gain per
 row and the mean absolute change in predicted click probability. A node left out of discovery gets an
-entry saying why it was not tested.
+entry saying why it was not tested. r̂ → click is required (prior 1) and PC never tests it; its record says so,
+and warns when r̂'s own effect test given the other click parents finds no dependence (a ranker whose scores
+do not predict clicks).
 
 With the within-document test (issue 30), each page feature also gets `within_document`: its click-rate
 ratio(s) within (query, document) strata with 95% confidence intervals, and the rows, sessions and documents
@@ -26,6 +28,9 @@ from ..schema import CLICK, RELEVANCE_SCORE
 from .click_ci import ClickCITest
 from .graph import DiscoveredGraph
 from .within_document_ci import NOT_TESTABLE, WithinDocumentTest
+
+
+REQUIRED_UNTESTED = "required by prior 1: PC keeps r̂ — click without testing it"
 
 
 def _parse_key(key: str) -> tuple[set[int], list[int]]:
@@ -60,6 +65,9 @@ def click_evidence(graph: DiscoveredGraph, p_values: Mapping[str, float], bootst
                            "decision": ("kept: every test rejected independence" if worst <= alpha else
                                         "removed: independent given " + (", ".join(names[s] for s in worst_cond)
                                                                           or "nothing"))})
+        elif x == RELEVANCE_SCORE and edge is not None:
+            record.update({"by_prior": True, "pc_tests": 0, "p_value": None, "given": None,
+                           "decision": REQUIRED_UNTESTED})
         else:
             record.update({"pc_tests": 0, "p_value": None, "given": None,
                            "decision": "not tested by PC (the priors alone decided)"})
@@ -83,6 +91,9 @@ def click_evidence(graph: DiscoveredGraph, p_values: Mapping[str, float], bootst
         except (np.linalg.LinAlgError, ValueError) as e:
             record["effect"] = None
             record["effect_note"] = f"effect not estimated: {e}"
+        if record["decision"] == REQUIRED_UNTESTED and (record["effect"] or {}).get("p_value", 0.0) > alpha:
+            record["decision"] += (f"; its effect test given the other click parents finds no dependence (p "
+                                   f"{record['effect']['p_value']:.2g} > {alpha:g}): r̂ does not predict clicks")
         if within is not None and x != RELEVANCE_SCORE and x not in untestable:
             record["within_document"] = _within_effect(within, i, Z)
         records.append(record)

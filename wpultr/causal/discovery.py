@@ -16,9 +16,11 @@ enter as causal-learn background knowledge:
 2. c is never a parent of a page feature (the page is shown before the click);
 3. a page feature is never a parent of r̂ (the page is laid out after the ranker scored).
 
-causal-learn's caveats are handled here: a required edge survives only if the skeleton phase keeps
-it, and forbidden orientations do not stop the tests, so `enforce_priors` adds or re-orients what
-the priors dictate (marked `enforced`) and `prior_violations` checks every returned graph.
+causal-learn's caveats are handled here: its skeleton phase tests a required edge and may remove it, so
+PC is run with r̂ — c never tested (`parallel_pc`'s `kept_pairs`: the adjacency stays, and r̂'s record in
+the click evidence carries its effect given the other click parents instead); forbidden orientations do not
+stop the tests, so `enforce_priors` adds or re-orients what the priors dictate (marked `enforced`) and
+`prior_violations` checks every returned graph.
 
 Rows (of every test but hybrid's click tests, which see whole sessions): one displayed result per
 sampled session. KCI assumes i.i.d. rows and costs O(n³); results of one session are dependent (their
@@ -431,7 +433,7 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
         known = {k: v for k, v in known.items() if click not in test_nodes(k)}
     runs = parallel_pc([main] + resamples, names, cfg.alpha, spec, client=client,
                        background_knowledge=prior_knowledge(feature_names), max_depth=cfg.max_depth,
-                       timeout=timeout, known_p_values=[known])
+                       timeout=timeout, known_p_values=[known], kept_pairs=[(relevance, click)])  # prior 1
     seconds = time.perf_counter() - start
     graphs = [_to_graph(run, names, kinds, feature_names) for run in runs]
     graph, pair_stability = _stabilities(graphs[0], graphs[1:])
@@ -466,6 +468,7 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
         "priors": list(PRIORS),
         "constant_features_left_out": constant,
         "pc": {"stable": True, "uc_rule": 0, "uc_priority": 2, "tests": runs[0].n_tests,
+               "kept_by_prior_untested": runs[0].kept_untested,
                "levels": runs[0].levels, "seconds": round(seconds, 3),
                "tests_all_resamples": sum(r.n_tests for r in runs),
                "tests_reused": len(known or {})},

@@ -16,9 +16,13 @@ by level:
 
 Then causal-learn's `pc` runs as published, handed the filled p-value cache through its own
 `cache_path` mechanism: it recomputes nothing and returns exactly the graph (edge marks and
-sepsets) of a serial run with the same test. Several data sets (bootstrap resamples) advance level
-by level together, so all their tests share the cluster. Tests outside the skeleton phase (uc_rule
-1/2, uc_priority 3/4) would be computed in that final serial pass; `PCRun.final_pass_tests` counts them.
+sepsets) of a serial run with the same test. An adjacency the background knowledge requires
+(`kept_pairs`, BAL's r̂ → c) is never tested: causal-learn's skeleton phase would test it and could
+remove it (its required edges only orient), so each of its tests enters the cache as p = 0 — the graph is
+exactly causal-learn's with a test that never separates that pair — and is left out of `PCRun.p_values`.
+Several data sets (bootstrap resamples) advance level by level together, so all their tests share the cluster.
+Tests outside the skeleton phase (uc_rule 1/2, uc_priority 3/4) would be computed in that final serial pass;
+`PCRun.final_pass_tests` counts them.
 """
 from __future__ import annotations
 
@@ -79,6 +83,7 @@ class PCRun:
     levels: list[dict[str, Any]]        # per depth: tests evaluated, seconds
     final_pass_tests: int               # tests the final serial pass had to compute itself (0 for uc_rule 0)
     test: CIT_Base | None = field(default=None, repr=False)   # the calling process's test object (its caches)
+    kept_untested: int = 0              # tests of `kept_pairs` PC asked for and never ran (p = 0 by the prior)
 
     @property
     def n_tests(self) -> int:
@@ -170,6 +175,7 @@ class _Progress:
     depth: int = -1
     levels: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
+    kept_keys: set[str] = field(default_factory=set)   # tests of a kept pair, recorded as p = 0, never run
 
     def skeleton(self, alpha: float, knowledge: BackgroundKnowledge | None, names: list[str]) -> CausalGraph:
         """The skeleton after levels 0..depth, replayed by causal-learn from the cache alone."""
@@ -222,12 +228,16 @@ def parallel_pc(datasets: Sequence[np.ndarray], node_names: Sequence[str], alpha
                 client: Any = None, background_knowledge: BackgroundKnowledge | None = None,
                 max_depth: int | None = None, tasks_per_thread: int = 4,
                 timeout: float | None = None,
-                known_p_values: Sequence[Mapping[str, float] | None] | None = None) -> list[PCRun]:
+                known_p_values: Sequence[Mapping[str, float] | None] | None = None,
+                kept_pairs: Sequence[tuple[int, int]] = ()) -> list[PCRun]:
     """Run stable PC on every data set, each level's tests spread over `client` (in process if None).
 
     `known_p_values[i]` (causal-learn cache keys -> p-value) are taken as already computed on data set i
     and never re-run: a caller that knows a test's columns did not change (BAL's later epochs, whose
     sample is fixed and whose r̂ column alone moves) passes them to skip those tests.
+
+    `kept_pairs` (node index pairs, the adjacencies background knowledge requires) are never tested: every
+    test of such a pair is recorded as p = 0, so PC keeps the adjacency (module doc).
 
     `timeout` (seconds) raises TimeoutError once passed, cancelling what is queued on the cluster
     (tasks already running finish on their workers; `client.restart()` stops them).
@@ -237,6 +247,7 @@ def parallel_pc(datasets: Sequence[np.ndarray], node_names: Sequence[str], alpha
     handles = client.scatter(list(datasets), broadcast=True, hash=False) if client is not None else list(datasets)
     threads = sum(client.nthreads().values()) if client is not None else 1
     runs = [_Progress(np.asarray(d), spec.build(np.asarray(d)), h) for d, h in zip(datasets, handles)]
+    kept = {frozenset(map(int, pair)) for pair in kept_pairs}
     for run, known in zip(runs, known_p_values or []):
         run.test.pvalue_cache.update({k: float(v) for k, v in (known or {}).items() if k not in _META_KEYS})
     try:
@@ -253,7 +264,12 @@ def parallel_pc(datasets: Sequence[np.ndarray], node_names: Sequence[str], alpha
                 todo: dict[str, CITest] = {}
                 for x, y, S in level_tests(cg, run.depth):
                     key = run.test.get_formatted_XYZ_and_cachekey(x, y, S)[3]
-                    if key not in run.test.pvalue_cache:
+                    if key in run.test.pvalue_cache:
+                        continue
+                    if frozenset((x, y)) in kept:                  # required by background knowledge: kept
+                        run.test.pvalue_cache[key] = 0.0
+                        run.kept_keys.add(key)
+                    else:
                         todo.setdefault(key, (x, y, S))
                 batch.append((run, list(todo.items())))
             if not batch:
@@ -320,5 +336,6 @@ def _final_pass(run: _Progress, names: list[str], alpha: float, spec: CITestSpec
         cg = pc(run.data, alpha, spec.name, stable=True, background_knowledge=knowledge, show_progress=False,
                 node_names=names, max_k=max_depth, cache_path=str(path), **spec.options)
     final = cg.test.pvalue_cache
-    p = {k: float(v) for k, v in final.items() if k not in _META_KEYS}
-    return PCRun(cg, p, run.levels, final_pass_tests=len(final) - len(cache), test=run.test)
+    p = {k: float(v) for k, v in final.items() if k not in _META_KEYS and k not in run.kept_keys}
+    return PCRun(cg, p, run.levels, final_pass_tests=len(final) - len(cache), test=run.test,
+                 kept_untested=len(run.kept_keys))
