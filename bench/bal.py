@@ -309,8 +309,7 @@ def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         result = fit_method(label, values, train, valid)
         out["per_query"][label] = measured(result.ranker)
         save_per_query(args, world, seed, label, out["per_query"][label])
-        out["seconds"][label] = epoch_seconds(result)
-        out["rounds"][label] = [out["seconds"][label]]
+        out["rounds"][label] = [epoch_seconds(result)]          # `seconds` is their mean, after the rounds
         steps = [e["step_seconds"] for e in result.history if e.get("step_seconds")]
         for e in (e for e in result.history if e.get("step_seconds")):      # where each BAL epoch's time went
             fits = {k: v["denominator_history"]["epochs_run"] for k, v in e["weights"].get("estimators", {}).items()}

@@ -13,7 +13,7 @@ from wpultr.causal.click_evidence import REQUIRED_UNTESTED, holm_adjusted
 from wpultr.causal.discover_stage import discover_epoch
 from wpultr.causal.discovery import (DiscoveryConfig, PageFeatureCIT, ci_test_spec, discover, enforce_priors,
                                      one_row_per_session, prior_knowledge, prior_violations, query_strata,
-                                     sample_session_ids, validate_discovery_config)
+                                     required_pairs, sample_session_ids, validate_discovery_config)
 from wpultr.causal.graph import DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, to_text
 from wpultr.causal.parallel_pc import CITestSpec, level_tests, parallel_pc
 from wpultr.config import ConfigError
@@ -277,6 +277,12 @@ def test_a_required_pair_is_never_tested_and_pc_is_otherwise_causallearns(dask_c
     pair = {k for k in asked if pair_of(k) == {1, 5}}
     assert ours.kept_untested == len(pair) > 1
     assert set(ours.p_values) == asked - pair                 # every other test ran, and only those
+
+
+def test_the_pairs_pc_keeps_untested_are_the_priors_required_edges():
+    names = [RELEVANCE_SCORE, "media_type", POSITION, CLICK]
+    assert required_pairs(prior_knowledge(["media_type", POSITION]), names) == [(0, 3)]      # prior 1 only
+    assert required_pairs(prior_knowledge([POSITION]), [POSITION, CLICK]) == []           # r̂ left out: none
 
 
 def test_enforce_priors_on_hand_built_graph():

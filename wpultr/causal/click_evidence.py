@@ -57,6 +57,7 @@ def click_evidence(graph: DiscoveredGraph, p_values: Mapping[str, float], bootst
         tests = [(cond, float(p)) for key, p in p_values.items()
                  for pair, cond in [_parse_key(key)] if pair == {i, c}]
         edge = graph.edge(x, CLICK)
+        required = x == RELEVANCE_SCORE and edge is not None and not tests     # prior 1, kept by PC untested
         record: dict[str, Any] = {"node": x, "in_graph": edge is not None,
                                   "by_prior": bool(edge is not None and edge.enforced)}
         if tests:
@@ -65,14 +66,12 @@ def click_evidence(graph: DiscoveredGraph, p_values: Mapping[str, float], bootst
                            "decision": ("kept: every test rejected independence" if worst <= alpha else
                                         "removed: independent given " + (", ".join(names[s] for s in worst_cond)
                                                                           or "nothing"))})
-        elif x == RELEVANCE_SCORE and edge is not None:
+        elif required:
             record.update({"by_prior": True, "pc_tests": 0, "p_value": None, "given": None,
                            "decision": REQUIRED_UNTESTED})
         else:
             record.update({"pc_tests": 0, "p_value": None, "given": None,
                            "decision": "not tested by PC (the priors alone decided)"})
-        if edge is not None and edge.enforced and tests and worst > alpha:
-            record["decision"] = "kept by prior 1 although PC's tests found independence"
         record["verdict"] = "edge" if edge is not None else "no edge"
         if x in untestable:
             record["verdict"] = NOT_TESTABLE
@@ -91,7 +90,7 @@ def click_evidence(graph: DiscoveredGraph, p_values: Mapping[str, float], bootst
         except (np.linalg.LinAlgError, ValueError) as e:
             record["effect"] = None
             record["effect_note"] = f"effect not estimated: {e}"
-        if record["decision"] == REQUIRED_UNTESTED and (record["effect"] or {}).get("p_value", 0.0) > alpha:
+        if required and (record["effect"] or {}).get("p_value", 0.0) > alpha:
             record["decision"] += (f"; its effect test given the other click parents finds no dependence (p "
                                    f"{record['effect']['p_value']:.2g} > {alpha:g}): r̂ does not predict clicks")
         if within is not None and x != RELEVANCE_SCORE and x not in untestable:

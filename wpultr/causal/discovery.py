@@ -98,6 +98,13 @@ def prior_knowledge(page_features: Sequence[str]) -> BackgroundKnowledge:
     return knowledge
 
 
+def required_pairs(knowledge: BackgroundKnowledge, names: Sequence[str]) -> list[tuple[int, int]]:
+    """The node index pairs (in `names`) between which `knowledge` requires an edge (prior 1's r̂ → c): the
+    adjacencies PC keeps without testing them (`parallel_pc`'s `kept_pairs`)."""
+    return [(names.index(a.get_name()), names.index(b.get_name())) for a, b in knowledge.required_rules_specs
+            if a.get_name() in names and b.get_name() in names]
+
+
 def enforce_priors(graph: DiscoveredGraph, page_features: Sequence[str]) -> DiscoveredGraph:
     """Add r̂ → c if PC removed it and orient r̂ → x and x → c on every such adjacency (marked `enforced`)."""
     features = set(page_features)
@@ -431,9 +438,10 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
     known = reuse.p_values if reuse is not None and reuse.names == names else None
     if known is not None and within:      # within-document click tests read r̂ (the skipped results' r̂): re-run
         known = {k: v for k, v in known.items() if click not in test_nodes(k)}
+    knowledge = prior_knowledge(feature_names)
     runs = parallel_pc([main] + resamples, names, cfg.alpha, spec, client=client,
-                       background_knowledge=prior_knowledge(feature_names), max_depth=cfg.max_depth,
-                       timeout=timeout, known_p_values=[known], kept_pairs=[(relevance, click)])  # prior 1
+                       background_knowledge=knowledge, max_depth=cfg.max_depth, timeout=timeout,
+                       known_p_values=[known], kept_pairs=required_pairs(knowledge, names))
     seconds = time.perf_counter() - start
     graphs = [_to_graph(run, names, kinds, feature_names) for run in runs]
     graph, pair_stability = _stabilities(graphs[0], graphs[1:])
