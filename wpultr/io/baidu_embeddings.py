@@ -226,8 +226,11 @@ class BatchSource:
 # ---------------------------------------------------------------------------------------------
 def _numpy(column: pa.ChunkedArray | pa.Array, fill: Any, dtype: Any) -> np.ndarray:
     """A (chunked) numeric column as a numpy array, nulls as `fill`."""
-    return pc.fill_null(column, fill).to_numpy().astype(dtype, copy=False) if column.null_count else \
-        column.to_numpy().astype(dtype, copy=False)
+    if not column.null_count:
+        return column.to_numpy().astype(dtype, copy=False)
+    if isinstance(fill, float) and not pa.types.is_floating(column.type):   # NaN for a missing integer
+        column = column.cast(pa.float64())
+    return pc.fill_null(column, fill).to_numpy().astype(dtype, copy=False)
 
 
 def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
