@@ -145,6 +145,16 @@ def test_a_session_whose_lists_disagree_with_n_is_dropped_whole(tmp_path, world)
     assert "'click' holds" in quarantine["text"][0] and "query_document_embedding" in quarantine["text"][1]
     assert sorted(set(got["session_id"])) == [i for i in range(len(part.n)) if i not in (3, 7)]
     assert summary.sessions == len(part.n) - 2 and summary.quarantined == 2
+    # a session that showed nothing (n = 0, every list empty) is an empty_session record, not silence
+    nothing = per_session.slice(0, 1)
+    for name in nothing.column_names:
+        if name == "n":
+            nothing = nothing.set_column(nothing.schema.get_field_index("n"), "n", pa.array([0], pa.int32()))
+        elif pa.types.is_list(nothing.schema.field(name).type) and name != "query":
+            nothing = _set_list(nothing, name, 0, [])
+    _, got, quarantine = _ingest(tmp_path, "nothing", pa.concat_tables([nothing, per_session.slice(1, 2)]),
+                                 "parquet")
+    assert _records(quarantine) == [(1, "empty_session")] and sorted(set(got["session_id"])) == [1, 2]
     assert list(quarantine.columns) == QUARANTINE_SCHEMA.names
 
 

@@ -307,7 +307,12 @@ def _session_unit(path: str, table: pa.Table, first_record: int, layout: Layout)
     dropped = [QuarantineRecord(path, int(records[i]), "list_length_mismatch",
                                 f"session record {records[i]} (query_id {_text(table, QUERY_ID, i)}): {why[i]}")
                for i in np.flatnonzero(mismatch)]
-    keep = ~mismatch
+    empty = (n == 0) & ~mismatch            # a session that showed nothing: no row would tell of it
+    if layout.kind == CLICKS:
+        dropped += [QuarantineRecord(path, int(records[i]), "empty_session", f"session record {records[i]}: n = 0")
+                    for i in np.flatnonzero(empty)]
+        dropped.sort(key=lambda r: r.line)
+    keep = ~mismatch & ~empty
     if not keep.all():
         table = table.filter(pa.array(keep))
     counts, records = n[keep], records[keep]
@@ -556,7 +561,7 @@ class _FileReader:
         """One empty_session record per session (of this unit) none of whose results was kept."""
         if not len(session_id):
             return []
-        valid = unit.ordinal >= 0
+        valid = (unit.ordinal >= 0) & (unit.ordinal <= MAX_ORDINAL)
         ids, first = np.unique(session_id[valid], return_index=True)
         rows = np.flatnonzero(valid)[first]
         kept_ids = np.unique(session_id[keep])
