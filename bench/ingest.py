@@ -29,9 +29,10 @@ With --format embeddings it measures the Baidu-ULTR embedding datasets' reader i
 --sessions sessions in --files parts, written (once, reused) in both stored forms by the fixture generator
 (tests/baidu_embeddings_fixture.py: the published schema, 768 float16 values per shown result) — flat Feather parts
 and per-session Parquet. For each form, in fresh child processes: pyarrow reading the same files alone (every
-column, every batch: `feather.read_table` / `pq.read_table`) and our ingest of them on a LocalCluster of one worker
-(start-up untimed, as above), each as MB of files on disk per second and CPU-seconds per GB of the whole process
-tree; the ratio ours / pyarrow per CPU-second (target >= 0.5).
+column, every batch: `feather.read_table` / `pq.read_table`) and our ingest of them in one process (as `wpultr
+ingest` reads under 50 MB) and on a LocalCluster of one worker (start-up untimed, as above), each as MB of files on
+disk per second and CPU-seconds per GB of the whole process tree; the ratio ours / pyarrow per CPU-second (target
+>= 0.5).
 
     .venv/bin/python bench/ingest.py --format embeddings [--sessions 20000] [--files 4]
 """
@@ -337,12 +338,17 @@ def _child_arrow(spec: dict) -> dict:
 
 
 def _child_ours_embeddings(spec: dict) -> dict:
-    """Our ingest of the files on a warm LocalCluster of `workers` workers (start-up untimed)."""
+    """Our ingest of the files on a warm LocalCluster of `workers` workers (start-up untimed), or with 0 workers in
+    this one process (as `wpultr ingest` reads under 50 MB of input)."""
+    import contextlib
     from wpultr.cluster import open_client
     from wpultr.config import ClusterConfig
     from wpultr.io.baidu_embeddings import ingest_embedding_sessions
-    with open_client(ClusterConfig(n_workers=spec["workers"], threads_per_worker=1, memory_limit="4GiB")) as client:
-        client.run(lambda: __import__("wpultr.io.baidu_embeddings"))
+    cluster = (open_client(ClusterConfig(n_workers=spec["workers"], threads_per_worker=1, memory_limit="4GiB"))
+               if spec["workers"] else contextlib.nullcontext())
+    with cluster as client:
+        if client is not None:
+            client.run(lambda: __import__("wpultr.io.baidu_embeddings"))
         me = psutil.Process()
         started, cpu = time.perf_counter(), tree_cpu(me)
         summary, _ = ingest_embedding_sessions(spec["paths"], spec["out"], client)
@@ -362,19 +368,23 @@ def run_embeddings(directory: Path, sessions: int, n_files: int) -> None:
     for form, paths in forms.items():
         gb = sum(Path(p).stat().st_size for p in paths) / 1e9
         arrow = measure("pyarrow", {"reader": "arrow", "paths": paths})
-        ours = measure("ours", {"reader": "ours_embeddings", "workers": 1, "paths": paths,
-                                "out": str(directory / "out-embeddings")})
-        if (ours["sessions"], ours["results"], ours["quarantined"]) != (sessions, manifest["results"], 0):
-            raise AssertionError(f"{form}: ingest gave {ours['sessions']} sessions, {ours['results']} rows, "
-                                 f"{ours['quarantined']} quarantined; expected {sessions}, {manifest['results']}, 0")
-        for name, run in (("pyarrow read alone", arrow), ("ours (ingest, 1 worker)", ours)):
-            print(f"{form:>19}, {name:<24}: {gb * 1000 / run['seconds']:7.1f} MB/s  "
+        runs = {}
+        for workers, name in ((0, "ours, in one process"), (1, "ours, 1 Dask worker")):
+            runs[name] = ours = measure("ours", {"reader": "ours_embeddings", "workers": workers, "paths": paths,
+                                                 "out": str(directory / "out-embeddings")})
+            if (ours["sessions"], ours["results"], ours["quarantined"]) != (sessions, manifest["results"], 0):
+                raise AssertionError(f"{form}: ingest gave {ours['sessions']} sessions, {ours['results']} rows, "
+                                     f"{ours['quarantined']} quarantined; expected {sessions}, "
+                                     f"{manifest['results']}, 0")
+        for name, run in (("pyarrow read alone", arrow), *runs.items()):
+            print(f"{form:>19}, {name:<21}: {gb * 1000 / run['seconds']:7.1f} MB/s  "
                   f"{run['cpu_seconds'] / gb:7.1f} CPU-s/GB   ({run['seconds']:.1f} s wall, {run['cpu_seconds']:.1f} "
                   f"CPU-s, peak RSS {_mib(run['peak_rss'])}, {_load(run)})")
-        ratio = arrow["cpu_seconds"] / ours["cpu_seconds"]
-        print(f"{form:>19}: {gb * 1000:.0f} MB on disk -> {ours['parquet_bytes'] / 1e6:.0f} MB of sessions Parquet; "
-              f"ours / pyarrow per CPU-second: {ratio:.2f}x (target >= 0.5: {'met' if ratio >= 0.5 else 'MISSED'}); "
-              f"wall: {arrow['seconds'] / ours['seconds']:.2f}x")
+        for name, ours in runs.items():
+            ratio = arrow["cpu_seconds"] / ours["cpu_seconds"]
+            print(f"{form:>19}: {name}: {gb * 1000:.0f} MB on disk -> {ours['parquet_bytes'] / 1e6:.0f} MB of "
+                  f"sessions Parquet; ours / pyarrow per CPU-second: {ratio:.2f}x (target >= 0.5: "
+                  f"{'met' if ratio >= 0.5 else 'MISSED'}); wall: {arrow['seconds'] / ours['seconds']:.2f}x")
     print(f"cores: {psutil.cpu_count()}; CPU-seconds of the whole process tree (the cluster's scheduler and worker "
           f"included); load = 1-minute load average before->after each run")
 

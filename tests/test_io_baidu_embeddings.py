@@ -246,7 +246,9 @@ def test_annotations_in_both_forms(tmp_path):
 
 def test_config_checks_the_embedding_keys():
     base = {"data": {"source": "baidu_embeddings", "train": ["x.feather"], "annotations": "a.feather"}}
-    config_from_dict(base)
+    assert config_from_dict(base).data.page_features == {     # the SERP features the datasets carry, by default
+        "position": "ordinal", "media_type": "categorical", "serp_height": "continuous",
+        "displayed_time": "continuous"}
     with pytest.raises(ConfigError, match="data.embeddings.ltr_features"):
         config_from_dict({"data": {**base["data"], "embeddings": {"ltr_features": ["bm26"]}}})
     with pytest.raises(ConfigError, match="data.heldout"):

@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Literal, Mapping
 import yaml
 
 from .errors import ConfigError, SchemaError, brief, cut, require
-from .schema import BAIDU_PAGE_FEATURES, PageFeature, page_features_from_config
+from .schema import BAIDU_PAGE_FEATURES, EMBEDDING_PAGE_FEATURES, PageFeature, page_features_from_config
 from .settings.bal import BalConfig
 from .settings.checks import finite as _finite, int_at_least as _int_at_least, int_in as _int_in
 from .settings.discovery import DiscoveryConfig
@@ -127,6 +127,7 @@ def _size(text: Any) -> int:
 
 
 SOURCES = ("simulate", "baidu", "baidu_embeddings", "parquet")   # data.source: where the sessions come from
+_BAIDU_DEFAULT_PAGE_FEATURES = {f.name: f.kind.value for f in BAIDU_PAGE_FEATURES}
 
 
 @dataclass
@@ -155,6 +156,9 @@ class DataConfig:
                 f"at least one log path for source {self.source!r}", self.train)
         require(self.annotations is None or (isinstance(self.annotations, str) and self.annotations.strip() != ""),
                 f"{k}.annotations", "null or a file path", self.annotations)
+        if self.source == "baidu_embeddings" and self.page_features == _BAIDU_DEFAULT_PAGE_FEATURES:
+            # the gzip logs' default names serp_max_show_height, which the embedding datasets do not carry
+            self.page_features = {f.name: f.kind.value for f in EMBEDDING_PAGE_FEATURES}
         for source in ("baidu", "baidu_embeddings"):
             require(self.source != source or self.annotations is not None, f"{k}.annotations",
                     f"the annotation file for source {source!r}", self.annotations)
