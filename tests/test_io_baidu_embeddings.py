@@ -279,3 +279,15 @@ def test_the_pipeline_runs_on_the_fixture(tmp_path):
     assert clicks["sessions"] == 60
     for model in ("ctr", "position_based"):
         assert clicks["models"][model]["perplexity"]["overall"] > 1
+
+
+def test_a_heldout_file_in_the_training_files_is_refused(tmp_path):
+    from types import SimpleNamespace
+    from wpultr.pipeline.stages import _ingest_embeddings
+    from wpultr.rundir.files import RunDir
+    part = ROOT / "data" / "sample_embeddings" / "parts" / "part-0_split-0.feather"
+    cfg = config_from_dict({"data": {"source": "baidu_embeddings", "train": [str(part)], "heldout": [str(part)],
+                                     "annotations": str(part.parents[1] / "annotations.feather")}})
+    with pytest.raises(ConfigError, match="data.heldout: .*part-0_split-0.feather is in data.train too"):
+        _ingest_embeddings(SimpleNamespace(config=cfg, run=RunDir(tmp_path / "run"), client=None), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

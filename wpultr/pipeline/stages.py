@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -103,11 +104,16 @@ def _ingest_embeddings(ctx: StageContext, sessions_dir: Path) -> tuple[dict[str,
     data, run = ctx.config.data, ctx.run
     emb = data.embeddings
     options = dict(width=emb.width, ltr_features=tuple(emb.ltr_features), batch_rows=emb.batch_rows)
-    summary, _ = ingest_embedding_sessions(_expand(data.train, "data.train"), sessions_dir, ctx.client,
+    train, held = _expand(data.train, "data.train"), _expand(data.heldout, "data.heldout") if data.heldout else []
+    both = sorted(set(map(os.path.realpath, train)) & set(map(os.path.realpath, held)))
+    if both:
+        from ..errors import ConfigError
+        raise ConfigError(f"data.heldout: {both[0]} is in data.train too; held-out sessions must never be trained on")
+    summary, _ = ingest_embedding_sessions(train, sessions_dir, ctx.client,
                                            partition_rows=data.partition_rows, key="run_dir", **options)
     summary = summary.to_dict()
-    if data.heldout:
-        heldout, _ = ingest_embedding_sessions(_expand(data.heldout, "data.heldout"), run.path(HELDOUT_INGEST_DIR),
+    if held:
+        heldout, _ = ingest_embedding_sessions(held, run.path(HELDOUT_INGEST_DIR),
                                                ctx.client, partition_rows=data.partition_rows, key="run_dir",
                                                **options)
         summary["heldout"] = heldout.to_dict()
