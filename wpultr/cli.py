@@ -34,8 +34,10 @@ def _cluster(scheduler: str | None, workers: int | None = None):
 def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/)"),
         set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set train.epochs=2"),
         scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler"),
-        fresh: bool = typer.Option(False, help="delete the run directory first instead of resuming")):
-    """Run (or resume) the pipeline a config describes; prints the run directory and report."""
+        fresh: bool = typer.Option(False, help="delete the run directory first instead of resuming"),
+        baseline: Optional[str] = typer.Option(None, help="a finished run (e.g. Naive on the same logs) to test the "
+                                                          "ranker against in the verdict (paired t-tests)")):
+    """Run (or resume) the pipeline a config describes; prints the verdict, the run directory and report."""
     from .config import load_config
     from .pipeline.runner import run_pipeline
     overrides = parse_sets(set_)
@@ -43,10 +45,35 @@ def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/
         overrides["cluster.scheduler"] = scheduler
     cfg = load_config(config, overrides)
     result = run_pipeline(cfg, fresh=fresh, progress=True)
-    if result.metrics:
-        typer.echo(json.dumps(result.metrics.get("all", {}), indent=None))
+    typer.echo("\n" + _verdict_text(result.run_dir, baseline, rewrite_report=True))
     typer.echo(f"run directory: {result.run_dir}")
     typer.echo(f"report: {result.report}")
+
+
+def _verdict_text(run_dir: Path, baseline: Optional[str], rewrite_report: bool = False) -> str:
+    """The verdict of a finished run; with a baseline (and `rewrite_report`), its report gets the paired tests."""
+    from .report.verdict import verdict
+    found = verdict(run_dir, baseline)
+    if baseline is not None and rewrite_report:
+        from .report.html import write_report
+        from .rundir.files import RunDir
+        write_report(RunDir(run_dir), baseline=baseline)
+    return found.text()
+
+
+@app.command("verdict")
+@user_errors
+def verdict_command(run_dir: str = typer.Argument(..., help="a finished run directory"),
+                    baseline: Optional[str] = typer.Option(None, help="a finished run to test against (paired "
+                                                                      "t-tests over the test queries both scored)"),
+                    as_json: bool = typer.Option(False, "--json", help="print the verdict as JSON")):
+    """What a finished run found and whether to ship its ranker: biases, corrections, identifiability, test
+    metrics, the click model against per-position CTR, and paired tests against a baseline run."""
+    from .report.verdict import verdict
+    from .storage import readable_run_dir
+    with readable_run_dir(run_dir, "RUN_DIR") as local:
+        found = verdict(local, baseline)
+    typer.echo(json.dumps(found.to_dict(), indent=2) if as_json else found.text())
 
 
 @app.command()
@@ -117,23 +144,36 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
                                                                     "(Parquet, or a Baidu annotation file)"),
              clicks: Optional[Path] = typer.Option(None, help="held-out sessions (a Parquet file or an ingested "
                                                                "sessions directory): print the click log-likelihood "
-                                                               "and perplexity of the run's click models on them")):
+                                                               "and perplexity of the run's click models on them"),
+             as_json: bool = typer.Option(False, "--json", help="print the metrics as JSON (for machines)")):
     """Print the metrics of a run's ranker: its held-out queries, another annotation table, or (label-free) how
-    well its click models predict the clicks of held-out sessions."""
+    well its click models predict the clicks of held-out sessions. The click models are the shipped epoch's."""
+    from .report.text import click_metrics_text, metrics_text
     from .rundir import layout as L
+    from .rundir.epochs import shipped, shipped_line
     from .rundir.files import read_json
     from .storage import readable_run_dir
-    include = (L.CONFIG_FILE, L.RANKER_DIR, L.METRICS, L.LEXICAL_STATE)
+    include = (L.CONFIG_FILE, L.RANKER_DIR, L.METRICS, L.LEXICAL_STATE, L.BIAS, L.HISTORY)
     if clicks is not None:   # what the click models are read and fitted from
-        include += (L.BIAS, L.HISTORY, L.TRUTH_DIR, L.SESSIONS_DIR, L.FEATURED_SESSIONS_DIR)
+        include += (L.TRUTH_DIR, L.SESSIONS_DIR, L.FEATURED_SESSIONS_DIR)
     with readable_run_dir(run_dir, "RUN_DIR", include=include) as run:
         if not (run / L.RANKER_DIR).is_dir():
             raise FileNotFoundError(f"{run}: no trained ranker in {L.RANKER_DIR}/ (has the run finished?)")
+        method = read_json(run / L.BIAS).get("method") if (run / L.BIAS).exists() else None
+        heading = shipped_line(shipped(run), method)
         if clicks is not None:
-            typer.echo(_click_metrics_text(run, clicks))
+            result = _click_metrics(run, clicks)
+            typer.echo(json.dumps(result, indent=2) if as_json else f"{heading}\n\n{click_metrics_text(result)}")
             return
         if annotations is None:     # the stored metrics: read, nothing scored (so no config, pandas or torch)
-            typer.echo(json.dumps(read_json(run / L.METRICS), indent=2))
+            metrics = read_json(run / L.METRICS)
+            if as_json:
+                typer.echo(json.dumps(metrics, indent=2))
+                return
+            text = [heading, "", metrics_text(metrics)]
+            if metrics.get("clicks"):
+                text += ["", click_metrics_text(metrics["clicks"])]
+            typer.echo("\n".join(text))
             return
         from .config import saved_config
         from .io.parquet import read_table
@@ -152,12 +192,12 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
             from .schema import FEATURES
             table[FEATURES] = list(LexicalFeaturizer.load(lexical).transform(table))
         metrics, _, _ = evaluate_ranker(run / L.RANKER_DIR, table, cfg)
-    typer.echo(json.dumps(metrics, indent=2))
+    typer.echo(json.dumps(metrics, indent=2) if as_json
+               else f"{heading}\n\n{metrics_text(metrics, f'queries of {annotations}')}")
 
 
-def _click_metrics_text(run: Path, clicks: Path) -> str:
-    """The click metrics of the run at `run` on the held-out sessions `clicks`, as a table and the JSON."""
-    from .click_metrics import perplexity_table
+def _click_metrics(run: Path, clicks: Path) -> dict:
+    """The click metrics of the run at `run` (its shipped epoch's click models) on the held-out sessions `clicks`."""
     from .config import saved_config
     from .rundir import layout as L
     from .rundir.files import RunDir
@@ -167,11 +207,7 @@ def _click_metrics_text(run: Path, clicks: Path) -> str:
     if (clicks / "sessions").is_dir():                   # an ingest output directory: its sessions table
         clicks = clicks / "sessions"
     cfg = saved_config(run / L.CONFIG_FILE)
-    result = heldout_click_metrics(RunDir(run), clicks, cfg)
-    table = perplexity_table(result).to_string(index=False, float_format=lambda v: f"{v:.4f}")
-    return (f"{result['sessions']} held-out sessions, {result['rows']} shown results "
-            f"(perplexity: lower is better, 1 is perfect; @k: at position k)\n{table}\n"
-            f"{json.dumps(result, indent=2)}")
+    return heldout_click_metrics(RunDir(run), clicks, cfg)
 
 
 @app.command()
@@ -181,7 +217,15 @@ def export(run_dir: str = typer.Argument(..., help="a finished run directory: a 
                                              "(an existing one is replaced only if it is an earlier export)")):
     """Write the run's ranker as safetensors weights plus config (and feature state) to ship it."""
     from .export import export_run
-    typer.echo(f"exported ranker: {export_run(run_dir, out)}")
+    from .storage import is_url
+    written = export_run(run_dir, out)
+    if not is_url(written):
+        from .rundir.epochs import shipped_line
+        from .export import EXPORT_FILE
+        bias = json.loads((Path(written) / EXPORT_FILE).read_text()).get("bias") or {}
+        if bias.get("shipped"):
+            typer.echo(shipped_line(bias["shipped"], bias.get("method")))
+    typer.echo(f"exported ranker: {written}")
 
 
 @app.command()

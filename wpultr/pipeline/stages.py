@@ -266,11 +266,13 @@ def train(ctx: StageContext) -> dict[str, Any]:
     from ..rundir.files import atomic_path
     with atomic_path(run.path(RANKER_DIR)) as tmp:
         result.ranker.save(tmp)
-    write_json(run.path(HISTORY), {"method": cfg.train.method, "epochs": result.history})
-    write_json(run.path(BIAS), result.bias)
+    from ..rundir.epochs import renumber     # one numbering: warm-up named, the method's epochs 0…N−1
+    history, bias = renumber(result.history, result.bias, cfg.train.select_metric)
+    write_json(run.path(HISTORY), {"method": cfg.train.method, "epochs": history})
+    write_json(run.path(BIAS), bias)
     _write_graphs(run, result)
     write_json(run.path(IDENTIFIABILITY), identifiability)
-    return {"train_rows": int(n_rows), "valid_rows": int(len(valid)),
+    return {"train_rows": int(n_rows), "valid_rows": int(len(valid)), "shipped": bias["shipped"].get("label"),
             "identifiability": summary_entry(identifiability)}
 
 

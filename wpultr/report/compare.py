@@ -134,7 +134,7 @@ def _differences_png(c: Comparison, metric: str) -> bytes:
 
 def render_html(c: Comparison) -> str:
     """A self-contained page: the table and the per-query difference figure (PNG embedded as base64)."""
-    from .html import _table, page, png_img     # the run report's table markup and page
+    from .page import _table, page, png_img     # the run report's table markup and page
     header, rows = table_rows(c)
     metric = PLOTTED if PLOTTED in c.metrics else c.metrics[0]
     runs = ", ".join(f"<code>{html.escape(label)}</code>" for label in c.labels)

@@ -1,0 +1,131 @@
+"""A run tells its user what it found and whether to ship (issue 44): one epoch numbering everywhere, the shipped
+epoch stated by every output, and a verdict with plain-word warnings."""
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from wpultr.rundir.epochs import epoch_label, renumber, shipped, shipped_line
+
+
+def _entry(phase, valid, **more):
+    return {"epoch": None, "phase": phase, "seconds": 1.0, "train": {"loss": 0.5}, "valid": {"DCG@10": valid}, **more}
+
+
+def test_warm_up_is_named_and_the_methods_epochs_count_from_zero():
+    history = [_entry("warmup", 25.8), _entry("bal", 25.6, bal_epoch=0), _entry("bal", 25.0, bal_epoch=1),
+               _entry("bal", 25.4, bal_epoch=2)]
+    for step, e in enumerate(history):     # as the trainers record them: the place in training
+        e["epoch"] = step
+    out, bias = renumber(history, {"method": "bal", "best_epoch": 1})
+    assert [epoch_label(e) for e in out] == ["warm-up 1", "epoch 0", "epoch 1", "epoch 2"]
+    assert [e["step"] for e in out] == [0, 1, 2, 3]
+    assert bias["best_epoch"] == 0 == bias["shipped"]["epoch"]          # BAL epoch 0 = epoch_0/graph.json
+    line = shipped_line(bias["shipped"], "bal")
+    assert line.startswith("shipped: BAL epoch 0 — best validation DCG@10 25.6000 of epochs 0–2 (last epoch 25.4000)")
+    assert "warm-up ranker scored 25.8000" in line
+    assert renumber(out, bias) == (out, bias)                            # written once, read as it is
+
+
+def test_without_validation_the_last_epoch_is_shipped_and_says_why():
+    history = [{"epoch": i, "train": {"loss": 1.0}, "valid": None} for i in range(3)]
+    _, bias = renumber(history, {"method": "naive", "best_epoch": None})
+    assert bias["shipped"]["epoch"] == 2 and "no validation queries" in bias["shipped"]["why"]
+
+
+def _write(root: Path, rel: str, data) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def _clicks(model_perplexity: float, ctr_perplexity: float) -> dict:
+    def model(p):
+        return {"log_likelihood": -0.3, "perplexity": {"overall": p, "by_position": {"1": p}}}
+    return {"sessions": 50, "rows": 500, "models": {"ctr": model(ctr_perplexity), "bal": model(model_perplexity)}}
+
+
+@pytest.mark.parametrize("model, ctr, warned", [(1.3685, 1.3466, True), (1.30, 1.3466, False)])
+def test_the_verdict_warns_when_the_click_model_loses_to_per_position_ctr(tmp_path, model, ctr, warned):
+    from wpultr.report.verdict import verdict
+    history = [_entry("bal", 25.6, bal_epoch=0, epoch=0)]
+    _, bias = renumber(history, {"method": "bal", "best_epoch": 0})
+    _write(tmp_path, "train/history.json", {"method": "bal", "epochs": history})
+    _write(tmp_path, "train/bias.json", bias)
+    _write(tmp_path, "metrics.json", {"all": {"n_queries": 9, "DCG@10": 20.0}, "clicks": _clicks(model, ctr)})
+    text = verdict(tmp_path).text()
+    assert text.startswith("Verdict\n-------\nshipped: BAL epoch 0")
+    assert ("per-position CTR baseline (perplexity" in text) is warned
+    assert ("no warnings" in text) is not warned
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A real run: BAL with a warm-up and held-out sessions, and a Naive baseline on the same logs
+# ---------------------------------------------------------------------------------------------------------------
+def _run(tmp_path, client, method, **train):
+    from wpultr.config import config_from_dict
+    from wpultr.pipeline.runner import run_pipeline
+    cfg = config_from_dict({
+        "name": method, "seed": 3, "run_dir": str(tmp_path / "{name}"),
+        "data": {"source": "simulate", "valid_fraction": 0.3,
+                 "simulate": {"n_queries": 40, "n_sessions": 600, "n_annotated_queries": 20}},
+        "ranker": {"backbone": "mlp", "head": [16]},
+        "train": {"epochs": 2, "batch_size": 64, "method": method, **train},
+        "evaluation": {"heldout_sessions": 0.25},
+        "discovery": {"n_sessions": 150, "n_bootstrap": 1}})
+    return run_pipeline(cfg, client=client).run_dir
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, dask_client):
+    root = tmp_path_factory.mktemp("story")
+    return _run(root, dask_client, "bal", warmup_epochs=1), _run(root, dask_client, "naive")
+
+
+@pytest.mark.e2e
+def test_every_output_tells_the_same_shipped_epoch(runs):
+    from wpultr.bal.cli import graph_app
+    bal, _ = runs
+    history = json.loads((bal / "train" / "history.json").read_text())["epochs"]
+    assert [epoch_label(e) for e in history] == ["warm-up 1", "epoch 0", "epoch 1"]
+    assert all(e["epoch"] == e["bal_epoch"] for e in history if e["phase"] == "bal")
+    record = shipped(bal)
+    bias = json.loads((bal / "train" / "bias.json").read_text())
+    assert bias["best_epoch"] == record["epoch"] in (0, 1)
+    k = record["epoch"]
+    best = max((e for e in history if e["phase"] == "bal"), key=lambda e: e["valid"]["DCG@10"])
+    assert best["epoch"] == k
+    line = shipped_line(record, "bal")
+    shown = CliRunner().invoke(graph_app, ["show", str(bal)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines()[0] == f"epoch {k} (the shipped ranker's)"
+    assert f"examination by position (epoch {k}'s click model" in shown.output
+    metrics = json.loads((bal / "metrics.json").read_text())
+    assert metrics["clicks"]["fitted"]["bal"]["bal_epoch"] == k     # evaluate's click model: the shipped epoch's
+    report = (bal / "report.html").read_text()
+    assert report.index("<h2>Verdict</h2>") < report.index("Metrics on held-out annotated queries")
+    assert line.split(";")[0].replace("—", "&mdash;") in report or line.split(";")[0] in report
+    assert f"data-epoch='{k}'>" in report and f"epoch {k} (shipped)" in report
+    from wpultr.cli import app
+    evaluated = CliRunner().invoke(app, ["evaluate", str(bal)])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert evaluated.output.startswith(line)
+
+
+@pytest.mark.e2e
+def test_the_verdict_tests_the_ranker_against_a_baseline_run(runs):
+    from wpultr.cli import app
+    bal, naive = runs
+    out = CliRunner().invoke(app, ["verdict", str(bal), "--baseline", str(naive)])
+    assert out.exit_code == 0, out.output
+    text = out.output
+    assert text.startswith("Verdict\n")
+    for part in ("page feature -> click in epoch", "shipped ranker on the test queries",
+                 "click models on", "against the baseline naive on"):
+        assert part in text
+    data = json.loads(CliRunner().invoke(app, ["verdict", str(bal), "--baseline", str(naive), "--json"]).output)
+    tests = data["baseline"]["tests"]
+    assert set(tests) >= {"DCG@10", "DCG@5"} and all(0 <= t["p"] <= 1 for t in tests.values() if t["p"] == t["p"])
+    worse = [m for m, t in tests.items() if t["p"] < 0.05 and t["difference"] < 0]
+    assert all(f"significantly worse than the baseline naive on {m}" in text for m in worse)
