@@ -129,3 +129,46 @@ def test_the_verdict_tests_the_ranker_against_a_baseline_run(runs):
     assert set(tests) >= {"DCG@10", "DCG@5"} and all(0 <= t["p"] <= 1 for t in tests.values() if t["p"] == t["p"])
     worse = [m for m, t in tests.items() if t["p"] < 0.05 and t["difference"] < 0]
     assert all(f"significantly worse than the baseline naive on {m}" in text for m in worse)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tables for people, --json for machines (item 3)
+# ---------------------------------------------------------------------------------------------------------------
+def test_compare_marks_significant_rows_and_rounds_every_number_alike():
+    import numpy as np
+    import pandas as pd
+    from wpultr.report.compare import Comparison, format_text, to_dict
+    rng = np.random.default_rng(0)
+    base = pd.DataFrame({"query_id": [str(i) for i in range(30)], "DCG@10": rng.normal(20, 2, 30),
+                         "ERR@10": rng.uniform(0.5, 0.7, 30)})
+    better = base.assign(**{"DCG@10": base["DCG@10"] + 1.0 + rng.normal(0, 0.1, 30),
+                            "ERR@10": base["ERR@10"] + rng.normal(0, 0.05, 30)})
+    text = format_text(Comparison(["a", "b"], "query_id", ["DCG@10", "ERR@10"], {"a": base, "b": better}))
+    rows = {line.split()[0]: line for line in text.splitlines()[3:]}
+    assert rows["DCG@10"].endswith("<0.001  *") and not rows["ERR@10"].endswith("*")
+    for line in rows.values():           # means and differences to 4 decimals, p to 3
+        cells = line.split()
+        assert all(len(c.split(".")[1]) == 4 for c in cells[1:4]) and cells[4] in ("<0.001",) or len(cells[4]) == 5
+    data = to_dict(Comparison(["a", "b"], "query_id", ["DCG@10", "ERR@10"], {"a": base, "b": better}))
+    assert data["metrics"]["DCG@10"]["tests"]["b"]["significant"] is True
+
+
+def test_stage_lines_read_as_words_not_dicts():
+    from wpultr.report.text import stage_line
+    line = stage_line("train", 7.46, {"train_rows": 23867, "valid_rows": 600, "shipped": "epoch 2",
+                                      "identifiability": {"checked": False, "reason": "method 'naive' models no bias"}})
+    assert line == ("[wpultr] train          7.5 s  train rows 23867 · valid rows 600 · shipped epoch 2 · "
+                    "identifiability method 'naive' models no bias")
+    assert "{" not in stage_line("split", 1.0, {"valid_queries": 30, "position_scores": {"1": 2.3, "2": 1.7}})
+
+
+def test_ingest_prints_a_table_and_json_on_request(tmp_path):
+    from wpultr.cli import app
+    log = Path(__file__).resolve().parents[1] / "data" / "sample" / "train" / "part-00000.gz"
+    shown = CliRunner().invoke(app, ["ingest", str(log), "--out", str(tmp_path / "a")])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0].split() == ["ingest", "value"] and any(line.split()[:1] == ["sessions"] for line in lines)
+    assert "{" not in shown.output
+    as_json = CliRunner().invoke(app, ["ingest", str(log), "--out", str(tmp_path / "b"), "--json"])
+    assert json.loads(as_json.output)["sessions"] > 0

@@ -105,7 +105,8 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
            config: Optional[Path] = typer.Option(None, help="run config declaring the page features (format table)"),
            partition_rows: int = typer.Option(200_000, help="rows per Parquet partition"),
            scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler (used "
-                                                               "whatever the input's size)")):
+                                                               "whatever the input's size)"),
+           as_json: bool = typer.Option(False, "--json", help="print the summary as JSON (for machines)")):
     """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line.
     Less than 50 MB of input (cluster.IN_PROCESS_INPUT_BYTES) is read in this process, with no cluster."""
     from .cluster import client_for_input
@@ -122,7 +123,11 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
             from .io.tables import ingest_tables
             cfg = load_config(config) if config else RunConfig()
             summary = ingest_tables(sorted(paths), out, cfg.data.parsed_page_features, client, partition_rows)
-    typer.echo(json.dumps(summary.to_dict(), indent=2))
+    if as_json:
+        typer.echo(json.dumps(summary.to_dict(), indent=2))
+    else:
+        from .report.text import ingest_text
+        typer.echo(ingest_text(summary.to_dict()))
 
 
 def _log_format(paths: List[str]) -> str:
@@ -254,16 +259,17 @@ def compare(runs: List[str] = typer.Argument(..., help="finished run directories
                                                       "is the baseline the others are tested against"),
             html: Optional[Path] = typer.Option(None, "--html", help="also write an HTML page with the per-query "
                                                                       "differences plotted (an existing file is "
-                                                                      "replaced only if `wpultr compare` wrote it)")):
+                                                                      "replaced only if `wpultr compare` wrote it)"),
+            as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON (for machines)")):
     """Runs' metrics side by side on the test queries they share, with paired t-tests against the first run."""
     from .rundir.files import check_output
-    from .report.compare import PAGE, compare_runs, format_text, write_html
+    from .report.compare import PAGE, compare_runs, format_text, to_dict, write_html
     from .storage import is_url
     inputs = [r for r in runs if not is_url(r)]
     if html is not None:
         check_output(html, PAGE, inputs, "--html")    # before reading the runs, so a refused --html costs nothing
     comparison = compare_runs(runs)
-    typer.echo(format_text(comparison))
+    typer.echo(json.dumps(to_dict(comparison), indent=2) if as_json else format_text(comparison))
     if html is not None:
         typer.echo(f"page: {write_html(comparison, html, inputs)}")
 

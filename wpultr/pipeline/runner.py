@@ -21,6 +21,7 @@ from ..cluster import WorkerWatch, n_workers, open_client, release_worker_memory
 from ..config import ConfigError, RunConfig, changed_keys, check_machine, dump_config, saved_config, to_dict
 from ..rundir.files import RunDir, package_versions, read_json, write_json, write_text
 from ..rundir.layout import CONFIG_FILE, MARKER, METRICS, REPORT, STAGES_DIR, SUMMARY_FILE, VERSIONS_FILE
+from ..report.text import stage_line
 from ..storage import WorkingCopy
 from . import status
 from .run_lock import run_lock
@@ -143,7 +144,7 @@ def _run_stages(cfg: RunConfig, run: RunDir, client: Any, stages: Sequence[Stage
         _sync(copy, client, f"{STAGES_DIR}/{stage.name}.json")
         ran.append(stage.name)
         if progress:
-            print(f"[wpultr] {stage.name}: {seconds:.1f}s {info}", flush=True)
+            print(stage_line(stage.name, seconds, info), flush=True)
     metrics = read_json(run.path(METRICS)) if run.path(METRICS).exists() else {}
     if copy is not None:
         copy.push()     # summary.json of skipped stages

@@ -49,7 +49,7 @@ def ingest_text(summary: dict[str, Any]) -> str:
 
 def _info_cell(value: Any) -> str:
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_info_cell(v)}" for k, v in value.items()) + "}"
+        return ", ".join(f"{k}={_info_cell(v)}" for k, v in value.items())
     if isinstance(value, list):
         return ", ".join(_info_cell(v) for v in value[:8]) + (f", … {len(value) - 8} more" if len(value) > 8 else "")
     return number(value)
