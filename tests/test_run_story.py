@@ -172,3 +172,45 @@ def test_ingest_prints_a_table_and_json_on_request(tmp_path):
     assert "{" not in shown.output
     as_json = CliRunner().invoke(app, ["ingest", str(log), "--out", str(tmp_path / "b"), "--json"])
     assert json.loads(as_json.output)["sessions"] > 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Evidence that agrees with itself (item 4)
+# ---------------------------------------------------------------------------------------------------------------
+def test_a_removed_edge_shows_the_p_that_removed_it_and_the_r_hat_association_is_labelled():
+    from wpultr.causal.graph import _click_evidence_lines
+    effect = {"given": ["relevance_score"], "p_value": 3.23e-32, "loglik_gain_per_row": 1e-3, "click_rate_change": 0.01}
+    meta = {"click_rows": {"n_rows": 100, "n_sessions": 10, "source": "x"},
+            "click_evidence": [
+                {"node": "serp_height", "in_graph": False, "p_value": 0.40, "verdict": "no edge", "effect": effect,
+                 "decision": "removed: independent given nothing",
+                 "within_document": {"levels": [{"level": "per sd", "ratio": 1.04, "ci95": [0.89, 1.23]}],
+                                     "p_value": 0.40}},
+                {"node": "media_type", "in_graph": False, "p_value": 1.0, "verdict": "not testable within documents",
+                 "effect": effect, "decision": "not testable within documents"}]}
+    lines = _click_evidence_lines(meta)
+    header = next(line for line in lines if line.startswith("node"))
+    assert "p (decided)" in header and "given r̂" in header and "p (effect)" not in header
+    rows = {line.split()[0]: line.split() for line in lines if line.split()[:1] in (["serp_height"], ["media_type"])}
+    assert rows["serp_height"][2] == "4.00e-01"           # the test that removed the edge, then the r̂ association
+    assert rows["media_type"][2] == "-"                   # no test decided it
+
+
+def _examination_run(root: Path, corrected: list) -> Path:
+    cell = {"relative": 1.0, "low": 0.9, "high": 1.1, "rows": 10}
+    table = {"interval": "95%", "by_position": {"1": {**cell, "low": 1.0, "high": 1.0}, "2": {**cell, "relative": 0.6}},
+             "levels": {"media_type": {"n_codes": 3, "codes": {"1": {**cell, "rows": 12}, "2": {**cell}}}}}
+    history = [{"epoch": 0, "phase": "bal", "bal_epoch": 0, "train": {"loss": 1.0, "examination": table},
+                "valid": {"DCG@10": 1.0}, "biases": {"page_feature_biases": corrected}}]
+    _, bias = renumber(history, {"method": "bal", "best_epoch": 0})
+    _write(root, "train/history.json", {"method": "bal", "epochs": history})
+    _write(root, "train/bias.json", bias)
+    return root
+
+
+@pytest.mark.parametrize("corrected, drawn", [(["position"], False), (["position", "media_type"], True)])
+def test_the_report_draws_examination_by_level_only_for_corrected_features(tmp_path, corrected, drawn):
+    from wpultr.report.figures import examination_figure
+    figure = examination_figure(_examination_run(tmp_path, corrected))
+    assert figure.drawn
+    assert ("Not drawn by level: media_type" in figure.note) is not drawn

@@ -41,13 +41,16 @@ def pvalue(p: Any) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1, indent: str = "") -> str:
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1, indent: str = "",
+          text_last: bool = False) -> str:
     """Columns padded to their widest cell: the first `left` columns (names) left-aligned, the rest (numbers)
-    right-aligned. Cells that are not strings go through `number`."""
+    right-aligned, but the last when `text_last` (a note, unpadded). Cells that are not strings go through
+    `number`."""
     cells = [[str(h) for h in header]] + [[c if isinstance(c, str) else number(c) for c in row] for row in rows]
     widths = [max(len(r[i]) if i < len(r) else 0 for r in cells) for i in range(len(header))]
     lines = []
     for r in cells:
-        parts = [(c.ljust(w) if i < left else c.rjust(w)) for i, (c, w) in enumerate(zip(r, widths))]
+        parts = [(c.ljust(w) if i < left or (text_last and i == len(widths) - 1) else c.rjust(w))
+                 for i, (c, w) in enumerate(zip(r, widths))]
         lines.append((indent + "  ".join(parts)).rstrip())
     return "\n".join(lines)

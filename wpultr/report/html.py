@@ -46,12 +46,15 @@ def _optional_json(run: RunDir, rel: str) -> Any:
 
 
 def click_edges_section(root: Path) -> str:
-    """How sure the latest epoch's graph is of each page feature → click edge (within-document effects); '' when
-    no graph or no within-document evidence."""
+    """How sure the shipped epoch's graph (the latest when it has none) is of each page feature → click edge
+    (within-document effects); '' when no graph or no within-document evidence."""
     from ..causal.graph import WITHIN_DOCUMENT_HEADER, graph_epochs, load_epoch_graph, within_document_rows
-    if not graph_epochs(root):
+    from ..rundir.epochs import shipped
+    epochs = graph_epochs(root)
+    if not epochs:
         return ""
-    k, graph = load_epoch_graph(root)
+    chosen = (shipped(root) or {}).get("epoch")
+    k, graph = load_epoch_graph(root, chosen if chosen in epochs else None)
     rows = within_document_rows(graph.meta)
     if not rows:
         return ""
