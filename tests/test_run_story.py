@@ -214,3 +214,81 @@ def test_the_report_draws_examination_by_level_only_for_corrected_features(tmp_p
     figure = examination_figure(_examination_run(tmp_path, corrected))
     assert figure.drawn
     assert ("Not drawn by level: media_type" in figure.note) is not drawn
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Errors before work (item 7)
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["my run", "a;b", "$HOME", "x'y"])
+def test_a_run_name_a_shell_cannot_take_back_is_refused(name):
+    from wpultr.config import config_from_dict
+    from wpultr.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"^name: "):
+        config_from_dict({"name": name})
+
+
+def test_a_missing_annotation_file_is_named_before_any_cluster_starts(tmp_path):
+    from wpultr import cluster
+    from wpultr.config import config_from_dict
+    from wpultr.pipeline.runner import run_pipeline
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample"
+    cfg = config_from_dict({"name": "r", "run_dir": str(tmp_path / "{name}"),
+                            "data": {"source": "baidu", "train": [str(sample / "train" / "*.gz")],
+                                     "annotations": str(tmp_path / "labels.tsv.gz")}})
+    before = cluster.local_clusters_started
+    with pytest.raises(FileNotFoundError, match=r"^data\.annotations: .*labels\.tsv\.gz: no such file"):
+        run_pipeline(cfg)
+    cfg = config_from_dict({"name": "r", "run_dir": str(tmp_path / "{name}"),
+                            "data": {"source": "baidu", "train": [str(tmp_path / "nope-*.gz")],
+                                     "annotations": str(sample / "annotations.tsv.gz")}})
+    with pytest.raises(FileNotFoundError, match=r"^data\.train: .*nope-\*\.gz' matches no file"):
+        run_pipeline(cfg)
+    assert cluster.local_clusters_started == before
+
+
+@pytest.mark.parametrize("command", [["evaluate"], ["export", "--out", "{tmp}/m"], ["verdict"], ["graph", "show"]])
+def test_every_reader_says_not_a_run_directory(tmp_path, command):
+    from wpultr.cli import app
+    (tmp_path / "plain").mkdir()
+    args = [c.replace("{tmp}", str(tmp_path)) for c in command]
+    out = CliRunner().invoke(app, [*args[:2 if args[0] == "graph" else 1], str(tmp_path / "plain"),
+                                   *args[2 if args[0] == "graph" else 1:]])
+    assert out.exit_code == 2 and "not a wpultr run directory" in out.output, out.output
+    assert "finished?" not in out.output and len(out.output.strip().splitlines()) == 1
+
+
+def test_dask_messages_go_to_the_run_directory_not_the_terminal(tmp_path, capsys):
+    import logging
+    from wpultr.cluster import dask_messages_to
+    with dask_messages_to(tmp_path / "logs" / "cluster.log") as path:
+        logging.getLogger("distributed.worker").warning("Compute Failed\nKey: x\nTraceback ...")
+        logging.getLogger("distributed.nanny").warning("Worker process still alive after 4.0 seconds, killing")
+    assert "Compute Failed" in path.read_text() and "still alive" in path.read_text()
+    captured = capsys.readouterr()
+    assert "Compute Failed" not in captured.err + captured.out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The report in a real browser (item 5): headless Chromium, 1 400 px wide
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.e2e
+def test_the_report_and_compare_page_hold_together_in_headless_chromium(runs, tmp_path):
+    from browser import find_browser, probe
+    if find_browser() is None:
+        pytest.skip("no Chromium on this machine (.ci/run installs Debian's chromium; apt-get install chromium)")
+    from wpultr.report.compare import compare_runs, write_html
+    bal, naive = runs
+    compare_page = write_html(compare_runs([str(naive), str(bal)]), tmp_path / "compare.html")
+    for page in (bal / "report.html", compare_page):
+        for width in (1280, 1400, 1600):
+            found = probe(page, tmp_path, width=width)
+            assert found["width"] == width
+            assert found["scrollWidth"] <= width and found["overflowing"] == [], (page.name, width, found)
+            assert found["images"] and all(w > 0 for _, w in found["images"]), found["images"]   # every one decoded
+            assert found["errors"] == [] and found["stderr_errors"] == [], found
+            if page.name == "report.html":
+                panels = dict(found["panels"])
+                assert sorted(panels) == sorted(p.name.split("_")[1] for p in bal.glob("epoch_*"))
+                for k, drawn in panels.items():        # the drawn edges are graph.json's, exactly
+                    graph = json.loads((bal / f"epoch_{k}" / "graph.json").read_text())
+                    assert sorted(map(tuple, drawn)) == sorted((e["from"], e["to"], e["type"]) for e in graph["edges"])

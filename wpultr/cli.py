@@ -17,8 +17,22 @@ from .errors import ConfigError
 from .experiment.cli import experiment as experiment_command
 from .identifiability.cli import identifiability_app
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="wpultr: learn an unbiased ranker from biased click logs (BAL and baselines) on Dask.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
+                  help="wpultr: learn an unbiased ranker from biased click logs (BAL and baselines) on Dask. "
+                       "Python: import wpultr; wpultr.run(config, **overrides) (docs/user-guide.md).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+        typer.echo(f"wpultr {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """wpultr: learn an unbiased ranker from biased click logs (BAL and baselines) on Dask."""
 
 
 def _cluster(scheduler: str | None, workers: int | None = None):
@@ -38,16 +52,15 @@ def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/
         baseline: Optional[str] = typer.Option(None, help="a finished run (e.g. Naive on the same logs) to test the "
                                                           "ranker against in the verdict (paired t-tests)")):
     """Run (or resume) the pipeline a config describes; prints the verdict, the run directory and report."""
-    from .config import load_config
-    from .pipeline.runner import run_pipeline
+    from . import api
+    from .rundir.layout import REPORT
     overrides = parse_sets(set_)
     if scheduler:
         overrides["cluster.scheduler"] = scheduler
-    cfg = load_config(config, overrides)
-    result = run_pipeline(cfg, fresh=fresh, progress=True)
-    typer.echo("\n" + _verdict_text(result.run_dir, baseline, rewrite_report=True))
-    typer.echo(f"run directory: {result.run_dir}")
-    typer.echo(f"report: {result.report}")
+    result = api.run(config, fresh=fresh, progress=True, sets=overrides)     # the notebook's code path
+    typer.echo("\n" + _verdict_text(result.path, baseline, rewrite_report=True))
+    typer.echo(f"run directory: {result.path}")
+    typer.echo(f"report: {result.path / REPORT}")
 
 
 def _verdict_text(run_dir: Path, baseline: Optional[str], rewrite_report: bool = False) -> str:
@@ -221,7 +234,7 @@ def export(run_dir: str = typer.Argument(..., help="a finished run directory: a 
            out: str = typer.Option(..., help="directory to write the exported ranker to: a path or an fsspec URL "
                                              "(an existing one is replaced only if it is an earlier export)")):
     """Write the run's ranker as safetensors weights plus config (and feature state) to ship it."""
-    from .export import export_run
+    from .api import export as export_run
     from .storage import is_url
     written = export_run(run_dir, out)
     if not is_url(written):
@@ -243,12 +256,13 @@ def score(model: str = typer.Argument(..., help="an exported ranker (wpultr expo
                                              "replaced only if an earlier `wpultr score` wrote it)"),
           batch_size: int = typer.Option(1024, help="rows scored at once")):
     """Score a table with a saved ranker (loading never unpickles)."""
-    from .export import SCORES, read_input_table, score_table
+    from .api import load_ranker, read_scoring_table
+    from .export import SCORES
     from .rundir.files import check_output, write_parquet
     from .storage import is_url
     inputs = (None if is_url(model) else model, input_)
     check_output(out, SCORES, inputs, "--out")      # before the scoring, so a refused --out costs nothing
-    scored = score_table(model, read_input_table(input_), batch_size)
+    scored = load_ranker(model).score_table(read_scoring_table(input_), batch_size)
     write_parquet(out, scored, SCORES, inputs, "--out")
     typer.echo(f"scored {len(scored)} rows -> {out}")
 
@@ -295,6 +309,23 @@ def status(path: str = typer.Argument(..., help="a run directory (a path or an f
     typer.echo(json.dumps(found.to_dict(), indent=2) if as_json else text(found))
 
 
+config_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                         help="the run config's keys: defaults, allowed values, descriptions")
+
+
+@config_app.command("show")
+@user_errors
+def config_show(section: Optional[str] = typer.Argument(None, help="a section (bal, train, discovery, …), a "
+                                                                   "subsection (bal.weights) or one key"),
+                defaults: bool = typer.Option(False, "--defaults", help="print the defaults as YAML, a config "
+                                                                        "to start from, each key described")):
+    """Every key of the run config with its default, allowed values and a one-line description (generated from the
+    settings dataclasses)."""
+    from .config_reference import defaults_yaml, reference_text
+    typer.echo(defaults_yaml(section) if defaults else reference_text(section))
+
+
+app.add_typer(config_app, name="config", help="the run config reference: every key, its default and allowed values")
 app.command("experiment", help="Run methods × seeds (× settings) on Dask and build the tables, figures and "
                             "HTML report.")(experiment_command)
 # `wpultr discover` and `wpultr graph` live beside their stage (wpultr/bal/cli.py).

@@ -70,8 +70,8 @@ def _set_aside_lines(bias: dict[str, Any]) -> list[str]:
 
 
 def _shipped_epoch(run: Path) -> Optional[int]:
-    from ..rundir.epochs import shipped
-    return (shipped(run) or {}).get("epoch") if (Path(run) / BIAS).exists() else None
+    from ..rundir.epochs import shipped_graph_epoch
+    return shipped_graph_epoch(run)
 
 
 def _default_epoch(run: Path, asked: Optional[int], shipped: Optional[int]) -> Optional[int]:

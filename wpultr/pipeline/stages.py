@@ -93,6 +93,17 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
     return {k: v for k, v in summary.items() if k != "columns"}
 
 
+def check_inputs(cfg: RunConfig) -> None:
+    """Before any cluster starts: every `data.train` pattern names a file and `data.annotations` exists
+    (FileNotFoundError naming the key), so a typo costs a second, not the cluster's start and an ingest."""
+    if cfg.data.source not in ("baidu", "parquet"):     # simulated logs (or a source that checks its own)
+        return
+    from ..storage import is_file
+    _expand(cfg.data.train, "data.train")
+    if cfg.data.annotations is not None and not is_file(cfg.data.annotations):
+        raise FileNotFoundError(f"data.annotations: {cfg.data.annotations}: no such file")
+
+
 def _expand(patterns: list[str], key: str) -> list[str]:
     """The files `patterns` (paths, `*` globs, fsspec URLs) name, in order; FileNotFoundError naming `key`."""
     from ..storage import expand

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..rundir import layout as L
-from ..rundir.epochs import epoch_label, history_entries, shipped
+from ..rundir.epochs import epoch_label, history_entries, shipped_graph_epoch
 from ..rundir.files import read_json
 from .plots import colors, new_figure, png_bytes
 
@@ -56,7 +56,7 @@ def _bal_epochs(root: Path) -> list[dict[str, Any]]:
 
 
 def _shipped_epoch(root: Path) -> int | None:
-    return (shipped(root) or {}).get("epoch")
+    return shipped_graph_epoch(root)
 
 
 # ---------------------------------------------------------------------------------------------

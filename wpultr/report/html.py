@@ -16,13 +16,14 @@ if TYPE_CHECKING:
 
 
 def metrics_table(metrics: dict[str, Any]) -> str:
-    """Rows = query groups (all / high / tail), columns = the metrics they share."""
+    """Rows = the metrics, columns = the query groups (all / high / tail, with their query counts): narrow at any
+    number of metrics, as `wpultr evaluate` prints it."""
     groups = [g for g in ("all", "high", "tail") if isinstance(metrics.get(g), dict)]
     if not groups:
         return "<p>No metrics yet.</p>"
-    columns = [k for k in metrics[groups[0]] if k != "n_queries"]
-    rows = [[g, metrics[g].get("n_queries", "")] + [metrics[g].get(c, "") for c in columns] for g in groups]
-    return _table(rows, ["queries", "n"] + columns)
+    names = [k for k in metrics[groups[0]] if k != "n_queries"]
+    rows = [[name] + [metrics[g].get(name, "") for g in groups] for name in names]
+    return _table(rows, ["metric"] + [f"{g} ({metrics[g].get('n_queries', '?')} queries)" for g in groups])
 
 
 def history_table(epochs: list[dict[str, Any]], valid_metrics: tuple[str, ...] = ("DCG@10", "ERR@10")):
@@ -49,11 +50,11 @@ def click_edges_section(root: Path) -> str:
     """How sure the shipped epoch's graph (the latest when it has none) is of each page feature → click edge
     (within-document effects); '' when no graph or no within-document evidence."""
     from ..causal.graph import WITHIN_DOCUMENT_HEADER, graph_epochs, load_epoch_graph, within_document_rows
-    from ..rundir.epochs import shipped
+    from ..rundir.epochs import shipped_graph_epoch
     epochs = graph_epochs(root)
     if not epochs:
         return ""
-    chosen = (shipped(root) or {}).get("epoch")
+    chosen = shipped_graph_epoch(root)
     k, graph = load_epoch_graph(root, chosen if chosen in epochs else None)
     rows = within_document_rows(graph.meta)
     if not rows:
@@ -121,17 +122,46 @@ def render_report(run: RunDir, baseline: str | None = None) -> str:
     from ..identifiability.html import section as identifiability_section
     parts.append(identifiability_section(run.root))   # '' when no pre-flight ran
     stage_rows = []
-    for rec in sorted(run.path(L.STAGES_DIR).glob("*.json")) if run.path(L.STAGES_DIR).exists() else []:
-        record = read_json(rec)
-        stage_rows.append([record["stage"], record["seconds"], record["finished_at"]])
+    for name in L.STAGE_NAMES:                         # in the order they ran
+        rec = run.path(L.STAGES_DIR) / f"{name}.json"
+        if rec.exists():
+            record = read_json(rec)
+            stage_rows.append([record["stage"], record["seconds"], record["finished_at"]])
     parts.append(_section("Stages", _table(stage_rows, ["stage", "seconds", "finished"])))
     config = run.path(L.CONFIG_FILE)
     if config.exists():
-        parts.append(_section("Config (as resolved)", f"<pre>{html.escape(config.read_text())}</pre>"))
+        parts.append(_section("Config (as resolved)", config_html(config.read_text())))
     versions = _optional_json(run, L.VERSIONS_FILE)
     if versions:
         parts.append(_section("Versions", f"<pre>{html.escape(json.dumps(versions, indent=2))}</pre>"))
     return page(f"wpultr {run.root.name}", "".join(parts))
+
+
+# the sections every run reads; a method's own section is added by name (train.method), discovery for graph learners
+_RUN_SECTIONS = ("name", "seed", "run_dir", "data", "cluster", "ranker", "train", "evaluation", "identifiability")
+
+
+def config_html(text: str) -> str:
+    """The resolved config: the sections this run reads, then the other methods' sections folded away (they hold
+    defaults this run never read)."""
+    import yaml
+    try:
+        values = yaml.safe_load(text)
+    except yaml.YAMLError:
+        values = None
+    if not isinstance(values, dict):
+        return f"<pre>{html.escape(text)}</pre>"
+    method = str((values.get("train") or {}).get("method", ""))
+    used = set(_RUN_SECTIONS) | {method} | ({"discovery"} if method == "bal" or (values.get("evaluation") or {})
+                                              .get("discover_graph", True) else set())
+    mine = {k: v for k, v in values.items() if k in used}
+    others = {k: v for k, v in values.items() if k not in used}
+    dump = lambda d: html.escape(yaml.safe_dump(d, sort_keys=False, allow_unicode=True))  # noqa: E731
+    body = f"<pre>{dump(mine)}</pre>"
+    if others:
+        body += (f"<details><summary>Other methods' sections ({', '.join(map(html.escape, others))}): defaults this "
+                 f"run did not read</summary><pre>{dump(others)}</pre></details>")
+    return body
 
 
 def write_report(run: RunDir, baseline: str | None = None) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rundir import layout as L
-from ..rundir.epochs import shipped, shipped_line
+from ..rundir.epochs import shipped, shipped_graph_epoch, shipped_line
 from ..rundir.files import read_json
 from ..tables import fixed, pvalue, table
 
@@ -90,7 +90,7 @@ def _biases(root: Path, bias: dict[str, Any], record: dict[str, Any] | None, v: 
     epochs = graph_epochs(root)
     if not epochs:
         return
-    k = (record or {}).get("epoch")
+    k = shipped_graph_epoch(root)
     try:
         k, graph = load_epoch_graph(root, k if k in epochs else None)
     except (GraphFileError, OSError, ValueError):

@@ -116,3 +116,12 @@ def history_entries(root: str | Path) -> list[dict[str, Any]]:
         return []
     entries = read_json(path).get("epochs", [])
     return renumber(entries, {})[0]
+
+
+def shipped_graph_epoch(root: str | Path) -> int | None:
+    """The epoch_<k>/ whose graph belongs to the shipped ranker: BAL's shipped epoch (a graph per epoch); None for
+    a method whose graph the discover stage learned once, after training."""
+    path = Path(root) / L.BIAS
+    if not path.exists() or read_json(path).get("method") != "bal":
+        return None
+    return (shipped(root) or {}).get("epoch")
