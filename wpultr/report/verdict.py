@@ -86,7 +86,7 @@ def verdict(root: str | Path, baseline: str | None = None) -> Verdict:
 
 def _biases(root: Path, bias: dict[str, Any], record: dict[str, Any] | None, v: Verdict) -> None:
     """The shipped epoch's click evidence: each page feature's decision and within-document effect."""
-    from ..causal.graph import GraphFileError, graph_epochs, load_epoch_graph
+    from ..causal.graph import GraphFileError, deciding_p, graph_epochs, load_epoch_graph
     epochs = graph_epochs(root)
     if not epochs:
         return
@@ -103,8 +103,7 @@ def _biases(root: Path, bias: dict[str, Any], record: dict[str, Any] | None, v: 
         effect = "; ".join(f"{lv['level']} {lv['ratio']:.2f} [{lv['ci95'][0]:.2f}, {lv['ci95'][1]:.2f}]"
                            for lv in w.get("levels", [])) or "-"
         verdict_ = e.get("verdict") or ("edge" if e.get("in_graph") else "no edge")
-        p = w.get("p_value") if w else (None if verdict_.startswith("not testable") else e.get("p_value"))
-        rows.append([e["node"], verdict_, effect, pvalue(p)])     # p of the test that decided the edge
+        rows.append([e["node"], verdict_, effect, pvalue(deciding_p(e))])     # p of the test that decided the edge
         if verdict_ == "edge":
             found.append(e["node"])
     history = [e for e in (_json(root, L.HISTORY) or {}).get("epochs", []) if e.get("phase") == "bal"]
@@ -114,7 +113,7 @@ def _biases(root: Path, bias: dict[str, Any], record: dict[str, Any] | None, v: 
     v.data.update(graph_epoch=k, biases_found=found, corrected=corrected, not_corrected=set_aside)
     if rows:
         v.tables.append((f"page feature -> click in epoch {k}'s graph (within-document click-rate ratio, 95% "
-                         "interval)", ["page feature", "decision", "effect", "p"], rows, 2))
+                         "interval)", ["page feature", "decision", "effect", "p (decided)"], rows, 2))
     if bias.get("method") == "bal":
         text = f"corrected: {', '.join(corrected) or 'nothing (no page-feature bias found)'}"
         if set_aside:
