@@ -378,8 +378,7 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
     from typer.testing import CliRunner
     from wpultr.bal.cli import graph_app
     shown = CliRunner().invoke(graph_app, ["show", str(run)])
-    assert shown.exit_code == 0 and "examination by position (click model, relative to the first): 1: 1.000" \
-        in shown.output
+    assert shown.exit_code == 0 and "'s click model, relative to the first): 1: 1.000" in shown.output
     # the simulator's default fixes the media type per document: kept in the graph, not corrected, and said so
     assert bias["separability"]["set_aside"] == ["media_type"]
     assert "not corrected (fixed for the same document" in shown.output and "media_type (within-document share 0.000" \

@@ -363,7 +363,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         require(_safe_name(self.name), "name", f"one path component: 1–{MAX_NAME_LENGTH} characters, no '/' or "
-                "'\\', not '.' or '..', no control characters", self.name)
+                "'\\', not '.' or '..', no space, quote, control or shell character ($`&|;<>*?!(){}[]#~)",
+                self.name)
         require(_int_at_least(self.seed, 0) and self.seed < 2 ** 32, "seed", "an integer in [0, 2**32 - 1]",
                 self.seed)
         require(_run_dir_template(self.run_dir), "run_dir", "a non-empty path; placeholders allowed: "
@@ -402,7 +403,8 @@ class RunConfig:
                               "(or set train.processes: 1)")
         if self.train.streaming and self.data.max_sessions is not None:
             raise ConfigError(f"data.max_sessions: must be null with train.streaming: true (every session of the "
-                              f"partitions is streamed), got {self.data.max_sessions!r}")
+                              f"partitions is streamed), got {self.data.max_sessions!r}; to train on a sample, add "
+                              f"--set train.streaming=false (or drop data.max_sessions to stream them all)")
         if self.train.method == "bal" and self.train.loss in ("listwise", "lambdarank") \
                 and self.bal.click_model.form != "multiplicative":
             raise ConfigError(f"bal.click_model.form: BAL's {self.train.loss} ranker step (train.loss) divides each "
@@ -425,10 +427,14 @@ class RunConfig:
         return self.run_dir.format(name=self.name, seed=self.seed) if is_url(self.run_dir) else None
 
 
+_SHELL_HOSTILE = set(" \t\"'`$&|;<>*?!(){}[]#~\\")
+
+
 def _safe_name(name: Any) -> bool:
-    """`name` is one safe path component: a run directory can never be its parent or a sibling's."""
+    """`name` is one safe path component: a run directory can never be its parent or a sibling's, and the path
+    printed can be pasted back into a shell (no spaces, quotes or characters a shell expands)."""
     return (isinstance(name, str) and 0 < len(name) <= MAX_NAME_LENGTH and name not in (".", "..")
-            and not any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name))
+            and not any(c in "/\\" or c in _SHELL_HOSTILE or ord(c) < 32 or ord(c) == 127 for c in name))
 
 
 def _run_dir_template(template: Any) -> bool:

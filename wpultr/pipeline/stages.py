@@ -123,6 +123,19 @@ def _ingest_embeddings(ctx: StageContext, sessions_dir: Path) -> tuple[dict[str,
     return summary, read_table(run.path(ANNOTATIONS))
 
 
+def check_inputs(cfg: RunConfig) -> None:
+    """Before any cluster starts: every `data.train` pattern names a file and `data.annotations` exists
+    (FileNotFoundError naming the key), so a typo costs a second, not the cluster's start and an ingest."""
+    if cfg.data.source not in ("baidu", "parquet", "baidu_embeddings"):     # simulated logs
+        return
+    from ..storage import is_file
+    _expand(cfg.data.train, "data.train")
+    if cfg.data.source == "baidu_embeddings" and cfg.data.heldout:
+        _expand(cfg.data.heldout, "data.heldout")
+    if cfg.data.annotations is not None and not is_file(cfg.data.annotations):
+        raise FileNotFoundError(f"data.annotations: {cfg.data.annotations}: no such file")
+
+
 def _expand(patterns: list[str], key: str) -> list[str]:
     """The files `patterns` (paths, `*` globs, fsspec URLs) name, in order; FileNotFoundError naming `key`."""
     from ..storage import expand
@@ -296,11 +309,13 @@ def train(ctx: StageContext) -> dict[str, Any]:
     from ..rundir.files import atomic_path
     with atomic_path(run.path(RANKER_DIR)) as tmp:
         result.ranker.save(tmp)
-    write_json(run.path(HISTORY), {"method": cfg.train.method, "epochs": result.history})
-    write_json(run.path(BIAS), result.bias)
+    from ..rundir.epochs import renumber     # one numbering: warm-up named, the method's epochs 0…N−1
+    history, bias = renumber(result.history, result.bias, cfg.train.select_metric)
+    write_json(run.path(HISTORY), {"method": cfg.train.method, "epochs": history})
+    write_json(run.path(BIAS), bias)
     _write_graphs(run, result)
     write_json(run.path(IDENTIFIABILITY), identifiability)
-    return {"train_rows": int(n_rows), "valid_rows": int(len(valid)),
+    return {"train_rows": int(n_rows), "valid_rows": int(len(valid)), "shipped": bias["shipped"].get("label"),
             "identifiability": summary_entry(identifiability)}
 
 

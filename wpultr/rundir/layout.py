@@ -46,3 +46,4 @@ METRICS = "metrics.json"
 PER_QUERY = "eval/per_query.parquet"
 TEST_SCORES = "eval/scores.parquet"
 REPORT = "report.html"
+CLUSTER_LOG = "logs/cluster.log"         # Dask's own messages during a run (kept out of the terminal)
