@@ -266,11 +266,15 @@ def train(ctx: StageContext) -> dict[str, Any]:
     from ..rundir.files import atomic_path
     with atomic_path(run.path(RANKER_DIR)) as tmp:
         result.ranker.save(tmp)
-    write_json(run.path(HISTORY), {"method": cfg.train.method, "epochs": result.history})
+    # the precision the ranker's passes ran in (train.precision resolved on the device; none for a booster)
+    precision = next((e["precision"] for e in result.history if isinstance(e, dict) and "precision" in e), None)
+    write_json(run.path(HISTORY), {"method": cfg.train.method, **({"precision": precision} if precision else {}),
+                                   "epochs": result.history})
     write_json(run.path(BIAS), result.bias)
     _write_graphs(run, result)
     write_json(run.path(IDENTIFIABILITY), identifiability)
     return {"train_rows": int(n_rows), "valid_rows": int(len(valid)),
+            **({"precision": precision} if precision else {}),
             "identifiability": summary_entry(identifiability)}
 
 

@@ -255,15 +255,16 @@ def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]
     return tensors
 
 
-@torch.no_grad()
-def score_inputs(ranker: Ranker, inputs: Inputs, batch_size: int = 1024) -> np.ndarray:
-    """Scores of every prepared row, in order, in eval mode."""
+def score_inputs(ranker: Ranker, inputs: Inputs, batch_size: int = 1024, precision: str = "fp32") -> np.ndarray:
+    """Scores (float32) of every prepared row, in order, in eval mode, under torch.inference_mode and the autocast of
+    `precision` (a resolved `train.precision`, rankers.precision: the training's own, so scores match its passes)."""
+    from .precision import autocast
     was_training = ranker.training
     ranker.eval()
     out = []
     device = ranker.device
     total = n_rows(inputs)
-    with ranker.batch_allocations():
+    with ranker.batch_allocations(), torch.inference_mode(), autocast(device, precision):
         for start in range(0, total, batch_size):
             rows = np.arange(start, min(start + batch_size, total))
             out.append(ranker(take(inputs, rows, device)).float().cpu().numpy())
@@ -271,9 +272,9 @@ def score_inputs(ranker: Ranker, inputs: Inputs, batch_size: int = 1024) -> np.n
     return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
 
-def score_frame(ranker: Ranker, frame: pd.DataFrame, batch_size: int = 1024) -> np.ndarray:
-    """Scores of every row of `frame` (sessions or annotations)."""
-    return score_inputs(ranker, ranker.prepare(frame), batch_size)
+def score_frame(ranker: Ranker, frame: pd.DataFrame, batch_size: int = 1024, precision: str = "fp32") -> np.ndarray:
+    """Scores of every row of `frame` (sessions or annotations), under `precision`'s autocast (score_inputs)."""
+    return score_inputs(ranker, ranker.prepare(frame), batch_size, precision)
 
 
 def resolve_device(name: str) -> torch.device:
