@@ -147,6 +147,11 @@ class Ranker(torch.nn.Module):
         by default; a ranker whose batch tensors are megabytes keeps freed blocks for reuse (rankers.bert)."""
         return nullcontext()
 
+    def scoring_order(self, inputs: Inputs) -> np.ndarray | None:
+        """The order `score_inputs` takes the prepared rows in (None: as they are); a ranker whose batch costs what its
+        longest row does groups rows of like length (rankers.bert). Each row's score is the same in any order."""
+        return None
+
     # ----------------------------------------------------------------------------------------
     def save(self, directory: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
         """Write config.json and model.safetensors into `directory` (created)."""
@@ -261,15 +266,17 @@ def score_inputs(ranker: Ranker, inputs: Inputs, batch_size: int = 1024, precisi
     from .precision import autocast
     was_training = ranker.training
     ranker.eval()
-    out = []
     device = ranker.device
     total = n_rows(inputs)
+    order = ranker.scoring_order(inputs)
+    order = np.arange(total) if order is None else order
+    out = np.zeros(total, dtype=np.float32)
     with ranker.batch_allocations(), torch.inference_mode(), autocast(device, precision):
         for start in range(0, total, batch_size):
-            rows = np.arange(start, min(start + batch_size, total))
-            out.append(ranker(take(inputs, rows, device)).float().cpu().numpy())
+            rows = order[start: start + batch_size]
+            out[rows] = ranker(take(inputs, rows, device)).float().cpu().numpy()
     ranker.train(was_training)
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+    return out
 
 
 def score_frame(ranker: Ranker, frame: pd.DataFrame, batch_size: int = 1024, precision: str = "fp32") -> np.ndarray:
