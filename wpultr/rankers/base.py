@@ -147,6 +147,13 @@ class Ranker(torch.nn.Module):
         by default; a ranker whose batch tensors are megabytes keeps freed blocks for reuse (rankers.bert)."""
         return nullcontext()
 
+    def runs_mixed_precision(self) -> bool:
+        """Whether `train.precision`'s autocast runs this ranker's passes: a transformer encoder's (rankers.bert), whose
+        matrix products are nearly all its cost. The scoring layers of every ranker — a small MLP's all — run in fp32:
+        in bf16 a score keeps 8 bits, and the scores of one query, close together, would tie (DCG@10 of the tiny BERT
+        17.5 in fp32, 12.1 with its head in bf16: bench/precision.py, seed 0)."""
+        return False
+
     def scoring_order(self, inputs: Inputs) -> np.ndarray | None:
         """The order `score_inputs` takes the prepared rows in (None: as they are); a ranker whose batch costs what its
         longest row does groups rows of like length (rankers.bert). Each row's score is the same in any order."""
@@ -267,6 +274,7 @@ def score_inputs(ranker: Ranker, inputs: Inputs, batch_size: int = 1024, precisi
     was_training = ranker.training
     ranker.eval()
     device = ranker.device
+    precision = precision if ranker.runs_mixed_precision() else "fp32"
     total = n_rows(inputs)
     order = ranker.scoring_order(inputs)
     order = np.arange(total) if order is None else order

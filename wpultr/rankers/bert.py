@@ -252,7 +252,12 @@ class BertRanker(Ranker):
 
     def forward(self, inputs: Inputs) -> torch.Tensor:
         cls = inputs[CLS_VECTORS] if CLS_VECTORS in inputs else self.cls_vector(inputs)
-        return self.head(cls).squeeze(-1)
+        with torch.autocast(cls.device.type, enabled=False):   # the head in fp32 under any autocast: scores keep
+            return self.head(cls.float()).squeeze(-1)           # their resolution (Ranker.runs_mixed_precision)
+
+    def runs_mixed_precision(self) -> bool:
+        """The encoder runs under autocast when it runs (not over cached [CLS] vectors); the head stays fp32."""
+        return not self.cache_embeddings
 
     # ----------------------------------------------------------------------------------------
     def mlm_masking(self, inputs: Inputs, probability: float, generator: torch.Generator

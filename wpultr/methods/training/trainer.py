@@ -150,7 +150,9 @@ class Trainer:
         """`stream` (streaming.PartitionSessions) replaces `train`: batches then come from its partitions."""
         self.cfg = cfg
         self.device = resolve_device(cfg.train.device)
-        self.precision = resolve_precision(cfg.train.precision, self.device)   # fp32 | bf16 | fp16, resolved
+        self.precision = resolve_precision(cfg.train.precision, self.device)   # fp32 | bf16 | fp16, resolved;
+        if not ranker.runs_mixed_precision():      # fp32 for a ranker without an encoder (Ranker.runs_mixed_precision)
+            self.precision = "fp32"
         self.scaler = grad_scaler(self.device, self.precision)                   # fp16's loss scaler, else None
         self.ranker = ranker.to(self.device)
         self.stream = stream
