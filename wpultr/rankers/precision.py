@@ -1,5 +1,6 @@
 """Mixed precision of the rankers' passes (`train.precision`): the precision a device runs, the autocast that
-applies it to the encoder and heads, and fp16's gradient scaler.
+applies it to a transformer encoder (the scoring heads stay fp32: `Ranker.runs_mixed_precision`), and fp16's
+gradient scaler.
 
 `auto` is bf16 on a CUDA device that supports it (its tensor cores run bf16 at many times the fp32 rate; bf16
 keeps fp32's exponent range, so no loss scaling is needed) and fp32 anywhere else. fp16 needs a CUDA device and
