@@ -107,7 +107,7 @@ def batches(lists: SessionLists, batch_size: int, rng: np.random.Generator, devi
 
 def list_scores(ranker: Ranker, inputs: Inputs, batch: ListBatch) -> torch.Tensor:
     """The ranker's scores of a batch's shown results as (B, K), 0 in padding; float32 whatever precision the
-    ranker ran in (under autocast its head's output is bf16/fp16; the losses take fp32)."""
+    ranker ran in (the losses take fp32)."""
     flat = batch.rows[batch.rows >= 0]
     scores = ranker(take(batch.inputs if batch.inputs is not None else inputs, flat, batch.mask.device)).float()
     out = scores.new_zeros(batch.mask.shape)
@@ -168,8 +168,8 @@ class Trainer:
         self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
 
     def autocast(self):
-        """The autocast context of the run's precision on the training device (nothing for fp32): every pass of the
-        encoder and heads runs under it — the epochs' `scores`, the warm-up's masked LM and the scoring passes."""
+        """The autocast context of the run's precision on the training device (nothing for fp32): every encoder pass
+        runs under it — the epochs' `scores`, the warm-up's masked LM and the scoring passes (the head stays fp32)."""
         return autocast(self.device, self.precision)
 
     def scores(self, batch: ListBatch) -> torch.Tensor:
