@@ -343,8 +343,11 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
     cfg = _bal_config(tmp_path, backbone)
     result = run_pipeline(cfg, client=dask_client)
     run = result.run_dir
-    history = json.loads((run / L.HISTORY).read_text())["epochs"]
+    saved = json.loads((run / L.HISTORY).read_text())
+    history = saved["epochs"]
     assert [e.get("phase") for e in history] == ["warmup", "bal", "bal"]
+    assert saved["precision"] == "fp32" and {e["precision"] for e in history} == {"fp32"}   # auto on a CPU
+    assert json.loads((run / "summary.json").read_text())["stages"]["train"]["info"]["precision"] == "fp32"
     features = [f.name for f in BAIDU_PAGE_FEATURES]
     for k in range(2):
         graph = DiscoveredGraph.load(epoch_dir(run, k) / "graph.json")

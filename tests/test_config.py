@@ -135,7 +135,7 @@ BAD: dict[str, typing.Any] = {
     "train.method": "magic", "train.loss": "hinge", "train.epochs": 0, "train.warmup_epochs": -1,
     "train.mlm_probability": 1.0, "train.mlm_weight": -1.0, "train.select_metric": "AUC", "train.batch_size": 0,
     "train.learning_rate": float("inf"), "train.weight_decay": float("nan"), "train.device": "tpu",
-    "train.processes": 0,
+    "train.precision": "fp8", "train.processes": 0,
     "evaluation.ks": [3, 3], "evaluation.heldout_sessions": 0.5,
     "discovery.n_sessions": 0, "discovery.n_strata": 0, "discovery.ci_test": "gsq", "discovery.alpha": 1.0,
     "discovery.click_rows": 5, "discovery.click_test": "document", "discovery.click_error": "per_test",

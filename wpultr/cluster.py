@@ -28,8 +28,12 @@ local_clusters_started = 0     # LocalClusters this process has started (open_cl
 
 
 def current_client() -> Client | None:
-    """The Dask client of this process (the run's), or None when there is none."""
-    from distributed import default_client
+    """The Dask client of this process (the run's), or None when there is none (or no Dask installed: a method
+    fitted in process on a machine with torch alone, as bench/gpu.py runs BAL)."""
+    try:
+        from distributed import default_client
+    except ImportError:
+        return None
     try:
         return default_client()
     except ValueError:                       # distributed: "No clients found"

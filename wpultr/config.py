@@ -293,6 +293,9 @@ class TrainConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     device: Literal["cpu", "cuda", "auto"] = "auto"
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"   # the ranker's passes (rankers/precision): auto is
+    #                                       bf16 on a CUDA device that supports it, fp32 elsewhere; fp16 (with a
+    #                                       gradient scaler) needs CUDA
     streaming: bool = False               # batches streamed from the sessions' Parquet partitions
     #                                       (methods/training/streaming; the methods whose spec says so,
     #                                       settings.methods, with the mlp backbone)
@@ -318,6 +321,10 @@ class TrainConfig:
                 self.learning_rate)
         require(_finite(self.weight_decay, 0.0), f"{k}.weight_decay", "a finite number >= 0", self.weight_decay)
         require(self.device in ("cpu", "cuda", "auto"), f"{k}.device", "one of 'cpu', 'cuda', 'auto'", self.device)
+        require(self.precision in ("auto", "fp32", "bf16", "fp16"), f"{k}.precision",
+                "one of 'auto', 'fp32', 'bf16', 'fp16'", self.precision)
+        require(not (self.precision == "fp16" and self.device == "cpu"), f"{k}.precision",
+                "'auto', 'fp32' or 'bf16' with train.device 'cpu' ('fp16' needs a CUDA device)", self.precision)
 
 
 @dataclass

@@ -311,11 +311,15 @@ def train(ctx: StageContext) -> dict[str, Any]:
         result.ranker.save(tmp)
     from ..rundir.epochs import renumber     # one numbering: warm-up named, the method's epochs 0…N−1
     history, bias = renumber(result.history, result.bias, cfg.train.select_metric)
-    write_json(run.path(HISTORY), {"method": cfg.train.method, "epochs": history})
+    # the precision the ranker's passes ran in (train.precision resolved on the device; none for a booster)
+    precision = next((e["precision"] for e in result.history if isinstance(e, dict) and "precision" in e), None)
+    write_json(run.path(HISTORY), {"method": cfg.train.method, **({"precision": precision} if precision else {}),
+                                   "epochs": history})
     write_json(run.path(BIAS), bias)
     _write_graphs(run, result)
     write_json(run.path(IDENTIFIABILITY), identifiability)
     return {"train_rows": int(n_rows), "valid_rows": int(len(valid)), "shipped": bias["shipped"].get("label"),
+            **({"precision": precision} if precision else {}),
             "identifiability": summary_entry(identifiability)}
 
 
