@@ -47,7 +47,7 @@ from .settings.prs import PRSConfig
 from .settings.regression_em import RegressionEMConfig
 from .settings.simulate import SimulateConfig
 from .settings.xgboost import XGBoostConfig
-from .storage import check_url, is_url, working_copy_dir
+from .storage import check_url, is_url, normalised, working_copy_dir
 
 __all__ = ["BERT_SPECIAL_TOKENS", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
            "EvalConfig", "MOVED_KEYS", "RankerConfig", "RunConfig", "TrainConfig", "changed_keys", "check_machine",
@@ -252,7 +252,23 @@ def check_machine(cfg: "RunConfig", own_cluster: bool = True) -> "RunConfig":
     require(cfg.ranker.backbone == "lightgbm" or need <= have, "ranker.head", f"layer widths whose training state "
             f"fits this machine's {have / 2 ** 30:.1f} GiB of memory (this head needs {need / 2 ** 30:.1f} GiB)",
             cfg.ranker.head)
+    bert = cfg.ranker.bert
+    if cfg.ranker.backbone == "bert" and bert.path is None:    # a checkpoint's size is its own config's
+        need = bert_training_bytes(bert)
+        require(need <= have, "ranker.bert", f"hidden_size, num_hidden_layers and intermediate_size whose training "
+                f"state fits this machine's {have / 2 ** 30:.1f} GiB of memory (hidden_size {bert.hidden_size}, "
+                f"num_hidden_layers {bert.num_hidden_layers}, intermediate_size {bert.intermediate_size} need "
+                f"{need / 2 ** 30:.1f} GiB)", f"{bert.hidden_size}/{bert.num_hidden_layers}/{bert.intermediate_size}")
     return cfg
+
+
+def bert_training_bytes(bert: BertConfig) -> int:
+    """Bytes the in-process BERT encoder's weights take in training (weights, gradients, Adam's moments): per layer
+    self-attention (4 h² + 4 h), the feed-forward pair (2 h i + i + h) and two layer norms (4 h), plus the position
+    embeddings; the token embeddings (vocabulary × h) aside, so this is a lower bound."""
+    h, i = bert.hidden_size, bert.intermediate_size
+    layer = 4 * h * h + 4 * h + 2 * h * i + i + h + 4 * h
+    return TRAINING_BYTES_PER_PARAMETER * (bert.num_hidden_layers * layer + (bert.max_length + 2) * h)
 
 
 def head_training_bytes(head: list[int]) -> int:
@@ -402,7 +418,8 @@ class RunConfig:
     @property
     def run_dir_url(self) -> str | None:
         """run_dir with its placeholders filled when it is an fsspec URL (s3://…), else None."""
-        return self.run_dir.format(name=self.name, seed=self.seed) if is_url(self.run_dir) else None
+        # normalised: `file:///d/victim/{name}/..` is `file:///d/victim`, checked as the place written, not as spelled
+        return normalised(self.run_dir.format(name=self.name, seed=self.seed)) if is_url(self.run_dir) else None
 
 
 def _safe_name(name: Any) -> bool:
@@ -587,8 +604,9 @@ def moved_keys_translated(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def saved_config(path: str | Path) -> RunConfig:
-    """The RunConfig a run directory's config.yaml holds (a run written by an earlier version included)."""
-    return config_from_dict(moved_keys_translated(yaml.safe_load(Path(path).read_text()) or {}))
+    """The RunConfig a run directory's config.yaml holds (a run written by an earlier version included), read by the
+    bounded safe loader: a damaged or hostile file (an alias bomb, a python tag) is one ConfigError naming it."""
+    return config_from_dict(moved_keys_translated(read_yaml_mapping(path, "run config")))
 
 
 def config_from_dict(values: Mapping[str, Any] | None) -> RunConfig:

@@ -16,7 +16,7 @@ import typer
 
 from ..causal.graph import diff_graphs, epoch_dir, load_epoch_graph, render, to_dot, to_text
 from ..cli_support import nest, parse_sets, user_errors
-from ..rundir.files import PNG, Replaces, holding
+from ..rundir.ownership import output_of
 from ..rundir.layout import BIAS, BIASES_FILE, EPOCH_PREFIX, GRAPH_FILE
 from ..storage import is_url, readable_run_dir, write_bytes
 
@@ -73,10 +73,7 @@ _GRAPH_FILES = (f"{EPOCH_PREFIX}*", BIAS)      # what `wpultr graph` reads of a 
 
 
 # what `graph show --output` may replace: a file of the format it writes, as an earlier `graph show` wrote it
-_OUTPUTS = {GraphFormat.text: Replaces("a graph text file (wpultr graph show)", holding(b"epoch ")),
-            GraphFormat.dot: Replaces("a Graphviz DOT file", holding(b"digraph")),
-            GraphFormat.svg: Replaces("an SVG image", holding(b"<svg", 1024)),
-            GraphFormat.png: PNG}
+_OUTPUTS = dict.fromkeys(GraphFormat, output_of("wpultr graph show"))
 
 
 @graph_app.command("show")
