@@ -163,7 +163,7 @@ def _not_ours(target: Path, replaces: Replaces | None) -> str | None:
         if replaces.test(target) or (replaces.record is not None and _in_run_dir(target)):
             return None
         return f"exists and is not {replaces.what}"
-    if not _in_run_dir(target):
+    if not (_in_run_dir(target) or _in_own_temporary(target)):
         return f"exists outside any run directory ({'a directory' if target.is_dir() else 'a file'} wpultr has no " \
                f"record of writing)"
     return None
@@ -173,6 +173,13 @@ def replaceable(path: str | Path, replaces: Replaces | None) -> bool:
     """The existing `path` may be replaced by an output that `replaces` describes (check_output's test, the
     protected places and inputs aside)."""
     return _not_ours(normalise(path), replaces) is None
+
+
+def _in_own_temporary(target: Path) -> bool:
+    """`target` lies inside a temporary directory of this process's `atomic_path` (`.<name>.tmp-<pid>`): an output
+    still being written, before it is swapped into place."""
+    suffix = f".tmp-{os.getpid()}"
+    return any(p.name.startswith(".") and p.name.endswith(suffix) for p in target.parents)
 
 
 def _in_run_dir(target: Path) -> bool:
