@@ -173,7 +173,8 @@ def test_item2_export_to_a_url_through_dotdot_never_empties_a_users_directory(fi
     for _ in range(2):
         message = one_line_error(*invoke(["export", finished["run"], "--out", "memory://i42-userY/x/.."]))
         assert "memory://i42-userY holds files but no export.json" in message
-    assert fs.cat_file("/i42-userY/notes.txt") == b"mine" and fs.ls("/i42-userY", detail=False) == ["/i42-userY/notes.txt"]
+    assert fs.cat_file("/i42-userY/notes.txt") == b"mine"
+    assert fs.ls("/i42-userY", detail=False) == ["/i42-userY/notes.txt"]
     invoke(["export", finished["run"], "--out", "memory://i42-userZ/x/.."])
     fs.pipe_file("/i42-userZ/config.json", b"{}")          # the user changes a file of the earlier upload
     assert "changed since it was uploaded" in one_line_error(

@@ -67,7 +67,7 @@ def bench_out(target: str) -> tuple[int, str]:
 def writer_args(name: str, target: str, ctx: dict[str, Path]) -> list[str] | Callable[[], tuple[int, str]]:
     run, logs = ctx["run"], ctx["logs"]
     if name == "score":
-        return ["score", str(run / "ranker"), str(logs / "annotations.tsv.gz"), "--out", target]
+        return ["score", str(run / "ranker"), str(run / "data" / "annotations.parquet"), "--out", target]
     if name == "compare --html":
         return ["compare", str(run), str(ctx["run2"]), "--html", target]
     if name == "graph show --output":

@@ -130,10 +130,9 @@ def _files_of(directory: Path) -> list[str]:
 
 
 def _symlink_in(directory: Path) -> Path | None:
-    """The first symlink (or other non-plain entry) at or under `directory`, walked without following links."""
+    """The first symlink (or other non-plain entry) under `directory` (itself may be a link the user made to it),
+    walked without following links."""
     import os
-    if directory.is_symlink():
-        return directory
     for root, dirs, files in os.walk(directory):
         for name in dirs + files:
             path = Path(root) / name
@@ -145,7 +144,7 @@ def _symlink_in(directory: Path) -> Path | None:
 def is_export_dir(path: Path) -> bool:
     """`path` is an earlier export whole: its export.json (this format) lists every other file there with the sha256
     it has now, and nothing else (no symlink) lies there. What `export --out` may replace."""
-    if not path.is_dir() or _symlink_in(path) is not None:
+    if not path.is_dir() or path.is_symlink() or _symlink_in(path) is not None:
         return False
     try:
         if (path / EXPORT_FILE).stat().st_size > MAX_EXPORT_JSON_BYTES:

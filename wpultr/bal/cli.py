@@ -16,7 +16,8 @@ import typer
 
 from ..causal.graph import diff_graphs, epoch_dir, load_epoch_graph, render, to_dot, to_text
 from ..cli_support import nest, parse_sets, user_errors
-from ..rundir.ownership import output_of
+from ..rundir.files import is_run_dir
+from ..rundir.ownership import output_of, record
 from ..rundir.layout import BIAS, BIASES_FILE, EPOCH_PREFIX, GRAPH_FILE
 from ..storage import is_url, readable_run_dir, write_bytes
 
@@ -141,6 +142,21 @@ def _discover_config(config: Optional[Path], sets: Optional[List[str]]):
     return load_config(config, overrides) if config else config_from_dict(nest(overrides))
 
 
+DISCOVER = "wpultr discover"     # what --out's epoch_<k>/ may replace: only what this command wrote there
+
+
+def _discover_target(out: Path, epoch: int, sessions: Path) -> Path:
+    """OUT/epoch_<k>, checked before any work (rundir.ownership): refused unless new, inside a run directory or this
+    command's own unchanged earlier output, which is then removed for the new one."""
+    import shutil
+    from ..rundir.files import check_output
+    target = epoch_dir(out, epoch)
+    check_output(target, output_of(DISCOVER), [sessions], "--out")
+    if target.is_dir() and not any(is_run_dir(parent) for parent in target.parents):
+        shutil.rmtree(target)
+    return target
+
+
 @user_errors
 def discover_command(
         sessions: Path = typer.Argument(..., help="sessions table: a directory of Parquet partitions"),
@@ -168,6 +184,7 @@ def discover_command(
     if not sessions.is_dir():
         raise FileNotFoundError(f"{sessions}: sessions table directory not found")
     features = cfg.data.parsed_page_features
+    target = _discover_target(out, epoch, sessions)
     encoder_dir = encoder or out / ENCODER_SUBDIR
     if encoder is not None and not (encoder / ENCODER_JSON).is_file():
         raise FileNotFoundError(f"--encoder {encoder}: no {ENCODER_JSON} (a directory written by preprocess)")
@@ -183,7 +200,8 @@ def discover_command(
         result = discover_epoch(sessions, scores, features, cfg.discovery, out, epoch, encoder_dir=encoder_dir,
                                 client=client, seed=cfg.seed,
                                 min_within_document_share=cfg.bal.min_within_document_share)
-    target = epoch_dir(out, epoch)
+    if not any(is_run_dir(parent) for parent in target.parents):   # in a run directory its marker proves it
+        record(target, DISCOVER)
     typer.echo(f"epoch {epoch}\n{to_text(result.graph)}")
     typer.echo("\n".join(_bias_lines(result.graph)))
     typer.echo(json.dumps({"graph": str(target / GRAPH_FILE), "biases": str(target / BIASES_FILE),

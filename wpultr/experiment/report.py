@@ -38,7 +38,10 @@ def check_outputs(exp: Experiment, config: Path) -> None:
     """RunDirError (one line naming the file) before any run starts when out_dir holds a file of the experiment's
     own names that `wpultr experiment` did not write (or the experiment's YAML itself): nothing the user wrote
     there is replaced (rundir.ownership)."""
+    from ..errors import RunDirError
     from ..rundir.files import check_output
+    if exp.out_dir.exists() and not exp.out_dir.is_dir():
+        raise RunDirError(f"out_dir {exp.out_dir}: exists and is not a directory; choose another out_dir")
     for name in TOP_FILES:
         check_output(exp.out_dir / name, EXPERIMENT_OUTPUT, [config], "out_dir")
 
