@@ -352,7 +352,9 @@ def test_item10_a_run_on_an_empty_annotation_file_fails_in_one_line(finished, tm
     code, text = invoke(["run", demo, "--set", f"run_dir={tmp_path}/{{name}}", "--set", "cluster.n_workers=1",
                          "--set", f"data.train=[{finished['logs']}/train/*.gz]",
                          "--set", f"data.annotations={tmp_path / 'empty.tsv'}"])
-    assert f"{tmp_path / 'empty.tsv'}: no annotation rows" in one_line_error(code, text)
+    assert code == 2 and "Traceback" not in text, text
+    assert text.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'empty.tsv'}: no annotation rows (it holds "
+                                                    f"no annotation line)"), text
 
 
 def test_item11_a_byte_identical_copy_is_read_once_with_a_warning(tmp_path, caplog):

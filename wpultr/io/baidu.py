@@ -884,7 +884,9 @@ def _read_annotations(path: str, chunk_bytes: int
     if damage is not None:
         records.append(damage)
     if table.num_rows == 0:    # as the own-table path: nothing to evaluate on is a user error, never `n_queries: 0`
-        why = f"{len(records)} of its lines set aside as malformed" if records else "it holds no annotation line"
+        reasons = sorted({r.reason for r in records})
+        why = (f"its lines were all set aside: {', '.join(reasons)}" if reasons and reasons != ["empty_file"]
+               else "it holds no annotation line")
         raise SchemaError(f"{path}: no annotation rows ({why}); an annotation file needs at least one line of "
                           f"qid, query, title, abstract, label, bucket")
     return table, records, reader, mapped
