@@ -121,14 +121,14 @@ def checkout(runs, tmp_path, monkeypatch) -> Path:
     (["export", "runs/r2", "--out", "runs"], "--out runs: is, holds or lies inside an input"),
     (["export", "runs/r2", "--out", "keep"], "--out keep: exists and is not an earlier wpultr export"),
     (["export", "runs/r2", "--out", "README.md"], "--out README.md: exists and is not an earlier wpultr export"),
-    (["score", "runs/r2/ranker", "annotations.tsv.gz", "--out", "keep/"], "--out keep/: exists and is not an "
+    (["score", "runs/r2/ranker", "annotations.tsv.gz", "--out", "keep/"], "--out keep: exists and is not an "
                                                                           "earlier output of wpultr score"),
     (["score", "runs/r2/ranker", "table.parquet", "--out", "table.parquet"], "--out table.parquet: is, holds or "
                                                                              "lies inside an input"),
     (["score", "runs/r2/ranker", "annotations.tsv.gz", "--out", "runs/r2/ranker/s.parquet"], "lies inside an input"),
     (["score", "runs/r2/ranker", "annotations.tsv.gz", "--out", "README.md"], "--out README.md: exists and is not "
                                                                               "an earlier output of wpultr score"),
-    (["identifiability", "check", "runs/r2", "--figure", "keep/"], "keep/: exists and is not an earlier output of "
+    (["identifiability", "check", "runs/r2", "--figure", "keep/"], "keep: exists and is not an earlier output of "
                                                                    "wpultr identifiability check --figure"),
 ])
 def test_an_output_never_replaces_what_wpultr_did_not_write(checkout, args, says):

@@ -47,12 +47,13 @@ from .settings.prs import PRSConfig
 from .settings.regression_em import RegressionEMConfig
 from .settings.simulate import SimulateConfig
 from .settings.xgboost import XGBoostConfig
+from .rundir.safe_yaml import MAX_YAML_DEPTH, MAX_YAML_NODES, safe_yaml
 from .storage import check_url, is_url, normalised, working_copy_dir
 
 __all__ = ["BERT_SPECIAL_TOKENS", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
            "EvalConfig", "MOVED_KEYS", "RankerConfig", "RunConfig", "TrainConfig", "changed_keys", "check_machine",
            "config_from_dict", "dump_config", "from_mapping", "load_config", "parse_overrides", "read_yaml_mapping",
-           "results_config", "safe_yaml", "set_dotted", "to_dict"]
+           "results_config", "safe_yaml", "set_dotted", "to_dict", "MAX_YAML_DEPTH", "MAX_YAML_NODES"]
 
 BERT_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask", "unk")   # ids a BERT checkpoint's vocabulary must give
 MAX_NAME_LENGTH = 128
@@ -65,9 +66,7 @@ MAX_BERT_HIDDEN = 8192                 # a BERT encoder's hidden size
 MAX_BERT_LAYERS = 96                   # a BERT encoder's layers
 MAX_BERT_HEADS = 256                   # a BERT encoder's attention heads
 TRAINING_BYTES_PER_PARAMETER = 16      # float32 weight, its gradient and Adam's two moments
-# A config is a few hundred values: YAML beyond these bounds (an alias bomb, runaway nesting) is refused at once.
-MAX_YAML_NODES = 100_000               # values once every alias is expanded
-MAX_YAML_DEPTH = 64                    # nested sequences and mappings
+# A config is a few hundred values: YAML beyond MAX_YAML_NODES / MAX_YAML_DEPTH (rundir/safe_yaml.py) is refused.
 EXECUTION_SECTIONS = ("cluster",)      # where a run executes, not what it computes: a resume may change them
 RUN_DIR_FIELDS = ("name", "seed")                          # the placeholders run_dir may hold
 TRAIN_LOSSES = ("pointwise", "listwise", "lambdarank")    # train.loss; lambdarank: the LightGBM backbone only
@@ -613,51 +612,6 @@ def config_from_dict(values: Mapping[str, Any] | None) -> RunConfig:
     """A validated RunConfig from a mapping, its relative paths made absolute against the working directory."""
     check_moved_keys(values or {})
     return absolute_paths(from_mapping(RunConfig, values or {}))
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """The safe loader, refusing a document nested deeper than MAX_YAML_DEPTH or holding more than MAX_YAML_NODES
-    values once its aliases are expanded (an alias bomb is a few lines that expand to billions)."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._sizes: dict[int, int] = {}      # id(node) -> values under it, aliases expanded (node composed)
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            anchored = self.anchors.get(self.peek_event().anchor)
-            if anchored is not None and id(anchored) not in self._sizes:
-                raise ConfigError("an alias (*name) inside the value it names; a config holds no loops")
-        self._depth += 1
-        try:
-            if self._depth > MAX_YAML_DEPTH:
-                raise ConfigError(f"nested more than {MAX_YAML_DEPTH} levels deep; a config is a few levels of "
-                                  f"sections and values")
-            node = super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-        if id(node) not in self._sizes:   # children were composed (and sized) first; an alias's node was sized once
-            children = node.value if isinstance(node, yaml.SequenceNode) else \
-                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
-            self._sizes[id(node)] = 1 + sum(self._sizes[id(c)] for c in children)
-        if self._sizes[id(node)] > MAX_YAML_NODES:
-            raise ConfigError(f"more than {MAX_YAML_NODES} values once its aliases (*name) are expanded")
-        return node
-
-
-def safe_yaml(text: str, where: str) -> Any:
-    """`text` parsed by the safe loader within MAX_YAML_DEPTH and MAX_YAML_NODES; one-line ConfigError naming
-    `where` (a file, or `--set KEY`) otherwise."""
-    loader = _BoundedLoader(text)
-    try:
-        return loader.get_single_data()
-    except ConfigError as e:
-        raise ConfigError(f"{where}: {e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{where}: not valid YAML: {cut(' '.join(str(e).split()))}") from None
-    finally:
-        loader.dispose()
 
 
 def read_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:

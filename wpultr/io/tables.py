@@ -468,7 +468,7 @@ def _same_content(files: Sequence[str]) -> list[tuple[str, str]]:
     for f in files:
         by_size.setdefault(size(f), []).append(f)
     pairs = []
-    for group in (g for g in by_size.values() if len(g) > 1):
+    for group in (g for s, g in by_size.items() if len(g) > 1 and s > 0):   # empty files double nothing
         seen: dict[str, str] = {}
         for f in group:
             digest = _url_sha256(f) if is_url(f) else file_sha256(f)

@@ -133,7 +133,7 @@ def _stage_names(stages_dir: Path) -> list[str]:
 
 
 def _run_name(root: Path) -> str | None:
-    from ..config import safe_yaml
+    from ..rundir.safe_yaml import safe_yaml
     from ..errors import WpultrError
     try:                                   # the bounded safe loader: a hostile config.yaml is no name, not a hang
         values = safe_yaml((root / CONFIG_FILE).read_text(), str(root / CONFIG_FILE))
