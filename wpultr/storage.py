@@ -16,6 +16,8 @@ machine can reach. The design keeps every stage's local-file code as it is:
   temporary name and renamed; on an object store (s3, gs) one object PUT — multipart uploads too — is
   atomic by itself: the object appears whole or not at all, so it is written in place.
 * memory:// lives in one process: fit for tests and in-process clusters, never shared with workers.
+* Every URL is normalised before it is checked or used (`normalised`: `file:///d/x/..` is `file:///d`), and an
+  upload (`upload_dir`) replaces only an earlier upload whose marker lists every file there with its present sha256.
 * The commands that read a run (`wpultr evaluate`, `export`, `status`, `graph`, `identifiability check`) take a
   URL too (`readable_run_dir`): they pull only the files they read into a *reader copy* beside the working
   copy, never into it (a run on this machine may be syncing there), and their errors name the URL. A file://
