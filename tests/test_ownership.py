@@ -137,6 +137,19 @@ def test_a_writer_replaces_its_own_output_through_any_spelling_until_the_user_ed
     assert snapshot(tmp_path / "user") == before
 
 
+@pytest.mark.parametrize("how", SPELLINGS)
+def test_run_dir_never_takes_a_users_directory_through_any_spelling(how, tmp_path):
+    """`wpultr run`'s run_dir (its proof of ownership: the .wpultr-run marker) spelled every way at a user's folder."""
+    target = tmp_path / "user" / "out"
+    target.mkdir(parents=True)
+    (target / "config.yaml").write_text("mine: 1\n")
+    before = snapshot(tmp_path / "user")
+    demo = Path(__file__).resolve().parents[1] / "pipelines" / "demo.yaml"
+    code, text = invoke(["run", demo, "--set", f"run_dir={spell(target, how)}", "--set", "cluster.n_workers=1"])
+    assert "exists, is not empty and holds no wpultr run" in one_line_error(code, text)
+    assert snapshot(tmp_path / "user") == before
+
+
 # ---------------------------------------------------------------------------------------------
 # Item 1: a file:// run_dir with `..`
 # ---------------------------------------------------------------------------------------------
