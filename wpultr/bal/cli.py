@@ -74,7 +74,8 @@ _GRAPH_FILES = (f"{EPOCH_PREFIX}*", BIAS)      # what `wpultr graph` reads of a 
 
 
 # what `graph show --output` may replace: a file of the format it writes, as an earlier `graph show` wrote it
-_OUTPUTS = dict.fromkeys(GraphFormat, output_of("wpultr graph show"))
+GRAPH_OUTPUT = output_of("wpultr graph show")            # --output: only this command's own earlier file
+GRAPH_IN_RUN = output_of("wpultr graph show", in_runs=True)   # the default image, in the run it draws
 
 
 @graph_app.command("show")
@@ -98,7 +99,7 @@ def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec
             if output is None:
                 typer.echo(body)
             else:
-                write_bytes(output, (body + "\n").encode(), _OUTPUTS[fmt], "--output")
+                write_bytes(output, (body + "\n").encode(), GRAPH_OUTPUT, "--output")
                 typer.echo(output)
             return
         image = render(graph, fmt.value)
@@ -106,7 +107,7 @@ def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec
     name = f"graph.{fmt.value}"
     target = output or (f"{run.rstrip('/')}/{epoch_dir('', k).as_posix()}/{name}" if is_url(run)
                         else str(epoch_dir(run, k) / name))
-    write_bytes(target, image, _OUTPUTS[fmt], "--output" if output else None)
+    write_bytes(target, image, GRAPH_OUTPUT if output else GRAPH_IN_RUN, "--output" if output else None)
     typer.echo(target)
 
 
@@ -151,7 +152,7 @@ def _discover_target(out: Path, epoch: int, sessions: Path) -> Path:
     import shutil
     from ..rundir.files import check_output
     target = epoch_dir(out, epoch)
-    check_output(target, output_of(DISCOVER), [sessions], "--out")
+    check_output(target, output_of(DISCOVER, in_runs=True), [sessions], "--out")   # --out may be a run: its own
     if target.is_dir() and not any(is_run_dir(parent) for parent in target.parents):
         shutil.rmtree(target)
     return target

@@ -52,6 +52,7 @@ def partition_name(file_index: int, partition: int) -> str:
 # What an ingest may replace under out_dir: only the sessions/ and quarantine/ an earlier ingest wrote there, listed
 # with every file's sha256 in out_dir's manifest (rundir.ownership), or inside a run directory; never for their names.
 INGEST = output_of("wpultr ingest")
+INGEST_STAGE = output_of("wpultr ingest", in_runs=True)   # the pipeline's ingest stage (key "run_dir"): its own run
 _STALE = re.compile(rf"\.({SESSIONS_SUBDIR}|{QUARANTINE_SUBDIR})\.tmp-(\d+)")
 
 
@@ -78,8 +79,9 @@ def ingest_output(out_dir: str | Path, inputs: Sequence[str], key: str = "--out"
     moves: list[tuple[str, str]] = []
     here = {"host": socket.gethostname(), "pid": os.getpid()}
     try:
-        with atomic_path(out / SESSIONS_SUBDIR, INGEST, inputs, key) as sessions, \
-                atomic_path(out / QUARANTINE_SUBDIR, INGEST, inputs, key) as quarantine:
+        owned = INGEST_STAGE if key == "run_dir" else INGEST
+        with atomic_path(out / SESSIONS_SUBDIR, owned, inputs, key) as sessions, \
+                atomic_path(out / QUARANTINE_SUBDIR, owned, inputs, key) as quarantine:
             sweep_stale_ingests(out)
             moves = [(str(sessions), str(out / SESSIONS_SUBDIR)), (str(quarantine), str(out / QUARANTINE_SUBDIR))]
             sessions.mkdir()
@@ -135,7 +137,7 @@ def _swap_here(moves: Sequence[tuple[str, str]], keep: bool) -> None:
         if not keep:
             shutil.rmtree(claimed)
             continue
-        if final.is_dir() and not final.is_symlink() and replaceable(final, INGEST):
+        if final.is_dir() and not final.is_symlink() and replaceable(final, INGEST_STAGE):
             shutil.rmtree(final)   # this host's copy of the table the caller replaced
         os.replace(claimed, final)
 

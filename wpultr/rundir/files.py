@@ -76,8 +76,8 @@ def atomic_path(path: str | Path, replaces: Replaces | None = None, inputs: Iter
             if swap:
                 os.replace(old, path)
             raise
-        if replaces is not None and replaces.record is not None and not _in_run_dir(path):
-            replaces.record(path)      # inside a run directory its marker proves the run's files are its own
+        if replaces is not None and replaces.record is not None and not (replaces.in_runs and _in_run_dir(path)):
+            replaces.record(path)      # a run's own files need no record: its marker proves them
     finally:
         for leftover in (tmp, old):
             _remove(leftover)
@@ -160,7 +160,7 @@ def _not_ours(target: Path, replaces: Replaces | None) -> str | None:
     if target.is_dir() and (is_run_dir(target) or _unmarked_run(target)):
         return "holds a wpultr run"
     if replaces is not None:
-        if replaces.test(target) or (replaces.record is not None and _in_run_dir(target)):
+        if replaces.test(target) or (replaces.in_runs and _in_run_dir(target)):
             return None
         return f"exists and is not {replaces.what}"
     if not (_in_run_dir(target) or _in_own_temporary(target)):

@@ -33,11 +33,13 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 class Replaces:
     """What an output may replace when its path exists: `test(path)` is True only for this program's own earlier
     output (its manifest, checked by content hash); `what` names that kind in the refusal; `record(path)`, when set,
-    lists the new output in its manifest once it is in place."""
+    lists the new output in its manifest once it is in place; `in_runs`: a path inside a run directory is the run's
+    own and may be replaced (a pipeline stage, a command writing into the run it reads), never for a user's --out."""
 
     what: str
     test: Callable[[Path], bool]
     record: Callable[[Path], None] | None = None
+    in_runs: bool = False
 
 
 def file_sha256(path: str | Path) -> str:
@@ -187,11 +189,12 @@ def record(target: Path, command: str) -> None:
     os.replace(tmp, path)
 
 
-def output_of(command: str) -> Replaces:
+def output_of(command: str, in_runs: bool = False) -> Replaces:
     """What `command` (e.g. "wpultr score") may replace: only its own earlier output, listed with its hashes in the
-    manifest beside it; the new output is listed there once in place."""
+    manifest beside it; the new output is listed there once in place. `in_runs`: also any path inside a run directory
+    (the run's marker proves it; nothing is recorded there) — for a stage of the pipeline writing its own run."""
     return Replaces(f"an earlier output of {command} (listed with its sha256 in {OWNED_FILE} beside it)",
-                    lambda path: why_not_owned(path, command) is None, lambda path: record(path, command))
+                    lambda path: why_not_owned(path, command) is None, lambda path: record(path, command), in_runs)
 
 
 def check_manifest_writable(target: Path) -> str | None:
