@@ -383,6 +383,7 @@ def test_item11_a_byte_identical_copy_is_read_once_with_a_warning(tmp_path, capl
     assert "the same bytes as" in caplog.text
 
 
+@pytest.mark.e2e
 def test_item11_a_dead_ingests_temporary_folders_are_swept(tmp_path):
     from wpultr.io.tables import sweep_stale_ingests
     from wpultr.rundir.layout import INGEST_MARKER
