@@ -48,11 +48,27 @@ def experiment_yaml(where: Path, out_dir: str) -> Path:
     return spec
 
 
-def bench_out(target: str) -> tuple[int, str]:
-    """bench/seed_tables' --out as its drivers use it: checked first, then one JSON line appended (exit code, text)."""
+def _bench_on_path() -> None:
     bench = str(Path(__file__).resolve().parents[1] / "bench")
     if bench not in sys.path:
         sys.path.insert(0, bench)
+
+
+def bench_json(target: str) -> tuple[int, str]:
+    """bench/outputs' --json as bench/bal.py, discovery.py and methods.py use it: checked first, then written."""
+    _bench_on_path()
+    import outputs
+    try:
+        outputs.check_json_output(target)
+        outputs.write_json_output(target, {"figures": [1, 2]})
+    except SystemExit as stop:
+        return 2, str(stop)
+    return 0, ""
+
+
+def bench_out(target: str) -> tuple[int, str]:
+    """bench/seed_tables' --out as its drivers use it: checked first, then one JSON line appended (exit code, text)."""
+    _bench_on_path()
     import seed_tables
     try:
         path = seed_tables.check_out(target)
@@ -85,15 +101,18 @@ def writer_args(name: str, target: str, ctx: dict[str, Path]) -> list[str] | Cal
                 "--report-only"]
     if name == "bench --out":
         return lambda: bench_out(target)
+    if name == "bench --json":
+        return lambda: bench_json(target)
     raise ValueError(name)
 
 
 WRITERS = {"score": "file", "compare --html": "file", "graph show --output": "file",
-           "identifiability check --figure": "file", "bench --out": "file", "export": "dir",
+           "identifiability check --figure": "file", "bench --out": "file", "bench --json": "file", "export": "dir",
            "simulate": "children", "ingest": "children", "experiment": "children"}
 # a file or folder of the user's at the place each writer writes, which the old rule replaced for its type or name
 USER_FILE = {"score": "scores.parquet", "compare --html": "page.html", "graph show --output": "graph.txt",
-             "identifiability check --figure": "chart.png", "bench --out": "results.jsonl"}
+             "identifiability check --figure": "chart.png", "bench --out": "results.jsonl",
+             "bench --json": "figures.json"}
 
 
 def user_files(name: str, target: Path, ctx: dict[str, Path]) -> None:
@@ -110,7 +129,7 @@ def user_files(name: str, target: Path, ctx: dict[str, Path]) -> None:
         target.write_text("epoch 0\nmy notes\n")
     elif name == "identifiability check --figure":
         target.write_bytes(b"\x89PNG\r\n\x1a\nmy chart")
-    elif name == "bench --out":
+    elif name in ("bench --out", "bench --json"):
         target.write_text('{"mine": 1}\n')
     elif kind == "dir":      # export: a folder of the user's that holds an export.json (no checksums) and more
         target.mkdir()
