@@ -76,6 +76,7 @@ from wpultr.schema import FEATURES
 from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
 from wpultr.simulate.user_models import click_relevance
+from outputs import check_json_output, write_json_output   # bench/outputs.py: --json replaces only its own file
 from worlds import LETOR_HELD_OUT, LETOR_WORLDS, WORLDS   # bench/worlds.py: the worlds, shared with bench/discovery.py
 
 BENCH_WORLDS = {**WORLDS, **LETOR_WORLDS}
@@ -595,6 +596,7 @@ def main() -> None:
     parser.add_argument("--join", help="no training: join the per-query tables of earlier --per-query-dir runs "
                                        "(any number of processes or machines) and report over all their seeds")
     args = parser.parse_args()
+    check_json_output(args.json)     # before anything is measured: a file of the user's is never replaced
     if args.join:
         for world, joined in joined_seeds(Path(args.join)).items():
             complete = [s for s in joined if all(label in s["per_query"] for label in joined[0]["per_query"])]
@@ -619,8 +621,7 @@ def main() -> None:
                     rival_report(seeds[world])
     summary = {world: report(world, seeds[world], args) for world in worlds}
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=2)
+        write_json_output(args.json, summary)
 
 
 if __name__ == "__main__":

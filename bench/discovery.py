@@ -83,6 +83,7 @@ from wpultr.schema import (BAIDU_PAGE_FEATURES, CLICK, DOC_ID, POSITION, QUERY_I
                            FeatureKind, query_document_pairs)
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
+from outputs import check_json_output, write_json_output   # bench/outputs.py: --json replaces only its own file
 from worlds import MEDIA_WORLDS, WORLDS          # bench/worlds.py: shared with bench/bal.py
 from wpultr.causal.click_evidence import deciding_p_values
 from wpultr.causal.within_document_ci import DOCUMENT_CODE
@@ -482,6 +483,7 @@ def main() -> None:
     parser.add_argument("--rcit-ladder", default=",".join(map(str, RCIT_LADDER)), help="sample sizes tried for RCIT")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
+    check_json_output(args.json)     # before anything is measured: a file of the user's is never replaced
     parts = args.part or ["speed", "quality", "scale", "compare"]
     world = dict(WORLDS[args.world])
     USER_MODEL_PARAMS.update(world.pop("user_model_params", {}))
@@ -521,8 +523,7 @@ def main() -> None:
     out["total_seconds"] = time.perf_counter() - started
     print(f"\ntotal {out['total_seconds']:.0f} s [{_load()}]")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2, default=str)
+        write_json_output(args.json, out, default=str)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ Threads: --threads for torch and LightGBM alike (default 1, which is stable on a
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -32,6 +31,8 @@ from wpultr.config import RunConfig
 from wpultr.settings.methods import get_method
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
+
+from outputs import check_json_output, write_json_output   # bench/outputs.py: --json replaces only its own file
 
 METHODS = ("naive", "ipw", "regression_em", "dla", "pairwise_debias", "lightgbm_lambdarank", "lightgbm_position",
            "propensity_pairs", "propensity_lambdamart",   # PRS pairs on the MLP; PRS-LambdaMART per 50-round epoch
@@ -51,6 +52,7 @@ def main() -> None:
                         help="torch and LightGBM threads, the same for every method (1: stable on a shared box)")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args()
+    check_json_output(args.json)     # before anything is measured: a file of the user's is never replaced
 
     torch.set_num_threads(args.threads)
     sim = SimulateConfig(n_sessions=args.sessions, results_per_page=10, n_dense_features=16, user_model="whole_page")
@@ -108,9 +110,8 @@ def main() -> None:
         print(f"{r['method']:<22}{r['seconds_per_epoch']:>10.3f}{ratio:>9}{r['setup_seconds']:>9.2f}"
               f"{r['fit_seconds']:>8.2f}{dcg:>8}  {note}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"sessions": args.sessions, "epochs": args.epochs, "rounds": args.rounds,
-                       "head": args.head, "threads": args.threads, "rows": rows}, f, indent=2)
+        write_json_output(args.json, {"sessions": args.sessions, "epochs": args.epochs, "rounds": args.rounds,
+                                      "head": args.head, "threads": args.threads, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -112,6 +112,7 @@ def main() -> None:
         summary(args.summary)
         return
     args.sets = parse_overrides(args.sets)
+    args.out = seed_tables.check_out(args.out)   # before any log is fitted: never a user's file
     for lists, setting, seed in itertools.product(args.lists, args.settings, args.seeds):
         record = one_log(setting, lists, seed, args)
         seed_tables.append_record(args.out, record)

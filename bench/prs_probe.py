@@ -39,8 +39,8 @@ from wpultr.schema import CLICK, query_key
 from wpultr.simulate import simulate
 
 # bench/seed_tables.py, shared with bench/pairwise_size.py
-from seed_tables import (add_output_arguments, append_record, fit_and_score, paired_entry, print_summary, run_configs,
-                         validation_and_test)
+from seed_tables import (add_output_arguments, append_record, check_out, fit_and_score, paired_entry, print_summary,
+                         run_configs, validation_and_test)
 
 YAML = Path(__file__).resolve().parents[1] / "pipelines" / "reproduce" / "prs.yaml"
 ORACLE = "IPS-LR+oracle"          # IPS-LR without the skipped relevant results among its negatives
@@ -112,6 +112,7 @@ def main() -> None:
         summary(args.summary)
         return
     args.sets = parse_overrides(args.sets)
+    args.out = check_out(args.out)   # before any log is fitted: never a user's file
     for setting, seed in itertools.product(args.settings, args.seeds):
         record = one_log(setting, seed, args)
         append_record(args.out, record)

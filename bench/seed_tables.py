@@ -95,8 +95,30 @@ def add_output_arguments(parser: Any, default_out: str, set_example: str) -> Non
     parser.add_argument("--summary", type=Path, default=None, help="print mean ± std over seeds of a --out file")
 
 
-def append_record(path: Path, record: dict[str, Any]) -> None:
-    """One log's result as one JSON line of `path` (created with its folder), so a cut run keeps what it finished."""
+OUT_COMMAND = "bench seed-table driver --out"   # what --out may append to: a file these drivers wrote (its manifest)
+
+
+def check_out(path: str | Path) -> Path:
+    """The --out file as the local path it names (a file:// URL too), or SystemExit with one line when it exists and
+    is not these drivers' own earlier output (wpultr.rundir.ownership: listed with its sha256 beside it)."""
+    from wpultr.errors import WpultrError
+    from wpultr.rundir.files import check_output
+    from wpultr.rundir.ownership import output_of, output_path
+    try:
+        path = output_path(path, "--out")
+        check_output(path, output_of(OUT_COMMAND), key="--out")
+    except WpultrError as error:
+        raise SystemExit(f"error: {error}") from None
+    return path
+
+
+def append_record(path: str | Path, record: dict[str, Any]) -> None:
+    """One log's result as one JSON line of `path` (created with its folder), so a cut run keeps what it finished;
+    only a file these drivers wrote is appended to, and its manifest entry follows each line."""
+    from wpultr.rundir.ownership import normalise
+    from wpultr.rundir.ownership import record as own
+    path = check_out(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(json.dumps(record) + "\n")
+    own(normalise(path), OUT_COMMAND)

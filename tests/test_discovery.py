@@ -372,6 +372,8 @@ def write_sessions(directory: Path, n_sessions: int, seed: int) -> None:
 
 @pytest.mark.e2e
 def test_discover_stage_writes_epoch_artifacts(tmp_path, dask_client):
+    from wpultr.rundir.files import RunDir
+    RunDir.create(tmp_path)           # the stage writes a run's directory (its files there are the run's own)
     sessions_dir = tmp_path / "data" / "sessions"
     write_sessions(sessions_dir, 600, seed=0)
     from wpultr.settings.discovery import PreprocessConfig

@@ -24,6 +24,7 @@ from wpultr.io.baidu import ingest_baidu, ingest_baidu_annotations, read_baidu_a
 from wpultr.io.parquet import read_table
 from wpultr.io.tables import ingest_tables
 from wpultr.metrics import per_query
+from wpultr.rundir.ownership import OWNED_FILE
 from wpultr.schema import BAIDU_TOKEN_SEP, SESSION_ID, SchemaError
 
 SEP = BAIDU_TOKEN_SEP
@@ -78,7 +79,7 @@ def test_a_failed_ingest_leaves_the_previous_table_whole(tmp_path, dask_client):
     with pytest.raises(SchemaError, match="click"):
         ingest_tables([good, tmp_path / "b.parquet"], out, PAGE, dask_client)   # a.parquet's partitions were written
     assert _files(out / "sessions") == before and len(read_table(out / "sessions")) == first.results
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]            # no temporary directory left
+    assert not [p for p in out.iterdir() if p.name.startswith(".") and p.name != OWNED_FILE]   # no temporary left
 
 
 KILLED_INGEST = """
@@ -239,10 +240,10 @@ def test_the_run_stage_writes_quarantined_annotation_lines(tmp_path, dask_client
     cfg.data.source, cfg.data.train, cfg.data.annotations = "baidu", [str(log)], str(annotations)
     cfg.data.page_features = {}
     run = RunDir.create(tmp_path / "run")
-    summary = ingest(StageContext(cfg, run, dask_client))
+    with pytest.raises(SchemaError, match=rf"^{annotations}: no annotation rows \(its lines were all set aside "):
+        ingest(StageContext(cfg, run, dask_client))       # issue 42 item 10: no row left is refused, not run on
     records = pd.read_parquet(tmp_path / "run" / "data" / "quarantine" / "annotations.parquet")
     assert sorted(records["reason"]) == ["conflicting_label", "conflicting_label", "wrong_field_count"]
-    assert summary["annotations_quarantined"] == 3 and summary["annotation_rows"] == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,9 +321,11 @@ def test_a_damaged_annotation_gzip_keeps_no_unverified_label(tmp_path):
     middle = len(data) // 2
     data[middle:middle + 16] = bytes(b ^ 0xFF for b in data[middle:middle + 16])
     (tmp_path / "damaged.gz").write_bytes(bytes(data))
-    summary = ingest_baidu_annotations(tmp_path / "damaged.gz", tmp_path / "out")
+    with pytest.raises(SchemaError, match=r"damaged.gz: no annotation rows \(its lines were all set aside .*gzip"):
+        ingest_baidu_annotations(tmp_path / "damaged.gz", tmp_path / "out")   # issue 42 item 10: none kept, refused
     assert pd.read_parquet(tmp_path / "out" / "annotations.parquet").empty
-    assert summary.unverified_lines == summary.lines > 0 and summary.file_reasons == {"corrupt_gzip": 1}
+    records = pd.read_parquet(tmp_path / "out" / "quarantine" / "annotations.parquet")
+    assert list(records["reason"]) == ["corrupt_gzip"]
 
 
 @pytest.mark.e2e
@@ -330,6 +333,8 @@ def test_workers_with_their_own_copy_make_the_same_swap(tmp_path, dask_client):
     """A URL run directory's workers on another host write into their own copy: there the swap is redone (here
     the worker copy is faked by a directory only the test fills, at the path the ingest swaps)."""
     from wpultr.io.tables import _swap_here
+    from wpultr.rundir.files import RunDir
+    RunDir.create(tmp_path)                  # the worker's copy of a URL run directory: it holds the run's marker
     old, tmp = tmp_path / "data" / "sessions", tmp_path / "data" / ".sessions.tmp-1"
     old.mkdir(parents=True)
     tmp.mkdir()

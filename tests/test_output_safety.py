@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -37,6 +36,8 @@ from wpultr.rundir import layout as L
 from wpultr.rundir.files import atomic_path
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
+
+from writers import SPELLINGS, WRITERS, spell, writer_args
 
 pytestmark = pytest.mark.e2e
 
@@ -120,13 +121,15 @@ def checkout(runs, tmp_path, monkeypatch) -> Path:
     (["export", "runs/r2", "--out", "runs"], "--out runs: is, holds or lies inside an input"),
     (["export", "runs/r2", "--out", "keep"], "--out keep: exists and is not an earlier wpultr export"),
     (["export", "runs/r2", "--out", "README.md"], "--out README.md: exists and is not an earlier wpultr export"),
-    (["score", "runs/r2/ranker", "annotations.tsv.gz", "--out", "keep/"], "--out keep: exists and is not a table"),
+    (["score", "runs/r2/ranker", "annotations.tsv.gz", "--out", "keep/"], "--out keep: exists and is not an "
+                                                                          "earlier output of wpultr score"),
     (["score", "runs/r2/ranker", "table.parquet", "--out", "table.parquet"], "--out table.parquet: is, holds or "
                                                                              "lies inside an input"),
     (["score", "runs/r2/ranker", "annotations.tsv.gz", "--out", "runs/r2/ranker/s.parquet"], "lies inside an input"),
     (["score", "runs/r2/ranker", "annotations.tsv.gz", "--out", "README.md"], "--out README.md: exists and is not "
-                                                                              "a table written by wpultr score"),
-    (["identifiability", "check", "runs/r2", "--figure", "keep/"], "keep: exists and is not a PNG image"),
+                                                                              "an earlier output of wpultr score"),
+    (["identifiability", "check", "runs/r2", "--figure", "keep/"], "keep: exists and is not an earlier output of "
+                                                                   "wpultr identifiability check --figure"),
 ])
 def test_an_output_never_replaces_what_wpultr_did_not_write(checkout, args, says):
     before = snapshot(checkout)
@@ -154,20 +157,21 @@ def test_figures_replace_only_a_png(checkout):
     ok("identifiability", "check", "runs/r2", "--figure", "graph.png")
     ok("identifiability", "check", "runs/r2", "--figure", "graph.png")
     assert (checkout / "graph.png").read_bytes().startswith(b"\x89PNG")
-    assert "README.md: exists and is not a PNG image" in fails("identifiability", "check", "runs/r2",
-                                                               "--figure", "README.md")
+    assert "README.md: exists and is not an earlier output of wpultr identifiability" in fails(
+        "identifiability", "check", "runs/r2", "--figure", "README.md")
 
 
 def test_graph_show_output_into_a_directory_is_one_line(runs, tmp_path):
     (tmp_path / "keep").mkdir()
     (tmp_path / "keep" / "a.txt").write_text("x")
     message = fails("graph", "show", runs["dense"], "--output", tmp_path / "keep")
-    assert message.startswith(f"error: --output {tmp_path / 'keep'}: exists and is not a graph text file")
+    assert message.startswith(f"error: --output {tmp_path / 'keep'}: exists and is not an earlier output of wpultr "
+                              f"graph show")
     assert (tmp_path / "keep" / "a.txt").read_text() == "x"
     ok("graph", "show", runs["dense"], "--output", tmp_path / "g.txt")
     ok("graph", "show", runs["dense"], "--output", tmp_path / "g.txt")          # its own earlier file
-    assert "exists and is not a Graphviz DOT file" in fails("graph", "show", runs["dense"], "-f", "dot",
-                                                            "--output", tmp_path / "keep" / "a.txt")
+    assert "exists and is not an earlier output of wpultr graph show" in fails(
+        "graph", "show", runs["dense"], "-f", "dot", "--output", tmp_path / "keep" / "a.txt")
 
 
 def test_simulate_replaces_its_own_directories_only(tmp_path):
@@ -178,7 +182,7 @@ def test_simulate_replaces_its_own_directories_only(tmp_path):
     ok("simulate", "--out", out, *small)                 # its own train/ and truth/ are replaced
     (out / "train" / "mine.csv").write_text("1")
     before = snapshot(tmp_path)
-    assert "train: exists and is not a directory of simulated log parts" in fails("simulate", "--out", out, *small)
+    assert "train: exists and is not an earlier output of wpultr simulate" in fails("simulate", "--out", out, *small)
     assert snapshot(tmp_path) == before
 
 
@@ -204,15 +208,18 @@ TREE = st.dictionaries(st.lists(NAMES, min_size=1, max_size=3).map("/".join), st
 @pytest.fixture(scope="module")
 def property_root(runs, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("property")
-    shutil.copytree(runs["tokens"], root / "run")
-    shutil.copy(runs["logs"] / "annotations.tsv.gz", root / "annotations.tsv.gz")
+    shutil.copytree(runs["dense"], root / "run")        # a graph for graph show, dense features for score
+    shutil.copytree(runs["dense"], root.with_name(root.name + "_b"))     # the second run compare --html reads
     return root
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(tree=TREE, pick=st.integers(min_value=0), command=st.sampled_from(["export", "score"]),
-       as_dir=st.booleans())
-def test_no_user_file_is_removed_or_changed_by_an_output(property_root, tree, pick, command, as_dir):
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=TREE, pick=st.integers(min_value=0), command=st.sampled_from(sorted(WRITERS)),
+       as_dir=st.booleans(), how=st.sampled_from(SPELLINGS))
+def test_no_user_file_is_removed_or_changed_by_an_output(property_root, runs, tree, pick, command, as_dir, how):
+    """Every writer (issue 42), its output spelled every way (plain, `..`, a symlinked parent, file://,
+    file://…/..), pointed at random user files and folders: nothing the user had changes; an output that was not
+    there appears."""
     user = property_root / "user"
     shutil.rmtree(user, ignore_errors=True)
     for rel, data in tree.items():
@@ -230,18 +237,25 @@ def test_no_user_file_is_removed_or_changed_by_an_output(property_root, tree, pi
     cwd = os.getcwd()
     os.chdir(user)
     try:
-        out = f"{target}{'/' if as_dir else ''}"
-        if command == "export":
-            result = invoke("export", property_root / "run", "--out", out)
+        out = f"{spell(target, how) if target != property_root else target}{'/' if as_dir else ''}"
+        args = writer_args(command, out, {"run": property_root / "run", "logs": runs["logs"],
+                                          "run2": property_root.with_name(property_root.name + "_b"),
+                                          "specs": property_root.parent / "specs"})
+        if callable(args):
+            code, output = args()
         else:
-            result = invoke("score", property_root / "run" / L.RANKER_DIR, property_root / "annotations.tsv.gz",
-                            "--out", out)
+            result = invoke(*args)
+            code, output = result.exit_code, result.output
     finally:
         os.chdir(cwd)
-    assert result.exit_code == (0 if fresh else 2) and "Traceback" not in result.output, result.output
+        link = target.parent.with_name(target.parent.name + "_link")
+        if link.is_symlink():
+            link.unlink()
+    assert code in (0, 2) and "Traceback" not in output, output
+    assert code == 0 or not fresh, output                                   # a new output is never refused
     after = {**snapshot(property_root / "run"), **{f"user/{k}": v for k, v in snapshot(user).items()}}
     assert {k: after.get(k) for k in before} == before                      # nothing the user had is touched
-    assert not fresh or {k for k in after if k not in before} and target.exists()   # only the new output added
+    assert code == 2 or {k for k in after if k not in before} or not target.is_relative_to(user)   # output added
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,15 +293,16 @@ def test_a_one_bit_flip_in_the_weights_is_an_export_error(model, table):
         score_table(model, table)
 
 
-def test_an_export_without_checksums_loads_and_says_it_is_not_verified(model, runs, caplog):
+def test_an_export_without_checksums_is_refused_and_never_replaced(model, runs):
+    """Issue 42 item 7: nothing of an export.json without checksums can be verified, so it is neither loaded nor
+    taken for wpultr's own output (export --out replaces only an export whose every file matches its checksum)."""
     manifest = json.loads((model / EXPORT_FILE).read_text())
     del manifest["checksums"]
     (model / EXPORT_FILE).write_text(json.dumps(manifest))
-    with caplog.at_level(logging.WARNING, logger="wpultr.export"):
+    with pytest.raises(ExportError, match=r"export.json: lists no checksums"):
         load_export(model)
-    assert "lists no checksums" in caplog.text and "not verified" in caplog.text
-    export_run(runs["dense"], model)                   # an export from before checksums is still replaceable
-    assert "checksums" in json.loads((model / EXPORT_FILE).read_text())
+    with pytest.raises(RunDirError, match="exists and is not an earlier wpultr export"):
+        export_run(runs["dense"], model)
 
 
 def _set_weights(model: Path, value: float) -> None:

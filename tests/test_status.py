@@ -18,6 +18,7 @@ from wpultr.experiment.spec import experiment_from_dict
 from wpultr.experiment.status import experiment_status, format_experiment_status
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import STAGES, Stage
+from wpultr.rundir.files import RunDir
 from wpultr.pipeline.status import format_status, mark_running, run_status
 
 NAMES = [s.name for s in STAGES]
@@ -82,7 +83,7 @@ def test_a_failed_stage_then_resumed(tmp_path, dask_client):
 
 
 def test_running_and_died(tmp_path):
-    root = tmp_path / "r"
+    root = RunDir.create(tmp_path / "r").root
     mark_running(root, "ingest")                           # this process: alive
     status = run_status(root)
     assert status.state == "running" and status.stages[0].state == "running"

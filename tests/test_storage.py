@@ -91,11 +91,13 @@ def test_baidu_annotations_read_from_a_url_as_from_a_path(tmp_path, memory_url):
 
 
 def test_atomic_write_on_a_file_url_leaves_no_temporary(tmp_path):
+    from wpultr.rundir.files import RunDir
+    RunDir.create(tmp_path / "out")       # replaced in place: a run's own file (outside a run it needs a manifest)
     url = (tmp_path / "out" / "a.json").as_uri()
     storage.write_bytes(url, b"1")
     storage.write_bytes(url, b"22")
     assert (tmp_path / "out" / "a.json").read_bytes() == b"22"
-    assert [p.name for p in (tmp_path / "out").iterdir()] == ["a.json"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".wpultr-run", "a.json"]
 
 
 # ---------------------------------------------------------------------------------------------

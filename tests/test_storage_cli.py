@@ -239,7 +239,7 @@ def test_an_export_is_not_uploaded_over_files_that_are_no_export(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    (model / EXPORT_FILE).write_text("{}")
+    seal(model)
     with pytest.raises(ConfigError, match=r"^--out: .* holds files but no export.json"):
         storage.upload_dir(model, url, "--out", EXPORT_FILE)
     fs, root = storage.filesystem(url)
@@ -248,5 +248,12 @@ def test_an_export_is_not_uploaded_over_files_that_are_no_export(tmp_path):
     assert storage.upload_dir(model, url, "--out", EXPORT_FILE) == 2
     (model / "config.json").unlink()
     (model / "weights.bin").write_bytes(b"w")
+    seal(model)
     storage.upload_dir(model, url, "--out", EXPORT_FILE)                  # the earlier export is replaced whole
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.find(root)) == [EXPORT_FILE, "weights.bin"]
+
+
+def seal(model: Path) -> None:
+    """export.json listing the sha256 of every other file of `model`: what marks an earlier upload as one."""
+    from wpultr.export import EXPORT_FORMAT, export_checksums
+    (model / EXPORT_FILE).write_text(json.dumps({"format": EXPORT_FORMAT, "checksums": export_checksums(model)}))

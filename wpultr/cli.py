@@ -91,7 +91,8 @@ def verdict_command(run_dir: str = typer.Argument(..., help="a finished run dire
 
 @app.command()
 @user_errors
-def simulate(out: Path = typer.Option(..., help="directory to write the logs, annotations and truth to"),
+def simulate(out: str = typer.Option(..., help="directory to write the logs, annotations and truth to (a path or a "
+                                             "file:// URL; what is there is replaced only if simulate wrote it)"),
              config: Optional[Path] = typer.Option(None, help="run config whose data.simulate section to use"),
              fmt: str = typer.Option("baidu", "--format", help="baidu (gzip text) or parquet"),
              seed: int = typer.Option(0, help="random seed"),
@@ -104,6 +105,12 @@ def simulate(out: Path = typer.Option(..., help="directory to write the logs, an
         raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'baidu', 'parquet'")
     cfg = load_config(config, parse_sets(set_)) if config else config_from_dict(
         nest(parse_sets(set_)))
+    from .rundir.files import check_output
+    from .rundir.ownership import output_of, output_path
+    from .simulate.generate import COMMAND, output_names
+    out = output_path(out, "--out")
+    for name in output_names(fmt):      # before simulating, so a refused --out costs nothing
+        check_output(out / name, output_of(COMMAND), [config] if config else [], "--out")
     logs = run_simulator(cfg.data.simulate, seed=seed)
     logs.write(out, fmt=fmt)
     typer.echo(f"wrote {logs.sessions['session_id'].nunique()} sessions, {len(logs.sessions)} results to {out}")
@@ -112,7 +119,8 @@ def simulate(out: Path = typer.Option(..., help="directory to write the logs, an
 @app.command()
 @user_errors
 def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or Parquet/CSV)"),
-           out: Path = typer.Option(..., help="output directory (sessions/ and quarantine/ go under it)"),
+           out: str = typer.Option(..., help="output directory (sessions/ and quarantine/ go under it; a path or a "
+                                             "file:// URL; what is there is replaced only if ingest wrote it)"),
            fmt: str = typer.Option("auto", "--format", help="auto (by file name), baidu, or table "
                                                              "(Parquet/CSV with declared columns)"),
            config: Optional[Path] = typer.Option(None, help="run config declaring the page features (format table)"),
@@ -123,6 +131,8 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
     """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line.
     Less than 50 MB of input (cluster.IN_PROCESS_INPUT_BYTES) is read in this process, with no cluster."""
     from .cluster import client_for_input
+    from .rundir.ownership import output_path
+    out = output_path(out, "--out")
     if fmt not in ("auto", "baidu", "table"):
         raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'auto', 'baidu', 'table'")
     if fmt == "auto":
@@ -252,14 +262,17 @@ def score(model: str = typer.Argument(..., help="an exported ranker (wpultr expo
                                                  "a path or an fsspec URL (file://, s3://, …)"),
           input_: Path = typer.Argument(..., metavar="INPUT", help="annotation file (Baidu layout) or Parquet "
                                                                    "table (sessions or annotations)"),
-          out: Path = typer.Option(..., help="Parquet file to write: key columns plus `score` (an existing file is "
-                                             "replaced only if an earlier `wpultr score` wrote it)"),
+          out: str = typer.Option(..., help="Parquet file to write, a path or a file:// URL: key columns plus "
+                                            "`score` (an existing file is replaced only if an earlier `wpultr score` "
+                                            "wrote it)"),
           batch_size: int = typer.Option(1024, help="rows scored at once")):
     """Score a table with a saved ranker (loading never unpickles)."""
     from .api import load_ranker, read_scoring_table
-    from .export import SCORES
     from .rundir.files import check_output, write_parquet
+    from .rundir.ownership import output_of, output_path
     from .storage import is_url
+    out = output_path(out, "--out")
+    SCORES = output_of("wpultr score")               # an earlier table of this command only (its manifest)
     inputs = (None if is_url(model) else model, input_)
     check_output(out, SCORES, inputs, "--out")      # before the scoring, so a refused --out costs nothing
     scored = load_ranker(model).score_table(read_scoring_table(input_), batch_size)
@@ -271,15 +284,18 @@ def score(model: str = typer.Argument(..., help="an exported ranker (wpultr expo
 @user_errors
 def compare(runs: List[str] = typer.Argument(..., help="finished run directories (paths or fsspec URLs); the first "
                                                       "is the baseline the others are tested against"),
-            html: Optional[Path] = typer.Option(None, "--html", help="also write an HTML page with the per-query "
-                                                                      "differences plotted (an existing file is "
-                                                                      "replaced only if `wpultr compare` wrote it)"),
+            html: Optional[str] = typer.Option(None, "--html", help="also write an HTML page with the per-query "
+                                                                     "differences plotted (a path or a file:// URL; "
+                                                                     "an existing file is replaced only if `wpultr "
+                                                                     "compare` wrote it)"),
             as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON (for machines)")):
     """Runs' metrics side by side on the test queries they share, with paired t-tests against the first run."""
     from .rundir.files import check_output
     from .report.compare import PAGE, compare_runs, format_text, to_dict, write_html
     from .storage import is_url
+    from .rundir.ownership import output_path
     inputs = [r for r in runs if not is_url(r)]
+    html = output_path(html, "--html") if html is not None else None
     if html is not None:
         check_output(html, PAGE, inputs, "--html")    # before reading the runs, so a refused --html costs nothing
     comparison = compare_runs(runs)

@@ -16,7 +16,7 @@ import typer
 
 from .errors import WpultrError
 
-USER_ERRORS = (WpultrError, FileNotFoundError, NotADirectoryError)
+USER_ERRORS = (WpultrError, FileNotFoundError, NotADirectoryError, FileExistsError)   # a file where a folder goes
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}   # OSErrors a user fixes (user_errors)
 
 

@@ -48,12 +48,13 @@ from .settings.regression_em import RegressionEMConfig
 from .settings.embeddings import EmbeddingsConfig
 from .settings.simulate import SimulateConfig
 from .settings.xgboost import XGBoostConfig
-from .storage import check_url, is_url, working_copy_dir
+from .rundir.safe_yaml import MAX_YAML_DEPTH, MAX_YAML_NODES, safe_yaml
+from .storage import check_url, is_url, normalised, working_copy_dir
 
 __all__ = ["BERT_SPECIAL_TOKENS", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
            "EvalConfig", "MOVED_KEYS", "RankerConfig", "RunConfig", "TrainConfig", "changed_keys", "check_machine",
            "config_from_dict", "dump_config", "from_mapping", "load_config", "parse_overrides", "read_yaml_mapping",
-           "results_config", "safe_yaml", "set_dotted", "to_dict"]
+           "results_config", "safe_yaml", "set_dotted", "to_dict", "MAX_YAML_DEPTH", "MAX_YAML_NODES"]
 
 BERT_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask", "unk")   # ids a BERT checkpoint's vocabulary must give
 MAX_NAME_LENGTH = 128
@@ -66,9 +67,7 @@ MAX_BERT_HIDDEN = 8192                 # a BERT encoder's hidden size
 MAX_BERT_LAYERS = 96                   # a BERT encoder's layers
 MAX_BERT_HEADS = 256                   # a BERT encoder's attention heads
 TRAINING_BYTES_PER_PARAMETER = 16      # float32 weight, its gradient and Adam's two moments
-# A config is a few hundred values: YAML beyond these bounds (an alias bomb, runaway nesting) is refused at once.
-MAX_YAML_NODES = 100_000               # values once every alias is expanded
-MAX_YAML_DEPTH = 64                    # nested sequences and mappings
+# A config is a few hundred values: YAML beyond MAX_YAML_NODES / MAX_YAML_DEPTH (rundir/safe_yaml.py) is refused.
 EXECUTION_SECTIONS = ("cluster",)      # where a run executes, not what it computes: a resume may change them
 RUN_DIR_FIELDS = ("name", "seed")                          # the placeholders run_dir may hold
 TRAIN_LOSSES = ("pointwise", "listwise", "lambdarank")    # train.loss; lambdarank: the LightGBM backbone only
@@ -269,7 +268,23 @@ def check_machine(cfg: "RunConfig", own_cluster: bool = True) -> "RunConfig":
     require(cfg.ranker.backbone == "lightgbm" or need <= have, "ranker.head", f"layer widths whose training state "
             f"fits this machine's {have / 2 ** 30:.1f} GiB of memory (this head needs {need / 2 ** 30:.1f} GiB)",
             cfg.ranker.head)
+    bert = cfg.ranker.bert
+    if cfg.ranker.backbone == "bert" and bert.path is None:    # a checkpoint's size is its own config's
+        need = bert_training_bytes(bert)
+        require(need <= have, "ranker.bert", f"hidden_size, num_hidden_layers and intermediate_size whose training "
+                f"state fits this machine's {have / 2 ** 30:.1f} GiB of memory (hidden_size {bert.hidden_size}, "
+                f"num_hidden_layers {bert.num_hidden_layers}, intermediate_size {bert.intermediate_size} need "
+                f"{need / 2 ** 30:.1f} GiB)", f"{bert.hidden_size}/{bert.num_hidden_layers}/{bert.intermediate_size}")
     return cfg
+
+
+def bert_training_bytes(bert: BertConfig) -> int:
+    """Bytes the in-process BERT encoder's weights take in training (weights, gradients, Adam's moments): per layer
+    self-attention (4 h² + 4 h), the feed-forward pair (2 h i + i + h) and two layer norms (4 h), plus the position
+    embeddings; the token embeddings (vocabulary × h) aside, so this is a lower bound."""
+    h, i = bert.hidden_size, bert.intermediate_size
+    layer = 4 * h * h + 4 * h + 2 * h * i + i + h + 4 * h
+    return TRAINING_BYTES_PER_PARAMETER * (bert.num_hidden_layers * layer + (bert.max_length + 2) * h)
 
 
 def head_training_bytes(head: list[int]) -> int:
@@ -431,7 +446,8 @@ class RunConfig:
     @property
     def run_dir_url(self) -> str | None:
         """run_dir with its placeholders filled when it is an fsspec URL (s3://…), else None."""
-        return self.run_dir.format(name=self.name, seed=self.seed) if is_url(self.run_dir) else None
+        # normalised: `file:///d/victim/{name}/..` is `file:///d/victim`, checked as the place written, not as spelled
+        return normalised(self.run_dir.format(name=self.name, seed=self.seed)) if is_url(self.run_dir) else None
 
 
 _SHELL_HOSTILE = set(" \t\"'`$&|;<>*?!(){}[]#~\\")
@@ -621,59 +637,15 @@ def moved_keys_translated(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def saved_config(path: str | Path) -> RunConfig:
-    """The RunConfig a run directory's config.yaml holds (a run written by an earlier version included)."""
-    return config_from_dict(moved_keys_translated(yaml.safe_load(Path(path).read_text()) or {}))
+    """The RunConfig a run directory's config.yaml holds (a run written by an earlier version included), read by the
+    bounded safe loader: a damaged or hostile file (an alias bomb, a python tag) is one ConfigError naming it."""
+    return config_from_dict(moved_keys_translated(read_yaml_mapping(path, "run config")))
 
 
 def config_from_dict(values: Mapping[str, Any] | None) -> RunConfig:
     """A validated RunConfig from a mapping, its relative paths made absolute against the working directory."""
     check_moved_keys(values or {})
     return absolute_paths(from_mapping(RunConfig, values or {}))
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """The safe loader, refusing a document nested deeper than MAX_YAML_DEPTH or holding more than MAX_YAML_NODES
-    values once its aliases are expanded (an alias bomb is a few lines that expand to billions)."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._sizes: dict[int, int] = {}      # id(node) -> values under it, aliases expanded (node composed)
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            anchored = self.anchors.get(self.peek_event().anchor)
-            if anchored is not None and id(anchored) not in self._sizes:
-                raise ConfigError("an alias (*name) inside the value it names; a config holds no loops")
-        self._depth += 1
-        try:
-            if self._depth > MAX_YAML_DEPTH:
-                raise ConfigError(f"nested more than {MAX_YAML_DEPTH} levels deep; a config is a few levels of "
-                                  f"sections and values")
-            node = super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-        if id(node) not in self._sizes:   # children were composed (and sized) first; an alias's node was sized once
-            children = node.value if isinstance(node, yaml.SequenceNode) else \
-                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
-            self._sizes[id(node)] = 1 + sum(self._sizes[id(c)] for c in children)
-        if self._sizes[id(node)] > MAX_YAML_NODES:
-            raise ConfigError(f"more than {MAX_YAML_NODES} values once its aliases (*name) are expanded")
-        return node
-
-
-def safe_yaml(text: str, where: str) -> Any:
-    """`text` parsed by the safe loader within MAX_YAML_DEPTH and MAX_YAML_NODES; one-line ConfigError naming
-    `where` (a file, or `--set KEY`) otherwise."""
-    loader = _BoundedLoader(text)
-    try:
-        return loader.get_single_data()
-    except ConfigError as e:
-        raise ConfigError(f"{where}: {e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{where}: not valid YAML: {cut(' '.join(str(e).split()))}") from None
-    finally:
-        loader.dispose()
 
 
 def read_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:

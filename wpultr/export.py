@@ -4,17 +4,18 @@ An exported model directory holds the ranker (config.json + model.safetensors), 
 feature state when the ranker reads features computed from token ids (lexical/: JSON + NPZ), and
 export.json (where it came from: run, method, seed, metrics, versions, and the sha256 of every other
 file of the export under `checksums`). Loading reads JSON, safetensors and pickle-free NPZ only, and
-checks everything first (`load_export`): a directory that is incomplete, tampered with (a file whose
-checksum differs, a file export.json does not list) or of another format version is one ExportError,
-never a traceback. An export written before checksums loads with a warning that its files are not verified.
-`export_run` reads a run directory and writes the export at a local path or an fsspec URL alike; a local
-`--out` that exists is replaced only when it is an earlier export (`EXPORT`), never a run or a user's files.
+checks everything first (`load_export`): only a complete export (export.json with the checksum of every file, each
+matching) or a run's own ranker/ (its run directory's marker beside it) is loaded; a directory that is incomplete,
+tampered with (a file whose checksum differs, a file export.json does not list, export.json gone), holding a symlink
+or of another format version is one ExportError, never a traceback.
+`export_run` reads a run directory and writes the export at a local path or an fsspec URL alike (a file:// URL is
+the local path it names, `..` resolved); an `--out` that exists is replaced only when it is an earlier export whose
+export.json lists every file there with its present sha256 (`EXPORT`), never a run or a user's files.
 """
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import shutil
 import zipfile
 from dataclasses import dataclass
@@ -25,8 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError, ExportError, SchemaError
-from .rundir.files import (Replaces, atomic_path, file_sha256, holds_only, is_run_dir, parquet_columns,
-                           read_json)
+from .rundir.files import Replaces, atomic_path, file_sha256, holds_only, is_run_dir, read_json
 from .schema import DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS
 
 EXPORT_FILE = "export.json"
@@ -37,8 +37,8 @@ MAX_LEXICAL_BYTES = 2 << 30           # lexical/: per-token collection statistic
 KEY_COLUMNS = (SESSION_ID, QUERY_ID, POSITION, DOC_ID, "label", "bucket")
 SCORE = "score"
 CHECKSUMS = "checksums"               # export.json: {relative path: sha256 hex} of every other file
+COMMAND = "wpultr export"             # export.json: the command that wrote it
 _SHA256_HEX = frozenset("0123456789abcdef")
-log = logging.getLogger(__name__)
 
 
 def export_run(run_dir: str | Path, out: str | Path) -> str | Path:
@@ -50,8 +50,13 @@ def export_run(run_dir: str | Path, out: str | Path) -> str | Path:
     then uploaded (storage.upload_dir: export.json last; an earlier export there is replaced, anything else
     is refused). Returns `out` (a Path, or the URL as given).
     """
-    from .storage import check_url, is_url, upload_dir
+    from .rundir.ownership import local_path_of
+    from .storage import check_url, is_url, normalised, upload_dir
+    if is_url(out) and local_path_of(str(out)) is not None:     # file://: the local directory it names
+        _export_local(run_dir, local_path_of(str(out)))
+        return out
     if is_url(out):
+        out = normalised(str(out))
         check_url(str(out), "--out")
         import tempfile
         with tempfile.TemporaryDirectory(prefix="wpultr-export-") as tmp:
@@ -73,23 +78,44 @@ def _export_local(run_dir: str | Path, out: Path) -> Path:
         if not (ranker / CONFIG_FILE).is_file():
             raise ExportError(f"{run}: no trained ranker in {L.RANKER_DIR}/ (has the run finished?)")
         with atomic_path(out, EXPORT, inputs=(run_dir,), key="--out") as tmp:
-            shutil.copytree(ranker, tmp)
+            _copy_tree(ranker, tmp)
             lexical = run / L.LEXICAL_STATE
             if lexical.is_dir():
-                shutil.copytree(lexical, tmp / LEXICAL_DIR)
-            manifest: dict[str, Any] = {"format": EXPORT_FORMAT, "source_run": source or str(run.resolve())}
+                _copy_tree(lexical, tmp / LEXICAL_DIR)
+            manifest: dict[str, Any] = {"format": EXPORT_FORMAT, "command": COMMAND,
+                                        "source_run": source or str(run.resolve())}
             for key, rel in (("metrics", L.METRICS), ("versions", L.VERSIONS_FILE), ("bias", L.BIAS)):
                 if (run / rel).exists():
                     manifest[key] = read_json(run / rel)
             config = run / L.CONFIG_FILE
             if config.exists():
-                import yaml
-                resolved = yaml.safe_load(config.read_text())
-                manifest.update(method=resolved["train"]["method"], seed=resolved["seed"], config=resolved)
+                from .config import read_yaml_mapping
+                resolved = read_yaml_mapping(config, "run config")   # bounded: an alias bomb or a tag is one line
+                train = resolved.get("train")
+                manifest.update(method=train.get("method") if isinstance(train, dict) else None,
+                                seed=resolved.get("seed"), config=resolved)
             manifest[CHECKSUMS] = export_checksums(tmp)
             (tmp / EXPORT_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
             load_export(tmp)
     return out
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Copy the plain files and directories under `source` to `target`, one file at a time, so a failed write (disk
+    full) is one OSError naming its file, never shutil.Error's list; a symlink there is an ExportError."""
+    import os
+    target.mkdir(parents=True, exist_ok=True)
+    for root, dirs, files in os.walk(source):
+        for name in dirs + files:
+            path = Path(root) / name
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                raise ExportError(f"{path}: a symlink or special file in the run's ranker; an export holds plain "
+                                  f"files only")
+            out = target / path.relative_to(source)
+            if path.is_dir():
+                out.mkdir(exist_ok=True)
+            else:
+                shutil.copyfile(path, out)
 
 
 def export_checksums(directory: Path) -> dict[str, str]:
@@ -103,36 +129,39 @@ def _files_of(directory: Path) -> list[str]:
                                   if p.is_file()) if rel != EXPORT_FILE)
 
 
-def _export_files(directory: Path) -> set[str] | None:
-    """The files an export `directory` consists of (export.json's checksums, or the fixed names of an export
-    written before them), or None when it holds no export.json of this format."""
-    from .features.lexical import STATE_JSON, STATE_NPZ
-    from .rankers.base import CONFIG_FILE, WEIGHTS_FILE
-    from .rankers.lightgbm import MODEL_TEXT_FILE
-    try:
-        if (directory / EXPORT_FILE).stat().st_size > MAX_EXPORT_JSON_BYTES:
-            return None
-        manifest = json.loads((directory / EXPORT_FILE).read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
-        return None
-    listed = manifest.get(CHECKSUMS)
-    names = set(listed) if isinstance(listed, dict) else {CONFIG_FILE, WEIGHTS_FILE, MODEL_TEXT_FILE,
-                                                          f"{LEXICAL_DIR}/{STATE_JSON}", f"{LEXICAL_DIR}/{STATE_NPZ}"}
-    return names | {EXPORT_FILE}
+def _symlink_in(directory: Path) -> Path | None:
+    """The first symlink (or other non-plain entry) under `directory` (itself may be a link the user made to it),
+    walked without following links."""
+    import os
+    for root, dirs, files in os.walk(directory):
+        for name in dirs + files:
+            path = Path(root) / name
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                return path
+    return None
 
 
 def is_export_dir(path: Path) -> bool:
-    """`path` is an earlier export and holds nothing else: what `export --out` may replace."""
-    files = _export_files(path) if path.is_dir() else None
-    return files is not None and holds_only(path, files.__contains__)
+    """`path` is an earlier export whole: its export.json (this format) lists every other file there with the sha256
+    it has now, and nothing else (no symlink) lies there. What `export --out` may replace."""
+    if not path.is_dir() or path.is_symlink() or _symlink_in(path) is not None:
+        return False
+    try:
+        if (path / EXPORT_FILE).stat().st_size > MAX_EXPORT_JSON_BYTES:
+            return False
+        manifest = json.loads((path / EXPORT_FILE).read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    listed = manifest.get(CHECKSUMS) if isinstance(manifest, dict) and manifest.get("format") == EXPORT_FORMAT \
+        else None
+    if not isinstance(listed, dict) or set(listed) != set(_files_of(path)) \
+            or not holds_only(path, ({*listed, EXPORT_FILE}).__contains__):
+        return False
+    return all(isinstance(digest, str) and file_sha256(path / rel) == digest for rel, digest in listed.items())
 
 
-EXPORT = Replaces(f"an earlier wpultr export (a directory holding {EXPORT_FILE} and only the files it lists)",
-                  is_export_dir)
-SCORES = Replaces(f"a table written by wpultr score (a Parquet file with a {SCORE!r} column)",
-                  lambda p: SCORE in (parquet_columns(p) or ()))
+EXPORT = Replaces(f"an earlier wpultr export (a directory holding {EXPORT_FILE} and only the files it lists, each "
+                  f"with the sha256 it lists)", is_export_dir)
 
 
 @dataclass
@@ -174,7 +203,15 @@ def _load_local(model_dir: Path) -> ExportedModel:
     if not model_dir.is_dir():
         raise ExportError(f"{model_dir}: no such directory; expected an exported ranker (wpultr export) or a "
                           f"run's ranker/ directory, as a local path or a URL (file://, s3://, …)")
+    link = _symlink_in(model_dir)
+    if link is not None:
+        raise ExportError(f"{link}: a symlink (or special file) inside the model directory; an export holds plain "
+                          f"files only, each checked against export.json. Export the run again")
     manifest: dict[str, Any] = {}
+    if not (model_dir / EXPORT_FILE).exists() and not _is_run_ranker(model_dir):
+        raise ExportError(f"{model_dir}: no {EXPORT_FILE}; expected a complete export (wpultr export writes "
+                          f"{EXPORT_FILE} with the sha256 of every file) or the ranker/ directory of a run directory "
+                          f"(its .wpultr-run marker beside it)")
     if (model_dir / EXPORT_FILE).exists():
         manifest = read_json_bounded(model_dir / EXPORT_FILE, MAX_EXPORT_JSON_BYTES, "expected export.json")
         if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
@@ -193,6 +230,13 @@ def _load_local(model_dir: Path) -> ExportedModel:
     return ExportedModel(ranker, lexical, manifest)
 
 
+def _is_run_ranker(model_dir: Path) -> bool:
+    """`model_dir` is a run's own ranker/: named so, in a directory that carries the run marker."""
+    from .rundir.layout import RANKER_DIR
+    real = model_dir.resolve()
+    return real.name == RANKER_DIR and is_run_dir(real.parent)
+
+
 def _lexical_dir(model_dir: Path) -> Path | None:
     """Where the ranker's lexical feature state is: the export's lexical/, or, for a run's own ranker/, the
     run's data/featured state (export copies it from there); None when the ranker reads no lexical features."""
@@ -207,11 +251,11 @@ def _lexical_dir(model_dir: Path) -> Path | None:
 
 def _verify_checksums(model_dir: Path, checksums: Any) -> None:
     """Every file of the export is listed in export.json with its sha256 and matches it (ExportError naming
-    the file otherwise); an export written before checksums is loaded with a warning that nothing is verified."""
+    the file otherwise); an export.json without checksums (an incomplete export, or one written before them) is
+    refused: nothing of it could be verified."""
     if checksums is None:
-        log.warning("%s: export.json lists no checksums (exported by an earlier wpultr); its files are not "
-                    "verified. Export the run again to add them", model_dir / EXPORT_FILE)
-        return
+        raise ExportError(f"{model_dir / EXPORT_FILE}: lists no {CHECKSUMS} (an incomplete export, or one written "
+                          f"by an earlier wpultr); nothing of it can be verified. Export the run again")
     if not isinstance(checksums, dict) or not all(
             isinstance(k, str) and isinstance(v, str) and len(v) == 64 and set(v) <= _SHA256_HEX
             for k, v in checksums.items()):

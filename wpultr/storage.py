@@ -16,6 +16,8 @@ machine can reach. The design keeps every stage's local-file code as it is:
   temporary name and renamed; on an object store (s3, gs) one object PUT — multipart uploads too — is
   atomic by itself: the object appears whole or not at all, so it is written in place.
 * memory:// lives in one process: fit for tests and in-process clusters, never shared with workers.
+* Every URL is normalised before it is checked or used (`normalised`: `file:///d/x/..` is `file:///d`), and an
+  upload (`upload_dir`) replaces only an earlier upload whose marker lists every file there with its present sha256.
 * The commands that read a run (`wpultr evaluate`, `export`, `status`, `graph`, `identifiability check`) take a
   URL too (`readable_run_dir`): they pull only the files they read into a *reader copy* beside the working
   copy, never into it (a run on this machine may be syncing there), and their errors name the URL. A file://
@@ -41,6 +43,7 @@ from typing import IO, Any, Iterable, Iterator
 from .errors import ConfigError, RunDirError, WpultrError
 from .rundir.files import Replaces, atomic_path
 from .rundir.layout import MARKER
+from .rundir.ownership import local_path_of, normalise_url
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 SYNC_MANIFEST = ".wpultr-sync.json"       # in a working copy: what it last sent or received, never uploaded
@@ -48,6 +51,12 @@ WORKDIR_ENV = "WPULTR_WORKDIR"            # where working copies of URL run dire
 _PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
              "abfss": "adlfs", "adl": "adlfs", "hf": "huggingface_hub", "sftp": "paramiko", "ssh": "paramiko"}
 _STAMP_KEYS = ("ETag", "etag", "md5Hash", "crc32c", "LastModified", "updated", "mtime", "created")
+
+
+def normalised(url: str) -> str:
+    """`url` as it will be read or written: its path's `.` and `..` resolved (`file:///d/x/..` is `file:///d`), so
+    every check sees the place the filesystem will use, never the spelling (rundir.ownership.normalise_url)."""
+    return normalise_url(url) if is_url(url) else url
 
 
 def is_url(path: str | os.PathLike | None) -> bool:
@@ -133,15 +142,22 @@ def expand(pattern: str) -> list[str]:
 def write_bytes(path: str, data: bytes, replaces: Replaces | None = None, key: str | None = None) -> None:
     """Write a whole file atomically: temporary name + rename locally (an existing path replaced only as
     `rundir.atomic_path` allows: what `replaces` accepts, named by `key` when refused), one PUT on an object store."""
+    if is_url(path) and local_path_of(path) is not None:
+        path = str(local_path_of(path))
     if not is_url(path):
         with atomic_path(path, replaces, key=key) as tmp:
             tmp.write_bytes(data)
         return
+    path = normalised(path)
     fs, inner = filesystem(path)
     if _is_local_fs(fs):
         write_bytes(inner, data, replaces, key)
-    else:
-        fs.pipe_file(inner, data)
+        return
+    if key is not None and fs.exists(inner):   # a user-named object: no manifest there can prove it is wpultr's
+        raise RunDirError(f"{key} {path}: exists, and wpultr keeps no record of what it wrote at a URL but a run "
+                          f"directory or an export; wpultr replaces only what it wrote there before: choose another "
+                          f"{key} or remove it yourself")
+    fs.pipe_file(inner, data)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +213,7 @@ class WorkingCopy:
     """The local working copy of a run directory at `url`, kept in step with it by pull and push."""
 
     def __init__(self, url: str, local: str | Path | None = None):
-        self.url = url.rstrip("/")
+        self.url = normalised(url).rstrip("/")
         self.local = Path(local) if local is not None else working_copy_dir(url)
         self.fs, self.root = filesystem(self.url)
         self.root = self.root.rstrip("/")
@@ -212,8 +228,10 @@ class WorkingCopy:
     def _save(self, manifest: dict[str, dict[str, list]]) -> None:
         if not manifest and not (self.local / SYNC_MANIFEST).exists():
             return   # nothing moved: a new working copy stays empty (RunDir.create takes only an empty one)
-        self.local.mkdir(parents=True, exist_ok=True)
-        write_bytes(str(self.local / SYNC_MANIFEST), json.dumps(manifest, sort_keys=True).encode())
+        self.local.mkdir(parents=True, exist_ok=True)   # the working copy is wpultr's own: manifest replaced
+        tmp = self.local / f".{SYNC_MANIFEST}.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(manifest, sort_keys=True))
+        os.replace(tmp, self.local / SYNC_MANIFEST)
 
     def _remote_files(self) -> dict[str, dict[str, Any]]:
         if not self.fs.exists(self.root):
@@ -361,7 +379,7 @@ def readable_dir(path: str | os.PathLike, key: str, include: Iterable[str] | Non
             raise RunDirError(f"{local}: not {what} ({where})")
         yield local
         return
-    url = str(path).rstrip("/")
+    url = normalised(str(path)).rstrip("/")
     check_url(url, key)
     copy = WorkingCopy(url, reader_copy_dir(url))
     if not copy.holds_run(marker.split()[0]):
@@ -396,15 +414,20 @@ def _renamed(error: BaseException, local: str, url: str) -> BaseException:
 
 def upload_dir(local: str | Path, url: str, key: str, marker: str) -> int:
     """Make `url` hold exactly the files of directory `local` (e.g. an export going out): every file is sent,
-    `marker` last, then what an earlier upload left at the URL and `local` lacks is deleted. Returns the
-    number of files sent. ConfigError naming `key` when the URL holds files but no `marker`: it is not
-    something this replaces, and nothing is deleted."""
+    `marker` last, then what the earlier upload left at the URL and `local` lacks is deleted. Returns the
+    number of files sent. The URL is normalised first (`..` resolved). What is there is replaced only when it is
+    an earlier upload whole: `marker` (a JSON file whose `checksums` give the sha256 of every other file) lists
+    every file at the URL with the hash it has now; anything else is a ConfigError naming `key`, and nothing is sent
+    or deleted."""
+    url = normalised(url)
     check_url(url, key)
     copy = WorkingCopy(url, local)
     before = copy._remote_files()
-    if before and marker not in before:
-        raise ConfigError(f"{key}: {copy.url} holds files but no {marker}; it is not a previous upload of this "
-                          f"kind, so it is not replaced. Choose another {key}")
+    if before:
+        reason = _not_an_earlier_upload(copy, before, marker)
+        if reason:
+            raise ConfigError(f"{key}: {copy.url} {reason}; it is not a previous upload of this kind, so it is not "
+                              f"replaced (wpultr replaces only what it wrote there before). Choose another {key}")
     files = sorted(p.relative_to(copy.local).as_posix() for p in copy.local.rglob("*") if p.is_file())
     late = [marker] if marker in files else []
     for rel in [r for r in files if r not in late] + late:
@@ -412,6 +435,33 @@ def upload_dir(local: str | Path, url: str, key: str, marker: str) -> int:
     for rel in sorted(set(before) - set(files)):
         copy.fs.rm_file(f"{copy.root}/{rel}")
     return len(files)
+
+
+def _not_an_earlier_upload(copy: WorkingCopy, remote: dict[str, dict[str, Any]], marker: str) -> str | None:
+    """Why the files `remote` at `copy`'s URL are not one earlier upload whose `marker` lists each with its sha256."""
+    if marker not in remote:
+        return f"holds files but no {marker}"
+    try:
+        if int(remote[marker].get("size") or 0) > 64 << 20:
+            raise ValueError("too large")
+        with copy.fs.open(f"{copy.root}/{marker}", "rb") as handle:
+            listed = json.loads(handle.read()).get("checksums")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        listed = None
+    if not isinstance(listed, dict):
+        return f"holds a {marker} that lists no checksums"
+    for rel in sorted(remote):
+        if rel == marker:
+            continue
+        if rel not in listed:
+            return f"holds {rel}, which its {marker} does not list"
+        digest = hashlib.sha256()
+        with copy.fs.open(f"{copy.root}/{rel}", "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != listed[rel]:
+            return f"holds {rel}, changed since it was uploaded (its sha256 differs from {marker}'s)"
+    return None
 
 
 def _host() -> str:

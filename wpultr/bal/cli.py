@@ -16,7 +16,8 @@ import typer
 
 from ..causal.graph import diff_graphs, epoch_dir, load_epoch_graph, render, to_dot, to_text
 from ..cli_support import nest, parse_sets, user_errors
-from ..rundir.files import PNG, Replaces, holding
+from ..rundir.files import is_run_dir
+from ..rundir.ownership import output_of, record
 from ..rundir.layout import BIAS, BIASES_FILE, EPOCH_PREFIX, GRAPH_FILE, HISTORY
 from ..storage import is_url, readable_run_dir, write_bytes
 
@@ -93,10 +94,8 @@ _GRAPH_FILES = (f"{EPOCH_PREFIX}*", BIAS, HISTORY)      # what `wpultr graph` re
 
 
 # what `graph show --output` may replace: a file of the format it writes, as an earlier `graph show` wrote it
-_OUTPUTS = {GraphFormat.text: Replaces("a graph text file (wpultr graph show)", holding(b"epoch ")),
-            GraphFormat.dot: Replaces("a Graphviz DOT file", holding(b"digraph")),
-            GraphFormat.svg: Replaces("an SVG image", holding(b"<svg", 1024)),
-            GraphFormat.png: PNG}
+GRAPH_OUTPUT = output_of("wpultr graph show")            # --output: only this command's own earlier file
+GRAPH_IN_RUN = output_of("wpultr graph show", in_runs=True)   # the default image, in the run it draws
 
 
 @graph_app.command("show")
@@ -122,7 +121,7 @@ def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec
             if output is None:
                 typer.echo(body)
             else:
-                write_bytes(output, (body + "\n").encode(), _OUTPUTS[fmt], "--output")
+                write_bytes(output, (body + "\n").encode(), GRAPH_OUTPUT, "--output")
                 typer.echo(output)
             return
         image = render(graph, fmt.value)
@@ -130,7 +129,7 @@ def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec
     name = f"graph.{fmt.value}"
     target = output or (f"{run.rstrip('/')}/{epoch_dir('', k).as_posix()}/{name}" if is_url(run)
                         else str(epoch_dir(run, k) / name))
-    write_bytes(target, image, _OUTPUTS[fmt], "--output" if output else None)
+    write_bytes(target, image, GRAPH_OUTPUT if output else GRAPH_IN_RUN, "--output" if output else None)
     typer.echo(target)
 
 
@@ -166,6 +165,21 @@ def _discover_config(config: Optional[Path], sets: Optional[List[str]]):
     return load_config(config, overrides) if config else config_from_dict(nest(overrides))
 
 
+DISCOVER = "wpultr discover"     # what --out's epoch_<k>/ may replace: only what this command wrote there
+
+
+def _discover_target(out: Path, epoch: int, sessions: Path) -> Path:
+    """OUT/epoch_<k>, checked before any work (rundir.ownership): refused unless new, inside a run directory or this
+    command's own unchanged earlier output, which is then removed for the new one."""
+    import shutil
+    from ..rundir.files import check_output
+    target = epoch_dir(out, epoch)
+    check_output(target, output_of(DISCOVER, in_runs=True), [sessions], "--out")   # --out may be a run: its own
+    if target.is_dir() and not any(is_run_dir(parent) for parent in target.parents):
+        shutil.rmtree(target)
+    return target
+
+
 @user_errors
 def discover_command(
         sessions: Path = typer.Argument(..., help="sessions table: a directory of Parquet partitions"),
@@ -193,6 +207,7 @@ def discover_command(
     if not sessions.is_dir():
         raise FileNotFoundError(f"{sessions}: sessions table directory not found")
     features = cfg.data.parsed_page_features
+    target = _discover_target(out, epoch, sessions)
     encoder_dir = encoder or out / ENCODER_SUBDIR
     if encoder is not None and not (encoder / ENCODER_JSON).is_file():
         raise FileNotFoundError(f"--encoder {encoder}: no {ENCODER_JSON} (a directory written by preprocess)")
@@ -208,7 +223,8 @@ def discover_command(
         result = discover_epoch(sessions, scores, features, cfg.discovery, out, epoch, encoder_dir=encoder_dir,
                                 client=client, seed=cfg.seed,
                                 min_within_document_share=cfg.bal.min_within_document_share)
-    target = epoch_dir(out, epoch)
+    if not any(is_run_dir(parent) for parent in target.parents):   # in a run directory its marker proves it
+        record(target, DISCOVER)
     typer.echo(f"epoch {epoch}\n{to_text(result.graph)}")
     typer.echo("\n".join(_bias_lines(result.graph)))
     typer.echo(json.dumps({"graph": str(target / GRAPH_FILE), "biases": str(target / BIASES_FILE),

@@ -30,6 +30,8 @@ def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pip
     from .report import write_experiment_report
     from .spec import load_experiment
     exp = load_experiment(config, parse_sets(set_, "seeds=[0,1] or base.train.epochs=1"))
+    from .report import check_outputs
+    check_outputs(exp, config)        # before any run: out_dir's files that are the user's are never replaced
     if report_only:
         exp.out_dir.mkdir(parents=True, exist_ok=True)
         write_resolved_experiment(exp)

@@ -43,9 +43,10 @@ _DOC_KEY = "_doc"
 
 
 def save(fig, path: Path) -> Path:
-    from ..rundir.files import PNG, atomic_path
+    from ..rundir.files import atomic_path
+    from .spec import EXPERIMENT_OUTPUT
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path, PNG) as tmp:
+    with atomic_path(path, EXPERIMENT_OUTPUT, key="out_dir") as tmp:
         fig.savefig(tmp, format="png")
     return path
 

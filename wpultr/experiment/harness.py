@@ -18,7 +18,8 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from ..config import ConfigError, changed_keys, config_from_dict, saved_config, to_dict
-from .spec import EXPERIMENT_FILE, FAILURE_FILE, RUNS_CSV, RUNS_JSON, Experiment, RunRecord, RunSpec, slug
+from .spec import (EXPERIMENT_FILE, EXPERIMENT_OUTPUT, FAILURE_FILE, RUNS_CSV, RUNS_JSON, Experiment, RunRecord,
+                   RunSpec, slug)
 
 
 def is_finished(spec: RunSpec) -> bool:
@@ -142,7 +143,7 @@ def write_resolved_experiment(exp: Experiment) -> Path:
     values = to_dict(exp.spec)
     values.update(name=exp.name, out_dir=str(exp.out_dir), base=exp.base)
     path = exp.out_dir / EXPERIMENT_FILE
-    write_text(path, yaml.safe_dump(values, sort_keys=False))
+    write_text(path, yaml.safe_dump(values, sort_keys=False), EXPERIMENT_OUTPUT, "out_dir")
     return path
 
 
@@ -150,9 +151,9 @@ def write_records(exp: Experiment, records: Sequence[RunRecord]) -> None:
     import pandas as pd
     from ..rundir.files import write_text
     rows = [vars(r) for r in records]
-    write_text(exp.out_dir / RUNS_JSON, json.dumps(rows, indent=2) + "\n")
+    write_text(exp.out_dir / RUNS_JSON, json.dumps(rows, indent=2) + "\n", EXPERIMENT_OUTPUT, "out_dir")
     write_text(exp.out_dir / RUNS_CSV, pd.DataFrame(rows, columns=list(RunRecord.__dataclass_fields__))
-               .to_csv(index=False))
+               .to_csv(index=False), EXPERIMENT_OUTPUT, "out_dir")
 
 
 def read_records(exp: Experiment) -> list[RunRecord]:

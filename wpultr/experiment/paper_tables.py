@@ -160,9 +160,10 @@ class Table:
 
     def write(self, directory: Path) -> tuple[Path, Path]:
         from ..rundir.files import write_text
+        from .spec import EXPERIMENT_OUTPUT
         md, csv = directory / f"{self.name}.md", directory / f"{self.name}.csv"
-        write_text(md, self.to_markdown())
-        write_text(csv, self.frame().to_csv(index=False))
+        write_text(md, self.to_markdown(), EXPERIMENT_OUTPUT, "out_dir")
+        write_text(csv, self.frame().to_csv(index=False), EXPERIMENT_OUTPUT, "out_dir")
         return md, csv
 
 

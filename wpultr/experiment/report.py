@@ -26,11 +26,24 @@ from ..rundir.layout import REPORT
 from . import figures as F
 from .identifiability_tables import identifiability_tables
 from .paper_tables import TITLES, SettingResults, Table, build_sweep_table, build_table, clear_cache, table_columns
-from .spec import EXPERIMENT_FILE, Experiment, RunRecord, slug
+from .spec import EXPERIMENT_FILE, EXPERIMENT_OUTPUT, RUNS_CSV, RUNS_JSON, Experiment, RunRecord, slug
 
 REPORT_FILE = "report.html"
 TABLES_MD = "tables.md"
 SIGNIFICANCE_CSV = "significance.csv"
+TOP_FILES = (EXPERIMENT_FILE, RUNS_JSON, RUNS_CSV, REPORT_FILE, TABLES_MD, SIGNIFICANCE_CSV)   # out_dir's own files
+
+
+def check_outputs(exp: Experiment, config: Path) -> None:
+    """RunDirError (one line naming the file) before any run starts when out_dir holds a file of the experiment's
+    own names that `wpultr experiment` did not write (or the experiment's YAML itself): nothing the user wrote
+    there is replaced (rundir.ownership)."""
+    from ..errors import RunDirError
+    from ..rundir.files import check_output
+    if exp.out_dir.exists() and not exp.out_dir.is_dir():
+        raise RunDirError(f"out_dir {exp.out_dir}: exists and is not a directory; choose another out_dir")
+    for name in TOP_FILES:
+        check_output(exp.out_dir / name, EXPERIMENT_OUTPUT, [config], "out_dir")
 
 
 @dataclass
@@ -76,7 +89,7 @@ def gather_setting(exp: Experiment, records: Sequence[RunRecord], setting: str,
     if data.empty:
         out.notes["fig4"] = "no finished run to draw from"
     else:
-        write_text(figure_dir / "fig4.csv", data.to_csv(index=False))
+        write_text(figure_dir / "fig4.csv", data.to_csv(index=False), EXPERIMENT_OUTPUT, "out_dir")
         out.figures["fig4"] = F.plot_fig4(data, fig4_labels, figure_dir / "fig4.png",
                                           f"Fig. 4 ({setting}): re-ranked position of the original top documents")
         out.notes["fig4"] = what + "; new position = rank among all annotated documents of the query."
@@ -141,15 +154,16 @@ def write_experiment_report(exp: Experiment, records: Sequence[RunRecord]) -> Pa
     sweeps = gather_sweeps(exp, records) + identifiability_tables(exp, records)   # [] without truth
     outputs = [gather_setting(exp, records, s, significance_log) for s in exp.settings]
     sig = pd.DataFrame(significance_log)
-    write_text(exp.out_dir / SIGNIFICANCE_CSV, sig.to_csv(index=False) if len(sig) else "")
+    write_text(exp.out_dir / SIGNIFICANCE_CSV, sig.to_csv(index=False) if len(sig) else "", EXPERIMENT_OUTPUT,
+               "out_dir")
     md = [f"# Experiment {exp.name}", ""] + [t.to_markdown() for t, _ in sweeps]
     for out in outputs:
         if len(outputs) > 1:
             md += [f"## Setting {out.setting}", ""]
         md += [t.to_markdown() for t in out.tables.values()]
-    write_text(exp.out_dir / TABLES_MD, "\n".join(md))
+    write_text(exp.out_dir / TABLES_MD, "\n".join(md), EXPERIMENT_OUTPUT, "out_dir")
     path = exp.out_dir / REPORT_FILE
-    write_text(path, render_html(exp, records, outputs, sweeps))
+    write_text(path, render_html(exp, records, outputs, sweeps), EXPERIMENT_OUTPUT, "out_dir")
     return path
 
 

@@ -41,7 +41,11 @@ from typing import Any, Literal, Mapping, Sequence
 from ..config import (PATH_KEYS, ConfigError, config_from_dict, file_relative_paths, from_mapping, read_yaml_mapping,
                       set_dotted, to_dict)
 
+from ..rundir.ownership import output_of, output_path
+
 EXPERIMENT_FILE = "experiment.yaml"     # the resolved experiment, written beside its runs
+# what an experiment's files in out_dir may replace: only what `wpultr experiment` wrote there (its manifest)
+EXPERIMENT_OUTPUT = output_of("wpultr experiment")
 RUNS_JSON = "runs.json"                 # one record per run: status, seconds, error
 RUNS_CSV = "runs.csv"
 FAILURE_FILE = "failure.txt"            # in a run directory whose last attempt raised
@@ -265,7 +269,7 @@ def experiment_from_dict(values: Mapping[str, Any], source: Path | None = None) 
     if spec.parallel is not None and spec.parallel < 1:
         raise _error("parallel", f"must be >= 1, got {spec.parallel}")
     try:
-        out_dir = Path(spec.out_dir.format(name=name)).resolve()
+        out_dir = output_path(spec.out_dir.format(name=name), "out_dir").resolve()   # a file:// URL: its path
     except (KeyError, IndexError, ValueError) as e:
         raise _error("out_dir", f"{spec.out_dir!r}: only {{name}} may be substituted ({e})") from None
 

@@ -8,8 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ..config import read_yaml_mapping
 from ..errors import WpultrError
 from ..pipeline.status import RunStatus, run_status, run_summary
 from .spec import EXPERIMENT_FILE, RUNS_JSON, experiment_from_dict
@@ -66,9 +65,9 @@ def experiment_status(path: str | Path) -> ExperimentStatus:
 def _expected_runs(root: Path) -> tuple[str, list[tuple[str, Path, str | None]]] | None:
     """(name, [(setting/label/seed N, run directory under `root`, invalid reason)]) from experiment.yaml."""
     try:
-        values = yaml.safe_load((root / EXPERIMENT_FILE).read_text())
+        values = read_yaml_mapping(root / EXPERIMENT_FILE, "experiment")
         exp = experiment_from_dict(values)
-    except (OSError, yaml.YAMLError, WpultrError, ValueError):
+    except (OSError, WpultrError, ValueError):
         return None
     specs = []
     for spec in exp.runs:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-import yaml
 
 from ..cli_support import user_errors
 from ..rundir.layout import CONFIG_FILE, SESSIONS_DIR
@@ -35,7 +34,9 @@ def _sessions_and_kinds(path: Path) -> tuple[Any, dict[str, str]]:
         kinds: dict[str, str] = {}
         config = path / CONFIG_FILE
         if config.exists():
-            kinds = dict(((yaml.safe_load(config.read_text()) or {}).get("data") or {}).get("page_features") or {})
+            from ..config import read_yaml_mapping
+            data = read_yaml_mapping(config, "run config").get("data")    # bounded safe loader: one line if hostile
+            kinds = dict((data if isinstance(data, dict) else {}).get("page_features") or {})
         return read_table(path / SESSIONS_DIR), kinds
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such run directory or sessions table")
@@ -71,7 +72,9 @@ def check_command(
                                              "sessions Parquet file/dir"),
         factors: str = typer.Option("position", "--factors", "-f", help="bias factor columns, comma-separated"),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
-        figure: Optional[Path] = typer.Option(None, "--figure", help="also draw the graph to this PNG"),
+        figure: Optional[str] = typer.Option(None, "--figure", help="also draw the graph to this PNG (a path or a "
+                                                                    "file:// URL; an existing file is replaced only if "
+                                                                    "this command drew it)"),
         swap_sessions: int = typer.Option(200, "--swap-sessions", min=1,
                                           help="sessions each intervention will be shown in (N of Eq. 3)"),
         on_disconnected: OnDisconnected = typer.Option(OnDisconnected.report, "--on-disconnected",
@@ -81,6 +84,12 @@ def check_command(
     names = [f.strip() for f in factors.split(",") if f.strip()]
     if not names:
         raise typer.BadParameter("--factors: give at least one column, e.g. position,media_type")
+    if figure is not None:     # before reading the sessions, so a refused --figure costs nothing
+        from ..rundir.files import check_output
+        from ..rundir.ownership import output_path
+        from .figure import FIGURE
+        figure = output_path(figure, "--figure")
+        check_output(figure, FIGURE, [] if is_url(path) else [path], "--figure")
     if is_url(path):    # a run at a URL; a local path may be a run or a sessions table (no run marker needed)
         with readable_run_dir(path, "PATH", include=(SESSIONS_DIR, CONFIG_FILE)) as local:
             frame, kinds = _sessions_and_kinds(local)

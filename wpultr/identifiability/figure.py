@@ -10,10 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..rundir.files import PNG, atomic_path
+from ..rundir.files import atomic_path
+from ..rundir.ownership import output_of
 from .factor_graph import IdentifiabilityGraph
 
 MAX_LABELLED_NODES = 60
+FIGURE = output_of("wpultr identifiability check --figure")   # what --figure may replace: its own earlier figure
 
 
 def _layout(ig: IdentifiabilityGraph) -> tuple[np.ndarray, np.ndarray, str, str]:
@@ -31,9 +33,11 @@ def _layout(ig: IdentifiabilityGraph) -> tuple[np.ndarray, np.ndarray, str, str]
 
 
 def plot_graph(ig: IdentifiabilityGraph, path: Path, title: str | None = None) -> Path:
-    """Draw `ig` to `path` (PNG, written atomically; an existing path is replaced only if it is a PNG image);
-    returns the path."""
+    """Draw `ig` to `path` (PNG, written atomically; an existing path is replaced only when this command wrote it,
+    rundir.ownership); returns the path. Labels are data values: never parsed as mathtext."""
+    import matplotlib
     from matplotlib.figure import Figure
+    matplotlib.rcParams["text.parse_math"] = False
     x, y, xlabel, ylabel = _layout(ig)
     levels = int(y.max()) + 1 if len(y) and ylabel else 1
     fig = Figure(figsize=(min(4 + 0.45 * len(set(x.tolist())), 14), min(2.2 + 0.5 * levels, 10)), dpi=100,
@@ -64,6 +68,6 @@ def plot_graph(ig: IdentifiabilityGraph, path: Path, title: str | None = None) -
         ax.set_yticks([])
     ax.set_title(title or f"Identifiability graph over {', '.join(ig.factors)}: {ig.n_components} component(s) "
                           "(colour and number = component)", fontsize=9)
-    with atomic_path(Path(path), PNG) as tmp:
+    with atomic_path(Path(path), FIGURE, key="--figure") as tmp:
         fig.savefig(tmp, format="png")
     return Path(path)

@@ -886,12 +886,25 @@ def _read_annotations(path: str, chunk_bytes: int
     return table, records, reader, mapped
 
 
+def _check_not_empty(path: str, table: pa.Table, records: list[QuarantineRecord], where: str = "") -> None:
+    """SchemaError naming the file when it gave no annotation row: as the own-table path, nothing to evaluate on is a
+    user error, never a run that reports `n_queries: 0`."""
+    if table.num_rows:
+        return
+    reasons = sorted({r.reason for r in records})
+    why = (f"its lines were all set aside{where}: {', '.join(reasons)}" if reasons and reasons != ["empty_file"]
+           else "it holds no annotation line")
+    raise SchemaError(f"{path}: no annotation rows ({why}); an annotation file needs at least one line of qid, query, "
+                      f"title, abstract, label, bucket")
+
+
 def read_baidu_annotations(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Read a Baidu annotation file (qid, query, title, abstract, label, bucket; gzip optional).
 
     Returns (annotations with a stable doc_id, quarantine records as a QUARANTINE_SCHEMA frame).
     """
     table, records, _, _ = _read_annotations(str(path), chunk_bytes)
+    _check_not_empty(str(path), table, records)
     return table.to_pandas(), quarantine_frame(records)
 
 
@@ -901,6 +914,7 @@ def ingest_baidu_annotations(path: str | Path, out_dir: str | Path, chunk_bytes:
     table, records, reader, mapped = _read_annotations(str(path), chunk_bytes)
     write_table_atomic(table, out_dir / ANNOTATIONS_FILE)
     write_table_atomic(quarantine_table(records), out_dir / QUARANTINE_SUBDIR / ANNOTATIONS_FILE)
+    _check_not_empty(str(path), table, records, f" (in {out_dir / QUARANTINE_SUBDIR / ANNOTATIONS_FILE})")
     summary = IngestSummary(files=1, lines=reader.lines, results=table.num_rows,
                             bytes_read=size(path), bytes_uncompressed=reader.bytes_uncompressed,
                             damaged_files=[str(path)] if reader.damage else [],

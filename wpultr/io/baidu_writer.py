@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..rundir.files import atomic_path
+from ..rundir.files import Replaces, atomic_path
 from ..schema import (BAIDU_ANNOTATION_FIELDS, BAIDU_MAX_POSITION, BAIDU_MEDIA_TYPE_DASH, BAIDU_RESULT_FIELDS,
                       BAIDU_TOKEN_SEP, BUCKET, CLICK, DOC_ID, LABEL, MAX_LABEL, MEDIA_TYPE, N_BUCKETS, POSITION,
                       QUERY_ID, QUERY_ID_MAX_DIGITS, QUERY_REFORMULATION, QUERY_TOKENS, SESSION_ID, TOKEN_COLUMNS,
@@ -196,9 +196,10 @@ def baidu_annotation_text(df: pd.DataFrame | pa.Table, what: str = "annotations"
     return _text(lines), len(lines)
 
 
-def write_gzip(data: bytes, path: str | Path) -> None:
-    """Write bytes gzip-compressed with mtime 0 and no file name (same data, same bytes), atomically."""
-    with atomic_path(path) as tmp:
+def write_gzip(data: bytes, path: str | Path, replaces: Replaces | None = None) -> None:
+    """Write bytes gzip-compressed with mtime 0 and no file name (same data, same bytes), atomically (an existing
+    `path` replaced only as `replaces` allows: rundir.files.atomic_path)."""
+    with atomic_path(path, replaces) as tmp:
         tmp.write_bytes(gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0))
 
 
@@ -209,8 +210,8 @@ def write_baidu_sessions(df: pd.DataFrame | pa.Table, path: str | Path) -> int:
     return n_lines
 
 
-def write_baidu_annotations(df: pd.DataFrame | pa.Table, path: str | Path) -> int:
+def write_baidu_annotations(df: pd.DataFrame | pa.Table, path: str | Path, replaces: Replaces | None = None) -> int:
     """Write an annotations table as a gzip Baidu annotation file; returns the number of lines written."""
     data, n_lines = baidu_annotation_text(df, what=str(path))
-    write_gzip(data, path)
+    write_gzip(data, path, replaces)
     return n_lines

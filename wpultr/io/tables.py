@@ -9,8 +9,10 @@ with `partition_rows`), written under a temporary name and renamed into place wh
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -20,8 +22,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..rundir.files import Replaces, atomic_path, holds_only, write_json
+from ..rundir.files import atomic_path, replaceable, write_json
 from ..rundir.layout import INGEST_MARKER
+from ..rundir.ownership import output_of
 from ..schema import (ABSTRACT_TOKENS, ANNOTATION_CORE_FIELDS, ANNOTATION_OPTIONAL_FIELDS, DOC_ID, FEATURES, QUERY_ID,
                       QUERY_TOKENS, SESSION_CORE_FIELDS, SESSION_ID, SESSION_OPTIONAL_FIELDS,
                       TITLE_TOKENS, PageFeature, SchemaError, coerce_annotations, coerce_sessions)
@@ -39,20 +42,18 @@ _CANONICAL_TYPES: dict[str, pa.DataType] = {
     f.name: f.type for f in (*SESSION_CORE_FIELDS, *SESSION_OPTIONAL_FIELDS,
                              *ANNOTATION_CORE_FIELDS, *ANNOTATION_OPTIONAL_FIELDS)}
 
+log = logging.getLogger(__name__)
+
 
 def partition_name(file_index: int, partition: int) -> str:
     return f"part-{file_index:05d}-{partition:05d}.parquet"
 
 
-# What an ingest may replace under out_dir: only directories holding nothing but the files an ingest writes there
-# (its partitions, their temporary names, its marker); anything else, or a symlink, is refused.
-_OWN_SESSIONS = re.compile(r"\.?part-\d{5}-\d{5}\.parquet(\.tmp-\d+)?")
-_OWN_QUARANTINE = re.compile(r"\.?(part-\d{5}|annotations)\.parquet(\.tmp-\d+)?")
-SESSIONS_TABLE = Replaces("an ingest's sessions table (only part-NNNNN-NNNNN.parquet files)",
-                          lambda p: holds_only(p, lambda rel: rel == INGEST_MARKER
-                                               or bool(_OWN_SESSIONS.fullmatch(rel))))
-QUARANTINE_TABLE = Replaces("an ingest's quarantine (only part-NNNNN.parquet and annotations.parquet files)",
-                            lambda p: holds_only(p, lambda rel: bool(_OWN_QUARANTINE.fullmatch(rel))))
+# What an ingest may replace under out_dir: only the sessions/ and quarantine/ an earlier ingest wrote there, listed
+# with every file's sha256 in out_dir's manifest (rundir.ownership), or inside a run directory; never for their names.
+INGEST = output_of("wpultr ingest")
+INGEST_STAGE = output_of("wpultr ingest", in_runs=True)   # the pipeline's ingest stage (key "run_dir"): its own run
+_STALE = re.compile(rf"\.({SESSIONS_SUBDIR}|{QUARANTINE_SUBDIR})\.tmp-(\d+)")
 
 
 @dataclass
@@ -76,13 +77,16 @@ def ingest_output(out_dir: str | Path, inputs: Sequence[str], key: str = "--out"
     """
     out = Path(os.path.abspath(out_dir))
     moves: list[tuple[str, str]] = []
+    here = {"host": socket.gethostname(), "pid": os.getpid()}
     try:
-        with atomic_path(out / SESSIONS_SUBDIR, SESSIONS_TABLE, inputs, key) as sessions, \
-                atomic_path(out / QUARANTINE_SUBDIR, QUARANTINE_TABLE, inputs, key) as quarantine:
+        owned = INGEST_STAGE if key == "run_dir" else INGEST
+        with atomic_path(out / SESSIONS_SUBDIR, owned, inputs, key) as sessions, \
+                atomic_path(out / QUARANTINE_SUBDIR, owned, inputs, key) as quarantine:
+            sweep_stale_ingests(out)
             moves = [(str(sessions), str(out / SESSIONS_SUBDIR)), (str(quarantine), str(out / QUARANTINE_SUBDIR))]
             sessions.mkdir()
             quarantine.mkdir()
-            write_json(sessions / INGEST_MARKER, {"complete": False, "inputs": list(inputs)})
+            write_json(sessions / INGEST_MARKER, {"complete": False, "inputs": list(inputs), **here})
             yield IngestOutput(sessions, quarantine)
             write_json(sessions / INGEST_MARKER, {"complete": True, "inputs": list(inputs)})
     except BaseException:
@@ -91,6 +95,32 @@ def ingest_output(out_dir: str | Path, inputs: Sequence[str], key: str = "--out"
         raise
     if client is not None:
         client.run(_swap_here, moves, True)
+
+
+def sweep_stale_ingests(out: Path) -> list[Path]:
+    """Remove the temporary `.sessions.tmp-PID` (and its `.quarantine.tmp-PID`) of ingests into `out` that died on
+    this host: their marker names this host and a pid that no longer lives (processes.process_started). Another
+    host's, or a live one's, are left. Returns what was removed."""
+    import json
+    import shutil
+    from ..processes import process_started
+    removed = []
+    for path in sorted(out.glob(f".{SESSIONS_SUBDIR}.tmp-*")):
+        match = _STALE.fullmatch(path.name)
+        if match is None or path.is_symlink() or not path.is_dir() or int(match.group(2)) == os.getpid():
+            continue
+        try:
+            record = json.loads((path / INGEST_MARKER).read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("host") != socket.gethostname() \
+                or record.get("pid") != int(match.group(2)) or process_started(int(match.group(2))) is not None:
+            continue
+        for stale in (path, out / f".{QUARANTINE_SUBDIR}.tmp-{match.group(2)}"):
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale)
+                removed.append(stale)
+    return removed
 
 
 def _swap_here(moves: Sequence[tuple[str, str]], keep: bool) -> None:
@@ -107,7 +137,7 @@ def _swap_here(moves: Sequence[tuple[str, str]], keep: bool) -> None:
         if not keep:
             shutil.rmtree(claimed)
             continue
-        if final.is_dir() and not final.is_symlink() and (SESSIONS_TABLE.test(final) or QUARANTINE_TABLE.test(final)):
+        if final.is_dir() and not final.is_symlink() and replaceable(final, INGEST_STAGE):
             shutil.rmtree(final)   # this host's copy of the table the caller replaced
         os.replace(claimed, final)
 
@@ -425,8 +455,9 @@ def checked_paths(paths: Sequence[str | Path]) -> tuple[list[str], list[list[str
     spellings dropped as naming a file already given: [as given, the file read]).
 
     Local paths are made absolute (workers may run in another directory); one file named twice (`a/p.gz`,
-    `a/../a/p.gz`, a symlink to it, a hard link) is read once. A file inside a table an unfinished ingest wrote
-    is refused (io.parquet.check_ingest_complete).
+    `a/../a/p.gz`, a symlink to it, a hard link) is read once, and so is a byte-identical copy under another name
+    (same size and sha256: the second is dropped with a warning, as reading it would double its sessions). A file
+    inside a table an unfinished ingest wrote is refused (io.parquet.check_ingest_complete).
     """
     given = [str(p) for p in paths]
     if not given:
@@ -446,7 +477,39 @@ def checked_paths(paths: Sequence[str | Path]) -> tuple[list[str], list[list[str
             continue
         kept[identity] = f
         files.append(f)
+    for copy, first in _same_content(files):
+        log.warning("%s: the same bytes as %s (sha256); read once", copy, first)
+        duplicates.append([next(g for g in given if (g if is_url(g) else os.path.abspath(g)) == copy), first])
+        files.remove(copy)
     return files, duplicates
+
+
+def _same_content(files: Sequence[str]) -> list[tuple[str, str]]:
+    """(copy, first) for each of `files` whose bytes equal an earlier one's: compared by sha256 among files of the
+    same size only, so distinct inputs are never read twice to tell them apart."""
+    from ..rundir.ownership import file_sha256
+    by_size: dict[int, list[str]] = {}
+    for f in files:
+        by_size.setdefault(size(f), []).append(f)
+    pairs = []
+    for group in (g for s, g in by_size.items() if len(g) > 1 and s > 0):   # empty files double nothing
+        seen: dict[str, str] = {}
+        for f in group:
+            digest = _url_sha256(f) if is_url(f) else file_sha256(f)
+            if digest in seen:
+                pairs.append((f, seen[digest]))
+            else:
+                seen[digest] = f
+    return pairs
+
+
+def _url_sha256(url: str) -> str:
+    import hashlib
+    digest = hashlib.sha256()
+    with open_input(url) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _file_identity(path: str) -> object:

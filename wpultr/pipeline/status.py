@@ -134,10 +134,11 @@ def _stage_names(stages_dir: Path) -> list[str]:
 
 
 def _run_name(root: Path) -> str | None:
-    import yaml
-    try:
-        values = yaml.safe_load((root / CONFIG_FILE).read_text())
-    except (OSError, yaml.YAMLError):
+    from ..rundir.safe_yaml import safe_yaml
+    from ..errors import WpultrError
+    try:                                   # the bounded safe loader: a hostile config.yaml is no name, not a hang
+        values = safe_yaml((root / CONFIG_FILE).read_text(), str(root / CONFIG_FILE))
+    except (OSError, WpultrError, UnicodeDecodeError):
         return None
     return values.get("name") if isinstance(values, dict) else None
 

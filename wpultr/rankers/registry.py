@@ -48,6 +48,9 @@ def check_saved_ranker(directory: str | Path) -> tuple[type[Ranker], dict[str, A
     directory = Path(directory)
     if not directory.is_dir():
         raise ExportError(f"{directory}: no such directory; expected a saved ranker ({CONFIG_FILE} + {WEIGHTS_FILE})")
+    link = next((p for p in directory.iterdir() if p.is_symlink()), None)
+    if link is not None:    # a saved ranker is plain files: a link could lead its reads anywhere
+        raise ExportError(f"{link}: a symlink in a saved ranker; a ranker holds plain files only")
     config = read_ranker_config(directory)
     cls = ranker_classes()[config["kind"]]
     args = cls.checked_args(config.get("args"), f"{directory / CONFIG_FILE}: args")

@@ -17,14 +17,15 @@ import pandas as pd
 
 from ..errors import RunDirError
 from ..metrics import paired_test
-from ..rundir.files import Replaces, atomic_path, holding
+from ..rundir.files import atomic_path
+from ..rundir.ownership import output_of
 from ..rundir.layout import PER_QUERY
 from ..schema import BUCKET, QUERY_ID, QUERY_KEY
 from ..storage import readable_run_dir
 from ..tables import fixed, pvalue, table
 
-PAGE_MARK = "<!-- wpultr compare -->"    # the first line of every page this command writes: what --html may replace
-PAGE = Replaces("an HTML page written by wpultr compare", holding(PAGE_MARK.encode(), 64))
+PAGE_MARK = "<!-- wpultr compare -->"    # the first line of every page this command writes
+PAGE = output_of("wpultr compare --html")  # what --html may replace: a page this command wrote (its manifest)
 PLOTTED = "DCG@10"                       # the metric whose per-query differences the page plots (when present)
 _NOT_METRICS = {QUERY_ID, QUERY_KEY, BUCKET}
 

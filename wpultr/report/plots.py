@@ -6,8 +6,11 @@ import io
 
 
 def new_figure(width: float, height: float):
-    """A figure of `width` × `height` inches at 100 dpi with constrained layout, outside pyplot's state."""
+    """A figure of `width` × `height` inches at 100 dpi with constrained layout, outside pyplot's state. Its text is
+    never parsed as mathtext (`text.parse_math` off): run names and data values with `$` are drawn as written."""
+    import matplotlib
     from matplotlib.figure import Figure
+    matplotlib.rcParams["text.parse_math"] = False
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 

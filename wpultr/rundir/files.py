@@ -3,8 +3,10 @@
 Nothing a stage writes is overwritten in place: every file is written under a temporary name in
 the same directory and renamed, so a run killed mid-write leaves either the old file or none.
 Every output of every command goes through `atomic_path`, which replaces an existing path only when it
-is this program's own earlier output (the caller says what that is: `Replaces`), and never the working
-directory or above, a run, a symlink or one of the command's inputs (`check_output`).
+is this program's own earlier output — inside a run directory (its marker), or listed with its sha256 in the manifest
+beside it (`rundir.ownership`: the one rule, never a file's type or name) — and never the working directory or above,
+a run, a symlink or one of the command's inputs (`check_output`). Paths are normalised (`..`, file://, the parent's
+symlinks) before any check.
 A run directory carries a marker file (`.wpultr-run`) from its creation: `--fresh` deletes only a
 directory that holds one, and never a filesystem root, the home directory or a directory holding the
 working directory, the config file or another run.
@@ -12,14 +14,12 @@ working directory, the config file or another run.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import platform
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
@@ -29,19 +29,14 @@ if TYPE_CHECKING:    # only an annotation here: the read-only commands start wit
 
 from ..errors import RunDirError
 from .layout import CONFIG_FILE, MARKER, STAGES_DIR, VERSIONS_FILE
+from .ownership import OWNED_FILE, Replaces, check_manifest_writable, file_sha256, normalise
+
+__all__ = ["OWNED_FILE", "Replaces", "RunDir", "atomic_path", "check_output", "file_sha256", "holds_only",
+           "is_run_dir", "package_versions", "read_json", "write_json", "write_parquet", "write_text"]
 
 MARKER_FORMAT = 1
 _PACKAGES = ("wpultr", "numpy", "pandas", "pyarrow", "dask", "distributed", "causal-learn", "torch",
              "transformers", "safetensors", "scikit-learn", "scipy", "pyyaml", "typer")
-
-
-@dataclass(frozen=True)
-class Replaces:
-    """What an output may replace when its path exists: `test(path)` is True for one this program wrote
-    (its marker, its own file type); `what` names that kind in the refusal."""
-
-    what: str
-    test: Callable[[Path], bool]
 
 
 @contextlib.contextmanager
@@ -49,13 +44,18 @@ def atomic_path(path: str | Path, replaces: Replaces | None = None, inputs: Iter
                 key: str | None = None) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; on success rename it onto `path` (file or directory).
 
-    An existing `path` is replaced only when it is this program's own (`check_output`): what `replaces` accepts,
-    or, without it, a file, or a directory inside a run directory. The old directory is moved aside first and
-    deleted only once the new one is in place.
+    An existing `path` is replaced only when it is this program's own (`check_output`): what `replaces` accepts
+    (its manifest), or, without it, a path inside a run directory. The old directory is moved aside first and
+    deleted only once the new one is in place; `replaces.record` then lists the new output in its manifest.
     """
     check_output(path, replaces, inputs, key)
-    path = Path(os.path.abspath(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    label = f"{key} {path}" if key else str(path)
+    path = normalise(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise RunDirError(f"{label}: a file stands where its directory would go ({_file_above(path)}); "
+                          f"choose another {key or 'path'}") from None
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     old = path.with_name(f".{path.name}.old-{os.getpid()}")
     for leftover in (tmp, old):
@@ -76,9 +76,16 @@ def atomic_path(path: str | Path, replaces: Replaces | None = None, inputs: Iter
             if swap:
                 os.replace(old, path)
             raise
+        if replaces is not None and replaces.record is not None and not (replaces.in_runs and _in_run_dir(path)):
+            replaces.record(path)      # a run's own files need no record: its marker proves them
     finally:
         for leftover in (tmp, old):
             _remove(leftover)
+
+
+def _file_above(path: Path) -> Path:
+    """The nearest path above `path` that exists and is not a directory (what a mkdir of its parents trips on)."""
+    return next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
 
 
 def _remove(path: Path) -> None:
@@ -94,16 +101,19 @@ def check_output(path: str | Path, replaces: Replaces | None = None, inputs: Ite
     """RunDirError (one line naming `key` and `path`) unless writing `path` can destroy nothing but this program's
     own earlier output.
 
-    Refused always: a filesystem root, the home directory, the working directory or one holding it, a symlink,
-    a run directory, and a path that is, holds or lies inside one of `inputs` (the command's own local inputs).
-    An existing path must pass `replaces`; without it, a file may be replaced, and a directory only inside a
-    run directory (a stage's own output).
+    `path` (a local path or a file:// URL) is normalised first (`ownership.normalise`). Refused always: a filesystem
+    root, the home directory, the working directory or one holding it, a symlink, a run directory, and a path that
+    is, holds or lies inside one of `inputs` (the command's own local inputs). An existing path must pass `replaces`
+    (its manifest lists it with its present hashes); without it, only a path inside a run directory (a stage's own
+    output) may be replaced. A file named like the manifest beside `path` that is not one is refused too.
     """
-    target = Path(os.path.abspath(path))
+    target = normalise(path)
     label = f"{key} {path}" if key else str(path)
     reason = _protected(target, (Path.cwd(),)) or _an_input(target, inputs)
     if reason is None and (target.exists() or target.is_symlink()):
         reason = _not_ours(target, replaces)
+    if reason is None and replaces is not None and replaces.record is not None:
+        reason = check_manifest_writable(target)
     if reason:
         raise RunDirError(f"{label}: {reason}; wpultr replaces only what it wrote there before: "
                           f"choose another {key or 'path'} or remove it yourself")
@@ -150,34 +160,31 @@ def _not_ours(target: Path, replaces: Replaces | None) -> str | None:
     if target.is_dir() and (is_run_dir(target) or _unmarked_run(target)):
         return "holds a wpultr run"
     if replaces is not None:
-        return None if replaces.test(target) else f"exists and is not {replaces.what}"
-    if target.is_dir() and not any(is_run_dir(parent) for parent in target.parents):
-        return "is a directory outside any run directory"
+        if replaces.test(target) or (replaces.in_runs and _in_run_dir(target)):
+            return None
+        return f"exists and is not {replaces.what}"
+    if not (_in_run_dir(target) or _in_own_temporary(target)):
+        return f"exists outside any run directory ({'a directory' if target.is_dir() else 'a file'} wpultr has no " \
+               f"record of writing)"
     return None
 
 
-def holding(head: bytes, within: int = 1) -> Callable[[Path], bool]:
-    """A test that a path is a file with `head` in its first len(head) + within - 1 bytes (at its start when
-    `within` is 1): a file type known by its signature (PNG) or its first words (an SVG, a DOT file)."""
-    def test(path: Path) -> bool:
-        try:
-            with open(path, "rb") as handle:
-                return path.is_file() and head in handle.read(len(head) + within - 1)
-        except OSError:
-            return False
-    return test
+def replaceable(path: str | Path, replaces: Replaces | None) -> bool:
+    """The existing `path` may be replaced by an output that `replaces` describes (check_output's test, the
+    protected places and inputs aside)."""
+    return _not_ours(normalise(path), replaces) is None
 
 
-def parquet_columns(path: Path) -> list[str] | None:
-    """The column names of the Parquet file `path`, or None when it is no readable Parquet file."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    if not path.is_file():
-        return None
-    try:
-        return list(pq.read_schema(path).names)
-    except (pa.ArrowException, OSError):
-        return None
+def _in_own_temporary(target: Path) -> bool:
+    """`target` lies inside a temporary directory of this process's `atomic_path` (`.<name>.tmp-<pid>`): an output
+    still being written, before it is swapped into place."""
+    suffix = f".tmp-{os.getpid()}"
+    return any(p.name.startswith(".") and p.name.endswith(suffix) for p in target.parents)
+
+
+def _in_run_dir(target: Path) -> bool:
+    """`target` lies inside a run directory (one of its parents carries the run marker): the run's own file."""
+    return any(is_run_dir(parent) for parent in target.parents)
 
 
 def holds_only(path: Path, allowed: Callable[[str], bool]) -> bool:
@@ -194,26 +201,14 @@ def holds_only(path: Path, allowed: Callable[[str], bool]) -> bool:
     return True
 
 
-def file_sha256(path: str | Path) -> str:
-    """The sha256 hex digest of a file, read 1 MiB at a time: what provenance manifests record of each file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-PNG = Replaces("a PNG image", holding(b"\x89PNG\r\n\x1a\n"))
-PARQUET = Replaces("a Parquet file", lambda p: parquet_columns(p) is not None)
-
-
-def write_text(path: str | Path, text: str) -> None:
-    with atomic_path(path) as tmp:
+def write_text(path: str | Path, text: str, replaces: Replaces | None = None, key: str | None = None) -> None:
+    """Write `text` atomically; an existing path replaced only as `atomic_path` allows."""
+    with atomic_path(path, replaces, key=key) as tmp:
         tmp.write_text(text)
 
 
-def write_json(path: str | Path, obj: Any) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+def write_json(path: str | Path, obj: Any, replaces: Replaces | None = None) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n", replaces)
 
 
 def read_json(path: str | Path) -> Any:

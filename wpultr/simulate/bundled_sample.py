@@ -146,15 +146,20 @@ def _inject(files: list[list[_Line]], rng: np.random.Generator) -> list[dict]:
 
 
 def _is_sample(path: Path) -> bool:
-    """`path` holds an earlier sample and nothing else: its MANIFEST.json and the files that lists."""
+    """`path` holds an earlier sample and nothing else: its MANIFEST.json (naming this command) and the files that
+    lists, each with the sha256 it lists (rundir.ownership's rule: origin by content hash, never by name)."""
     try:
-        listed = {entry["path"] for entry in read_json(path / MANIFEST)["files"]} | {MANIFEST}
-    except (OSError, ValueError, TypeError, KeyError):
+        manifest = read_json(path / MANIFEST)
+        hashes = {entry["path"]: entry["sha256"] for entry in manifest["files"]}
+        if manifest.get("command") != COMMAND or not holds_only(path, ({*hashes, MANIFEST}).__contains__):
+            return False
+        return all(file_sha256(path / rel) == digest for rel, digest in hashes.items())
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return False
-    return holds_only(path, listed.__contains__)
 
 
-SAMPLE = Replaces(f"an earlier sample (a {MANIFEST} and the files it lists, nothing else)", _is_sample)
+SAMPLE = Replaces(f"an earlier sample (a {MANIFEST} and the files it lists with their sha256, nothing else)",
+                  _is_sample)
 
 
 def write_sample(out: str | Path) -> dict:
@@ -163,7 +168,7 @@ def write_sample(out: str | Path) -> dict:
     out = Path(out)
     logs = simulate(SAMPLE_CONFIG, seed=SAMPLE_SEED)
     with atomic_path(out, SAMPLE, key="--out") as tmp:
-        written = logs.write(tmp, fmt="baidu", sessions_per_file=SESSIONS_PER_FILE)
+        written = logs.write(tmp, fmt="baidu", sessions_per_file=SESSIONS_PER_FILE, command=None)
         train = sorted(p for p in written if p.parent.name == "train")
         files = [[_Line(text) for text in gzip.decompress(p.read_bytes()).split(b"\n")[:-1]] for p in train]
         per_file = [(len(_sessions(lines)), sum(len(s.results) for s in _sessions(lines))) for lines in files]

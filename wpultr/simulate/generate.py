@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -21,7 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.baidu_writer import write_baidu_annotations, write_baidu_sessions
-from ..rundir.files import PARQUET, Replaces, atomic_path, holds_only
+from ..rundir.files import atomic_path
+from ..rundir.ownership import output_of
 from ..rundir.layout import ANNOTATIONS_FILE, TRUTH_JSON, TRUTH_SESSIONS
 from ..schema import (ABSTRACT_TOKENS, BUCKET, CLICK, DOC_ID, FEATURE_VECTOR_TYPE, FEATURES, LABEL, POSITION,
                       QUERY_ID, QUERY_ID_TYPE, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS)
@@ -37,12 +37,12 @@ from .user_models import ModelContext, UserModel, make_user_model
 
 TRUTH_FORMAT = "wpultr.simulate.truth/1"
 TRUTH_FILES = (TRUTH_JSON, TRUTH_SESSIONS, ANNOTATIONS_FILE, "queries.parquet")
-_LOG_PART = re.compile(r"part-\d{5}\.(gz|parquet)")
-# what `write` may replace under its out_dir: the directories an earlier `write` filled, nothing else
-LOG_PARTS = Replaces("a directory of simulated log parts (part-NNNNN.gz|.parquet only)",
-                     lambda p: holds_only(p, _LOG_PART.fullmatch))
-TRUTH = Replaces(f"a simulator truth directory ({', '.join(TRUTH_FILES)} only)",
-                 lambda p: holds_only(p, TRUTH_FILES.__contains__))
+COMMAND = "wpultr simulate"           # what `write` may replace under its out_dir: only what it wrote there before
+
+
+def output_names(fmt: str) -> tuple[str, ...]:
+    """What `write` puts under its out_dir in format `fmt`: the paths checked before anything is simulated."""
+    return ("train", "annotations.tsv.gz" if fmt == "baidu" else ANNOTATIONS_FILE, "truth")
 TRUE_LABEL = "true_label"
 EXAMINATION_PROB = "examination_prob"
 CLICK_PROB = "click_prob"
@@ -233,21 +233,25 @@ class SimulatedLogs:
         return [self.session_table.slice(start, stop - start) for start, stop in zip(cuts[:-1], cuts[1:])]
 
     def write(self, out_dir: str | Path, fmt: Literal["baidu", "parquet"] = "baidu",
-              sessions_per_file: int = DEFAULT_SESSIONS_PER_FILE) -> list[Path]:
+              sessions_per_file: int = DEFAULT_SESSIONS_PER_FILE, command: str | None = COMMAND) -> list[Path]:
         """Write train/part-*, the annotations and truth/ under out_dir; return the files written.
 
         baidu: train/part-00000.gz ... (gzip session logs) and annotations.tsv.gz; parquet:
         train/part-00000.parquet ... and annotations.parquet. Both: truth/truth.json,
         truth/truth_sessions.parquet, truth/annotations.parquet (with features) and truth/queries.parquet.
-        Each directory and file is written under a temporary name and renamed into place.
+        Each directory and file is written under a temporary name and renamed into place. An existing train/,
+        annotation file or truth/ is replaced only when `command` wrote it (listed with its sha256 in out_dir's
+        .wpultr-outputs.json, rundir.ownership), never for its names; `command` None writes into a fresh directory
+        of the caller's and records nothing.
         """
         if fmt not in ("baidu", "parquet"):
             raise ValueError(f"fmt: {fmt!r} is not allowed; allowed values: 'baidu', 'parquet'")
         if sessions_per_file < 1:
             raise ValueError(f"sessions_per_file: must be >= 1, got {sessions_per_file}")
         out_dir = Path(out_dir)
+        owned = output_of(command) if command is not None else None
         written: list[str] = []
-        with atomic_path(out_dir / "train", LOG_PARTS) as train:
+        with atomic_path(out_dir / "train", owned, key="--out") as train:
             train.mkdir()
             for i, part in enumerate(self._session_slices(sessions_per_file)):
                 name = f"part-{i:05d}.gz" if fmt == "baidu" else f"part-{i:05d}.parquet"
@@ -257,13 +261,13 @@ class SimulatedLogs:
                     pq.write_table(part, train / name)
                 written.append(f"train/{name}")
         if fmt == "baidu":
-            write_baidu_annotations(self.annotation_table, out_dir / "annotations.tsv.gz")
+            write_baidu_annotations(self.annotation_table, out_dir / "annotations.tsv.gz", owned)
             written.append("annotations.tsv.gz")
         else:
-            with atomic_path(out_dir / ANNOTATIONS_FILE, PARQUET) as tmp:
+            with atomic_path(out_dir / ANNOTATIONS_FILE, owned, key="--out") as tmp:
                 pq.write_table(self.annotation_table, tmp)
             written.append(ANNOTATIONS_FILE)
-        with atomic_path(out_dir / "truth", TRUTH) as truth:
+        with atomic_path(out_dir / "truth", owned, key="--out") as truth:
             truth.mkdir()
             (truth / TRUTH_FILES[0]).write_text(json.dumps(self.truth, indent=2) + "\n")
             for name, table in zip(TRUTH_FILES[1:], (self.truth_session_table, self.annotation_table,
