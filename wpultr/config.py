@@ -89,6 +89,8 @@ class ClusterConfig:
     memory_limit: str = "4GiB"            # per LocalCluster worker: a size ("4GiB", "500MB") or "auto"
     connect_timeout: float = 10.0         # seconds to reach `scheduler` before giving up
     no_worker_timeout: float = 60.0       # seconds a stage may wait on a cluster with no workers
+    rank_workers: list[str] | None = None  # with `scheduler`: the workers (names or addresses) DDP ranks may run on
+    rank_resources: dict[str, float] | None = None  # with `scheduler`: what a rank's worker must hold, e.g. {GPU: 1}
     worker_profiling: bool = False        # Dask's statistical profiler on the LocalCluster's workers (it samples every
     #                                       thread's stack each 10 ms: about a sixth of an ingest's CPU); true for the
     #                                       dashboard's profile page. An external cluster's workers keep their own
@@ -108,6 +110,13 @@ class ClusterConfig:
                 self.connect_timeout)
         require(_finite(self.no_worker_timeout, 0, low_open=True), f"{k}.no_worker_timeout",
                 "a number of seconds > 0", self.no_worker_timeout)
+        require(self.rank_workers is None or (isinstance(self.rank_workers, list) and self.rank_workers
+                                               and all(isinstance(w, str) and w for w in self.rank_workers)),
+                f"{k}.rank_workers", "null or a list of Dask worker names or addresses", self.rank_workers)
+        require(self.rank_resources is None or (isinstance(self.rank_resources, dict) and all(
+            isinstance(n, str) and _finite(v, 0, low_open=True) for n, v in self.rank_resources.items())),
+                f"{k}.rank_resources", "null or a mapping of Dask worker resource names to amounts > 0, e.g. {GPU: 1}",
+                self.rank_resources)
 
 
 def _scheduler_address(address: str) -> bool:

@@ -22,7 +22,7 @@ Launch, either way:
     (the same entry as below, as subprocesses with torchrun's environment variables);
   * torchrun, on one or several machines (each rank sees the same files):
         torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
-            -m wpultr.methods.training.distributed run.yaml --sessions runs/x/data/featured_sessions \\
+            -m wpultr.methods.training.distributed run.yaml --sessions runs/x/data/featured/sessions \\
             --valid valid.parquet --out model/
     `--sessions` is a Parquet file or partition directory (streamed when `train.streaming: true`);
     rank 0 writes the ranker (config.json + model.safetensors) and history.json under `--out`.
@@ -31,12 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -52,13 +47,12 @@ from ...rankers.base import Inputs, Ranker, take
 from ...settings.methods import get_method
 from ..base import FitResult
 from ..losses import click_loss, click_loss_named
+from .ranks import GRAPHS_FILE, HISTORY_FILE, RANKER_SUBDIR, fit_data_parallel  # noqa: F401 (its callers' name)
 from .trainer import ListBatch, LossFn, Trainer, build_ranker, list_scores
 
 if TYPE_CHECKING:
     from ...config import RunConfig
 
-HISTORY_FILE = "history.json"
-RANKER_SUBDIR = "ranker"
 
 
 def shard_sessions(sessions: int, rank: int, world: int) -> slice:
@@ -210,19 +204,31 @@ class DataParallelTrainer(Trainer):
         return super().validate() if self.rank == 0 else None
 
 
-def fit_rank(sessions: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig") -> FitResult:
-    """This rank's part of the fit (the process group is up): the method's epochs on a DataParallelTrainer."""
+def fit_rank(sessions: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
+             arrow_lists: Sequence[str] = ()) -> FitResult:
+    """This rank's part of the fit (the process group is up): a method with a data-parallel fit of its own (BAL's
+    `fit_rank`) runs it; any other, its epochs on a DataParallelTrainer (`fit_trainer`)."""
+    method = get_method(cfg.train.method)
+    if hasattr(method, "fit_rank"):
+        return method.fit_rank(sessions, valid, cfg, DataParallelTrainer, arrow_lists)
     if cfg.train.streaming:
         from .streaming import streaming_trainer
         trainer = streaming_trainer(sessions, valid, cfg, DataParallelTrainer)
     else:
-        from ...io.parquet import read_table, sample_sessions
-        train = sample_sessions(read_table(sessions), cfg.data.max_sessions, cfg.seed)
-        trainer = DataParallelTrainer(build_ranker(cfg, train), train, valid, cfg)
+        trainer = DataParallelTrainer(*rank_ranker_and_table(sessions, cfg, arrow_lists), valid, cfg)
         if cfg.train.warmup_epochs:   # only then: the warm-up imports transformers (seconds per rank)
             from .warmup import warm_up
             warm_up(trainer)
-    return get_method(cfg.train.method).fit_trainer(trainer, cfg)
+    return method.fit_trainer(trainer, cfg)
+
+
+def rank_ranker_and_table(sessions: str | Path, cfg: "RunConfig", arrow_lists: Sequence[str] = ()
+                          ) -> tuple[Ranker, pd.DataFrame]:
+    """The sessions table a rank trains on in memory (read as the parent handed it over: `arrow_lists` as Arrow) and
+    the ranker built on it, the same on every rank."""
+    from ...io.parquet import read_table, sample_sessions
+    train = sample_sessions(read_table(sessions, arrow_lists=arrow_lists), cfg.data.max_sessions, cfg.seed)
+    return build_ranker(cfg, train), train
 
 
 def fit_streamed(sessions_dir: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig") -> FitResult:
@@ -235,93 +241,58 @@ def fit_streamed(sessions_dir: str | Path, valid: pd.DataFrame | None, cfg: "Run
 
 
 # ---------------------------------------------------------------------------------------------
+def check_sessions_path(path: str | Path) -> None:
+    """ConfigError unless `path` is a sessions table (a Parquet file or partition directory with a session_id
+    column): a run's data/featured/ holds the table in sessions/ beside annotations.parquet, not as its partitions."""
+    from ...errors import ConfigError
+    from ...io.parquet import column_names
+    from ...schema import SESSION_ID
+    path = Path(path)
+    if path.is_dir() and not any(p.suffix == ".parquet" for p in path.iterdir()):
+        hint = f"; did you mean {path / 'sessions'}?" if (path / "sessions").is_dir() else ""
+        raise ConfigError(f"--sessions: {path} holds no Parquet partitions{hint}")
+    if SESSION_ID not in column_names(path):
+        hint = f"; did you mean {path / 'sessions'}?" if path.is_dir() and (path / "sessions").is_dir() else ""
+        raise ConfigError(f"--sessions: {path} is not a sessions table (no {SESSION_ID!r} column){hint}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """One rank, launched by torchrun (or `fit_data_parallel`): RANK, WORLD_SIZE, MASTER_ADDR/PORT from the env."""
+    """One rank, launched by torchrun (or `ranks.fit_data_parallel`): RANK, WORLD_SIZE, MASTER_ADDR/PORT from the
+    env. A bad argument is one line and exit code 2, as every wpultr command's."""
     parser = argparse.ArgumentParser(prog="python -m wpultr.methods.training.distributed",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("config", help="run config (YAML)")
-    parser.add_argument("--sessions", required=True, help="sessions table: a Parquet file or partition directory")
+    parser.add_argument("--sessions", required=True,
+                        help="sessions table: a Parquet file or partition directory (a run's data/featured/sessions)")
     parser.add_argument("--valid", help="validation annotations (Parquet) that pick the best epoch")
     parser.add_argument("--out", required=True, help="directory rank 0 writes the ranker and history.json into")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, repeatable")
+    parser.add_argument("--arrow-lists", default="", help=argparse.SUPPRESS)   # list columns kept as Arrow
     args = parser.parse_args(argv)
-    from ...config import load_config, parse_overrides
-    cfg = load_config(args.config, parse_overrides(args.set))
+    from ...cli_support import USER_ERRORS
+    try:
+        from ...config import load_config, parse_overrides
+        cfg = load_config(args.config, parse_overrides(args.set))
+        check_sessions_path(args.sessions)
+    except USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     cfg.train.device = "cpu"   # gloo reduces CPU tensors
     valid = pd.read_parquet(args.valid) if args.valid else None
     dist.init_process_group("gloo", timeout=timedelta(minutes=30))
     try:
-        result = fit_rank(args.sessions, valid if valid is not None and len(valid) else None, cfg)
+        result = fit_rank(args.sessions, valid if valid is not None and len(valid) else None, cfg,
+                          tuple(c for c in args.arrow_lists.split(",") if c))
         if dist.get_rank() == 0:
             out = Path(args.out)
             result.ranker.save(out / RANKER_SUBDIR)
             (out / HISTORY_FILE).write_text(json.dumps({"history": result.history, "bias": result.bias}))
+            if result.graphs:
+                (out / GRAPHS_FILE).write_text(json.dumps([g.to_dict() for g in result.graphs]))
         dist.barrier()
     finally:
         dist.destroy_process_group()
     return 0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
-                      processes: int | None = None) -> FitResult:
-    """Train with `processes` (default `train.processes`) DDP ranks on loopback, started as subprocesses
-    (so it works inside a Dask worker too); a rank's failure stops the others and raises with its stderr."""
-    from ...config import dump_config
-    from ...errors import WpultrError
-    from ...rankers.registry import load_ranker
-    n = processes or cfg.train.processes
-    with tempfile.TemporaryDirectory(prefix="wpultr-ddp-") as tmp:
-        work = Path(tmp)
-        if isinstance(sessions, pd.DataFrame):
-            sessions.to_parquet(work / "sessions.parquet", index=False)
-            sessions = work / "sessions.parquet"
-        (work / "config.yaml").write_text(dump_config(cfg))
-        command = [sys.executable, "-m", __name__, str(work / "config.yaml"), "--sessions", str(sessions),
-                   "--out", str(work)]
-        if valid is not None and len(valid):
-            valid.to_parquet(work / "valid.parquet", index=False)
-            command += ["--valid", str(work / "valid.parquet")]
-        threads = str(max(1, (os.cpu_count() or 1) // n))
-        base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(n),
-                "LOCAL_WORLD_SIZE": str(n), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}
-        ranks = []
-        for rank in range(n):
-            log = open(work / f"rank{rank}.log", "wb")
-            ranks.append((subprocess.Popen(command, env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                                           stdout=log, stderr=subprocess.STDOUT), log))
-        failed = _wait(ranks)
-        if failed is not None:
-            tail = (work / f"rank{failed}.log").read_text(errors="replace").strip().splitlines()[-1:]
-            raise WpultrError(f"train.processes: DDP rank {failed} of {n} failed: {tail[0] if tail else 'no output'}")
-        saved = json.loads((work / HISTORY_FILE).read_text())
-        return FitResult(load_ranker(work / RANKER_SUBDIR).eval(), saved["history"],
-                         {**saved["bias"], "processes": n})
-
-
-def _wait(ranks: list[tuple[subprocess.Popen, Any]]) -> int | None:
-    """Wait for every rank; the first that fails ends the others (they would wait on it). Its rank, or None."""
-    try:
-        while True:
-            codes = [p.poll() for p, _ in ranks]
-            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            if bad:
-                for p, _ in ranks:
-                    if p.poll() is None:
-                        p.kill()
-                        p.wait()
-                return bad[0]
-            if all(c == 0 for c in codes):
-                return None
-            time.sleep(0.05)
-    finally:
-        for _, log in ranks:
-            log.close()
 
 
 if __name__ == "__main__":
