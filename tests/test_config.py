@@ -38,8 +38,8 @@ def test_defaults_resolve_and_round_trip_through_yaml():
     ({"train": {"epochs": 0}}, "train.epochs: must be > 0"),
     ({"train": {"method": "ipw", "streaming": True}},
      "train.streaming: true is not supported by train.method: ipw (supports: false)"),
-    ({"train": {"method": "bal", "processes": 2}},
-     "train.processes: 2 is not supported by train.method: bal (supports: 1)"),
+    ({"train": {"method": "dla", "processes": 2}},      # a spec without processes: DDP ranks refused, key named
+     "train.processes: 2 is not supported by train.method: dla (supports: 1)"),
     ({"train": {"method": "bal", "streaming": True}, "ranker": {"backbone": "lightgbm"}},
      "ranker.backbone: train.streaming: true trains the 'mlp' backbone only"),
     ({"train": {"streaming": True}, "data": {"max_sessions": 100}},
@@ -125,6 +125,7 @@ BAD: dict[str, typing.Any] = {
     "data.simulate.media_click_scale": [1.0, 1.0, 2.0, 1.0],
     "cluster.scheduler": "tcp://host", "cluster.n_workers": 0, "cluster.threads_per_worker": 0,
     "cluster.memory_limit": "0", "cluster.connect_timeout": 0.0, "cluster.no_worker_timeout": -1.0,
+    "cluster.rank_workers": [""], "cluster.rank_resources": {"GPU": 0},
     "ranker.backbone": "gpt", "ranker.head": [0], "ranker.dropout": 1.0, "ranker.bert.path": "",
     "ranker.bert.max_length": 4, "ranker.bert.special_tokens": {"pad": 0}, "ranker.bert.hidden_size": 0,
     "ranker.bert.num_hidden_layers": 0, "ranker.bert.num_attention_heads": 0, "ranker.bert.intermediate_size": 0,

@@ -221,3 +221,20 @@ def test_the_rank_entry_refuses_a_directory_that_is_not_a_sessions_table(logs, t
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--sessions:" in err and "not a sessions table" in err
     assert f"did you mean {featured / 'sessions'}" in err
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("method", ["ipw", "propensity_pairs"])
+def test_two_ranks_of_a_reweighting_method_train_its_one_process_model(logs, method):
+    """IPW (listwise: its loss divides by the batch's weighted clicks Σ c/θ) and the pair-weighted method (by the
+    batch's sessions) as DDP ranks: each shard's loss scaled by its share of that normaliser."""
+    from wpultr.settings.methods import get_method
+
+    def cfg(processes: int) -> RunConfig:
+        c = config("listwise" if method == "ipw" else "pointwise", processes)
+        c.train.method, c.propensity.source = method, "table"
+        c.propensity.table = {1: 1.0, 2: 0.7, 3: 0.5, 4: 0.4, 5: 0.3, 6: 0.25}
+        return c
+    one = get_method(method).fit(logs.sessions, logs.annotations, cfg(1))
+    two = get_method(method).fit(logs.sessions, logs.annotations, cfg(2))
+    assert_same_model(one, two, skip={"net.2.bias"} if method == "ipw" else ())   # softmax: blind to a shift

@@ -383,12 +383,11 @@ class RunConfig:
             raise ConfigError(f"ranker.backbone: train.streaming: true trains the 'mlp' backbone only (its "
                               f"standardisation merges over partitions), got {self.ranker.backbone!r}; allowed values "
                               "with streaming: 'mlp' (or set train.streaming: false)")
-        if self.ranker.backbone in ("embedding", "lightgbm") and self.train.processes > 1:
-            why = ("trains in one process (its document vocabulary is the whole table's)" if
-                   self.ranker.backbone == "embedding" else "trains with lightgbm.dask on the run's cluster instead")
-            raise ConfigError(f"ranker.backbone: {self.ranker.backbone!r} {why}, got train.processes "
-                              f"{self.train.processes}; allowed values with train.processes > 1: 'mlp', 'bert' "
-                              "(or set train.processes: 1)")
+        if self.ranker.backbone == "lightgbm" and self.train.processes > 1:   # (the embedding ranker's ranks
+            #   each read the whole table in memory, so each builds the one document vocabulary)
+            raise ConfigError(f"ranker.backbone: 'lightgbm' trains with lightgbm.dask on the run's cluster instead, "
+                              f"got train.processes {self.train.processes}; allowed values with train.processes > 1: "
+                              "'mlp', 'bert', 'embedding' (or set train.processes: 1)")
         if self.train.streaming and self.data.max_sessions is not None:
             raise ConfigError(f"data.max_sessions: must be null with train.streaming: true (every session of the "
                               f"partitions is streamed), got {self.data.max_sessions!r}")

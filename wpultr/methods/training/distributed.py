@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ...rankers.base import Inputs, Ranker, take
+from ...rankers.base import Inputs, Ranker, n_rows, score_inputs, take
 from ...settings.methods import get_method
 from ..base import FitResult
 from ..losses import click_loss, click_loss_named
@@ -131,6 +131,7 @@ class DataParallelTrainer(Trainer):
         self.masking_on = False            # in the masked-LM warm-up: mask each global batch (batches())
         self.masking: Masking | None = None   # this rank's rows of the current batch's masking, while masking_on
         self.mlm_part = torch.zeros(())    # this rank's masked-LM loss term of the current batch (scores())
+        self.normaliser: Callable[[ListBatch], float] | None = None   # the current epoch's (epoch())
 
     @staticmethod
     def data_parallel(parts: dict[str, torch.nn.Module], run: Callable[..., Any]) -> DistributedDataParallel:
@@ -148,18 +149,42 @@ class DataParallelTrainer(Trainer):
             return scores
         return list_scores(forward, self.inputs, batch)
 
+    def train_scores(self, rows_per_pass: int = 16384) -> np.ndarray:
+        """Every training row's score, as one process computes it: each rank scores its contiguous share of the rows
+        (of the partitions' units when streaming), zeros elsewhere, and a sum over the ranks assembles them."""
+        if self.stream is not None:
+            out = np.zeros(self.stream.rows, dtype=np.float32)
+            units = shard_sessions(len(self.stream.units), self.rank, self.world)
+            for unit, offset in zip(self.stream.units[units], self.stream.offsets[units]):
+                frame = self.stream.read_unit(unit)
+                out[offset: offset + len(frame)] = score_inputs(self.ranker, self.ranker.prepare(frame), rows_per_pass)
+        else:
+            total = n_rows(self.inputs)
+            out = np.zeros(total, dtype=np.float32)
+            mine = shard_sessions(total, self.rank, self.world)
+            out[mine] = score_inputs(self.ranker, take(self.inputs, np.arange(mine.start, mine.stop)), rows_per_pass)
+        summed = torch.from_numpy(out)
+        dist.all_reduce(summed)
+        return summed.numpy()
+
     def batches(self, extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
+        normaliser = self.normaliser or (lambda b: click_normaliser(self.cfg.train.loss, b))
         for batch in super().batches(extras):
-            total = click_normaliser(self.cfg.train.loss, batch)
+            total = normaliser(batch)
             mine = shard(batch, self.rank, self.world)
-            share = click_normaliser(self.cfg.train.loss, mine)
+            share = normaliser(mine)
             self.share = share * self.world / total if total > 0 else 0.0
             if self.masking_on:
                 self.masking = shard_masking(self.ranker, batch, self.inputs, self.rank, self.world,
                                              self.cfg.train.mlm_probability, self.generator)
             yield mine
 
-    def epoch(self, loss_fn: LossFn, extras: dict[str, np.ndarray] | None = None) -> dict[str, float]:
+    def epoch(self, loss_fn: LossFn, extras: dict[str, np.ndarray] | None = None,
+              normaliser: Callable[[ListBatch], float] | None = None) -> dict[str, float]:
+        """One epoch on this rank's shards; `normaliser` is what `loss_fn` divides a batch's loss by (default: the
+        click loss's, `click_normaliser`): each shard's loss is scaled by its share of the global batch's."""
+        self.normaliser = normaliser
+
         def scaled(scores: torch.Tensor, batch: ListBatch):
             out = loss_fn(scores, batch)
             loss, stats = out if isinstance(out, tuple) else (out, {})
@@ -167,7 +192,10 @@ class DataParallelTrainer(Trainer):
             reported = loss.detach().clone()
             dist.all_reduce(reported)
             return loss, {**stats, "loss": float(reported) / self.world}
-        return super().epoch(scaled, extras)
+        try:
+            return super().epoch(scaled, extras)
+        finally:
+            self.normaliser = None
 
     def warmup_epoch(self, loss_fn: LossFn, with_mlm: bool) -> dict[str, float]:
         """One epoch of warmup.warm_up's loss on this rank's shards. With a BERT encoder to train (`with_mlm`) —
@@ -205,12 +233,12 @@ class DataParallelTrainer(Trainer):
 
 
 def fit_rank(sessions: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
-             arrow_lists: Sequence[str] = ()) -> FitResult:
+             arrow_lists: Sequence[str] = (), overrides: dict[str, np.ndarray] | None = None) -> FitResult:
     """This rank's part of the fit (the process group is up): a method with a data-parallel fit of its own (BAL's
     `fit_rank`) runs it; any other, its epochs on a DataParallelTrainer (`fit_trainer`)."""
     method = get_method(cfg.train.method)
     if hasattr(method, "fit_rank"):
-        return method.fit_rank(sessions, valid, cfg, DataParallelTrainer, arrow_lists)
+        return method.fit_rank(sessions, valid, cfg, DataParallelTrainer, arrow_lists, overrides)
     if cfg.train.streaming:
         from .streaming import streaming_trainer
         trainer = streaming_trainer(sessions, valid, cfg, DataParallelTrainer)
@@ -238,6 +266,39 @@ def fit_streamed(sessions_dir: str | Path, valid: pd.DataFrame | None, cfg: "Run
         return fit_data_parallel(sessions_dir, valid, cfg)
     from .streaming import streaming_trainer
     return get_method(cfg.train.method).fit_trainer(streaming_trainer(sessions_dir, valid, cfg), cfg)
+
+
+def on_rank0(fit: Callable[[], Any]) -> Any:
+    """`fit()` run by rank 0 alone and its result sent to every rank (pickled): a fit every rank needs and that runs
+    once (BAL's graph and influence estimators), not once per rank."""
+    box = [fit() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class RankBatches:
+    """A small model's minibatch fit as DDP over the global batches one process draws (BAL's click model): every
+    rank draws the same batch, keeps its contiguous share, and scales its summed loss by world / batch size, so
+    DDP's mean gradient is the gradient of the global batch's mean loss."""
+
+    def __init__(self) -> None:
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
+    def wrap(self, parts: dict[str, torch.nn.Module], run: Callable[..., Any]) -> DistributedDataParallel:
+        return DataParallelTrainer.data_parallel(parts, run)
+
+    def part(self, index: torch.Tensor) -> torch.Tensor:
+        return index[shard_sessions(len(index), self.rank, self.world)]
+
+    def mean(self, summed: torch.Tensor, batch: int) -> torch.Tensor:
+        """This shard's term of the global batch's mean loss, as DDP averages it over the ranks."""
+        return summed * (self.world / max(batch, 1))
+
+    def value(self, term: torch.Tensor) -> float:
+        """The global batch's mean loss from this shard's term (`mean`)."""
+        reported = term.detach().clone()
+        dist.all_reduce(reported)
+        return float(reported) / self.world
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="directory rank 0 writes the ranker and history.json into")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, repeatable")
     parser.add_argument("--arrow-lists", default="", help=argparse.SUPPRESS)   # list columns kept as Arrow
+    parser.add_argument("--overrides", help=argparse.SUPPRESS)   # .npz of per-row columns replacing the partitions'
     args = parser.parse_args(argv)
     from ...cli_support import USER_ERRORS
     try:
@@ -281,8 +343,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     valid = pd.read_parquet(args.valid) if args.valid else None
     dist.init_process_group("gloo", timeout=timedelta(minutes=30))
     try:
+        overrides = None
+        if args.overrides:
+            with np.load(args.overrides, allow_pickle=False) as saved:
+                overrides = {k: saved[k] for k in saved.files}
         result = fit_rank(args.sessions, valid if valid is not None and len(valid) else None, cfg,
-                          tuple(c for c in args.arrow_lists.split(",") if c))
+                          tuple(c for c in args.arrow_lists.split(",") if c), overrides)
         if dist.get_rank() == 0:
             out = Path(args.out)
             result.ranker.save(out / RANKER_SUBDIR)

@@ -16,7 +16,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -76,10 +76,11 @@ class RankJob:
     work: Path
     command: list[str]
     world: int
+    workers: list[str] = field(default_factory=list)   # the Dask workers the ranks ran on, in rank order
 
     @classmethod
     def prepare(cls, work: Path, sessions: pd.DataFrame | str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
-                world: int) -> "RankJob":
+                world: int, overrides: dict[str, Any] | None = None) -> "RankJob":
         from ...config import dump_config
         arrow: tuple[str, ...] = ()
         if isinstance(sessions, pd.DataFrame):
@@ -90,6 +91,10 @@ class RankJob:
                    "--out", str(work)]
         if arrow:
             command += ["--arrow-lists", ",".join(arrow)]
+        if overrides:
+            import numpy as np
+            np.savez(work / "overrides.npz", **{k: np.asarray(v) for k, v in overrides.items()})
+            command += ["--overrides", str(work / "overrides.npz")]
         if valid is not None and len(valid):
             write_rank_table(valid, work / "valid.parquet")
             command += ["--valid", str(work / "valid.parquet")]
@@ -106,18 +111,47 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def rank_env(rank: int, world: int, address: str, port: int, threads: int) -> dict[str, str]:
-    """torchrun's environment for rank `rank` of `world`; OMP_NUM_THREADS as the user set it, else `threads`."""
-    return {**os.environ, "MASTER_ADDR": address, "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(world), "RANK": str(rank), "LOCAL_RANK": str(rank),
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
+SCHEDULER_ENV = "WPULTR_RANK_SCHEDULER"   # the run's Dask scheduler, for the work rank 0 spreads over it (discovery)
+
+
+def rank_env(rank: int, world: int, address: str, port: int, threads: int,
+             scheduler: str | None = None) -> dict[str, str]:
+    """torchrun's environment for rank `rank` of `world`; OMP_NUM_THREADS as the user set it, else `threads`;
+    the run's scheduler address (`scheduler_address`), which rank 0 connects to for BAL's discovery."""
+    env = {**os.environ, "MASTER_ADDR": address, "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+           "LOCAL_WORLD_SIZE": str(world), "RANK": str(rank), "LOCAL_RANK": str(rank),
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
+    if scheduler:
+        env[SCHEDULER_ENV] = scheduler
+    return env
+
+
+def scheduler_address(client: Any = None) -> str | None:
+    """The address of the run's Dask scheduler (`client`'s, else this process's current client's), if any."""
+    if client is None:
+        from ...cluster import current_client
+        client = current_client()
+    try:
+        return str(client.scheduler.address) if client is not None and client.scheduler is not None else None
+    except AttributeError:
+        return None
+
+
+def rank_client() -> Any:
+    """In a rank: a Dask client of the run's scheduler (`SCHEDULER_ENV`), or None when the fit had none."""
+    address = os.environ.get(SCHEDULER_ENV)
+    if not address:
+        return None
+    from distributed import Client
+    return Client(address, set_as_default=False)
 
 
 # ---------------------------------------------------------------------------------------------
 def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
-                      processes: int | None = None) -> "FitResult":
+                      processes: int | None = None, overrides: dict[str, Any] | None = None) -> "FitResult":
     """Train with `processes` (default `train.processes`) DDP ranks: subprocesses on loopback, or, with
-    `cluster.scheduler`, one task per Dask worker of that cluster (`run_on_dask`). A rank's failure stops the
+    `cluster.scheduler`, one task per Dask worker of that cluster (`run_on_dask`). `overrides`: per-row columns that
+    replace the partitions' (a streamed BAL's identifiability pre-flight merges). A rank's failure stops the
     others and raises one line naming the rank and its kept log."""
     from ..base import FitResult
     n = processes or cfg.train.processes
@@ -128,7 +162,7 @@ def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame |
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="wpultr-ddp-", dir=base) as tmp:
-        job = RankJob.prepare(Path(tmp), sessions, valid, cfg, n)
+        job = RankJob.prepare(Path(tmp), sessions, valid, cfg, n, overrides)
         try:
             failure = run_on_dask(client, job, cfg) if client is not None else run_local(job)
         finally:
@@ -144,8 +178,8 @@ def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame |
             from ...causal.graph import DiscoveredGraph
             graphs = [DiscoveredGraph.from_dict(g) for g in json.loads((job.work / GRAPHS_FILE).read_text())]
         bias = {**saved["bias"], "processes": n}
-        if client is not None:
-            bias["rank_workers"] = saved.get("workers", [])
+        if job.workers:
+            bias["rank_workers"] = job.workers
         return FitResult(load_ranker(job.work / RANKER_SUBDIR).eval(), saved["history"], bias, graphs)
 
 
@@ -171,11 +205,12 @@ def run_local(job: RankJob) -> tuple[int, str] | None:
     """The ranks as subprocesses of this one on loopback (so it works inside a Dask worker too); the first failed
     rank and its last line, or None."""
     threads = max(1, (os.cpu_count() or 1) // job.world)
-    port = free_port()
+    port, scheduler = free_port(), scheduler_address()
     ranks = []
     for rank in range(job.world):
         log = open(job.log(rank), "wb")
-        ranks.append((subprocess.Popen(job.command, env=rank_env(rank, job.world, "127.0.0.1", port, threads),
+        ranks.append((subprocess.Popen(job.command, env=rank_env(rank, job.world, "127.0.0.1", port, threads,
+                                                                 scheduler),
                                        stdout=log, stderr=subprocess.STDOUT), log))
     failed = _wait(ranks)
     return None if failed is None else (failed, last_line(job.log(failed)))
@@ -252,6 +287,8 @@ def _takes_n_workers(client: Any) -> bool:
 def _rank_task(command: list[str], env: dict[str, str], log: str, out: str | None) -> dict[str, Any]:
     """One rank, run on a Dask worker as a subprocess (its own process: torch's process group and global state
     stay out of the worker); its exit code, its log and, for rank 0, the files it wrote (ranker, history)."""
+    from distributed import secede
+    secede()      # the rank waits here in its own process: the worker's thread pool serves other tasks (discovery)
     with open(log, "wb") as handle:
         code = subprocess.Popen(command, env={**os.environ, **env}, stdout=handle, stderr=subprocess.STDOUT).wait()
     files = {}
@@ -278,11 +315,13 @@ def run_on_dask(client: Any, job: RankJob, cfg: "RunConfig") -> tuple[int, str] 
     is rank 0's worker's host at a port the client asks that worker for. A task that fails, or a worker that leaves,
     ends the fit: the others are cancelled (their ranks fail on the lost peer) and the first failure is returned."""
     workers = rank_workers(client, cfg, job.world)
+    job.workers = [w["address"] for w in workers]
     host, port = client.submit(_worker_port, workers=[workers[0]["address"]], allow_other_workers=False,
                                pure=False).result()
     futures = []
     for rank, worker in enumerate(workers):
-        env = {k: v for k, v in rank_env(rank, job.world, host, port, worker["nthreads"]).items()
+        env = {k: v for k, v in rank_env(rank, job.world, host, port, worker["nthreads"],
+                                         scheduler_address(client)).items()
                if k not in os.environ or os.environ[k] != v}
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(worker["nthreads"]))
         futures.append(client.submit(_rank_task, job.command, env, str(job.log(rank)),

@@ -1,0 +1,105 @@
+"""Data-parallel BAL (`train.processes: 2`): two DDP ranks learn the one-process model.
+
+Each rank scores its share of the rows, rank 0 alone fits the graph and the influence estimators and sends them
+to the other, and the click model and the ranker step as DDP over the global batches one process draws; with
+`ranker.dropout: 0` the two ranks' ranker, losses, graphs and weights are one process's (float rounding aside).
+The same through a Dask LocalCluster standing in for `--scheduler`: the ranks run as tasks, one per worker.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from wpultr.bal.method import BAL
+from wpultr.config import RunConfig
+from wpultr.io.tables import SessionPartitionWriter, to_arrow
+from wpultr.schema import SESSION_ID
+from wpultr.settings.simulate import SimulateConfig
+from wpultr.simulate import simulate
+
+SIM = SimulateConfig(n_queries=20, docs_per_query=6, n_sessions=240, n_annotated_queries=12, results_per_page=5,
+                     n_dense_features=4, vocab_size=200)
+
+
+@pytest.fixture(scope="module")
+def logs(one_torch_thread):
+    return simulate(SIM, seed=1)
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_rank(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def bal_config(processes: int, backbone: str = "mlp", streaming: bool = False, loss: str = "pointwise") -> RunConfig:
+    cfg = RunConfig()
+    cfg.seed = 3
+    cfg.data.simulate = SIM
+    cfg.ranker.backbone, cfg.ranker.head, cfg.ranker.dropout = backbone, [8], 0.0
+    cfg.train.method, cfg.train.device, cfg.train.loss = "bal", "cpu", loss
+    cfg.train.epochs, cfg.train.warmup_epochs, cfg.train.batch_size = 2, 1, 29    # uneven shards, a short last batch
+    cfg.train.processes, cfg.train.streaming = processes, streaming
+    cfg.discovery.n_sessions, cfg.discovery.max_depth = 200, 1
+    cfg.bal.estimator_rows, cfg.bal.influence.epochs = 600, 3
+    cfg.bal.click_model.epochs, cfg.bal.click_model.batch_size = 2, 97
+    return cfg
+
+
+def assert_same_bal(one, two):
+    for name, value in one.ranker.state_dict().items():
+        torch.testing.assert_close(two.ranker.state_dict()[name], value, rtol=1e-4, atol=1e-5)
+    assert [e.get("phase") for e in two.history] == [e.get("phase") for e in one.history]
+    for a, b in zip(one.history, two.history):
+        assert b["train"]["loss"] == pytest.approx(a["train"]["loss"], rel=1e-4)
+        if a.get("phase") == "bal":
+            assert b["graph_edges"] == a["graph_edges"]
+            assert b["train"]["click_model_nll"] == pytest.approx(a["train"]["click_model_nll"], rel=1e-4)
+            assert b["weights"]["ess_fraction"] == pytest.approx(a["weights"]["ess_fraction"], rel=1e-4)
+    assert two.bias["best_epoch"] == one.bias["best_epoch"]
+    assert [g.to_dict()["edges"] for g in two.graphs] == [g.to_dict()["edges"] for g in one.graphs]
+    assert two.bias["processes"] == 2
+
+
+@pytest.mark.e2e
+def test_two_bal_ranks_learn_the_one_process_model(logs):
+    one = BAL().fit(logs.sessions, logs.annotations, bal_config(1))
+    two = BAL().fit(logs.sessions, logs.annotations, bal_config(2))
+    assert any(e.get("weights", {}).get("confounded") for e in one.history)   # the weights step ran
+    assert_same_bal(one, two)
+
+
+@pytest.mark.e2e
+def test_two_streamed_bal_ranks_learn_the_one_process_model(logs, tmp_path):
+    directory = tmp_path / "sessions"
+    directory.mkdir()
+    writer = SessionPartitionWriter(directory, 0, 400)       # several partitions: the ranks score different units
+    writer.write(to_arrow(logs.sessions.sort_values(SESSION_ID, kind="stable")))
+    writer.close()
+    one = BAL().fit_streamed(directory, logs.annotations, bal_config(1, streaming=True))
+    two = BAL().fit_streamed(directory, logs.annotations, bal_config(2, streaming=True))
+    assert_same_bal(one, two)
+
+
+@pytest.mark.e2e
+def test_two_bal_ranks_with_the_embedding_backbone_learn_the_one_process_model(logs):
+    one = BAL().fit(logs.sessions, logs.annotations, bal_config(1, "embedding"))
+    two = BAL().fit(logs.sessions, logs.annotations, bal_config(2, "embedding"))
+    assert_same_bal(one, two)
+
+
+@pytest.mark.e2e
+def test_bal_ranks_run_as_tasks_on_the_workers_of_a_scheduler(logs):
+    """A LocalCluster stands in for `--scheduler`: each rank is a task on its own worker (rendezvous at rank 0's
+    worker), and the model is the one process's."""
+    from distributed import Client, LocalCluster
+    one = BAL().fit(logs.sessions, logs.annotations, bal_config(1))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        cfg = bal_config(2)
+        cfg.cluster.scheduler = cluster.scheduler_address
+        two = BAL().fit(logs.sessions, logs.annotations, cfg)
+        workers = sorted(client.scheduler_info()["workers"])
+    assert sorted(two.bias["rank_workers"]) == workers           # one rank on each worker
+    assert_same_bal(one, two)
+    assert np.isfinite(two.history[-1]["train"]["loss"])
