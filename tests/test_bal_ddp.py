@@ -103,3 +103,39 @@ def test_bal_ranks_run_as_tasks_on_the_workers_of_a_scheduler(logs):
     assert sorted(two.bias["rank_workers"]) == workers           # one rank on each worker
     assert_same_bal(one, two)
     assert np.isfinite(two.history[-1]["train"]["loss"])
+
+
+@pytest.mark.e2e
+def test_a_killed_rank_fails_the_fit_in_one_line_and_the_fit_runs_again(logs, tmp_path):
+    """SIGKILL one rank mid-fit: the other is stopped (no hang), the error names the rank, the signal and the kept
+    log, and the same fit started again (as `wpultr run` re-runs the failed train stage) finishes."""
+    import threading
+    import time
+
+    import psutil
+
+    from wpultr.errors import WpultrError
+    from wpultr.methods.training.ranks import RANK_ENTRY, keep_rank_logs
+
+    def kill_rank_one() -> None:
+        me = psutil.Process()
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            for child in me.children(recursive=True):
+                try:
+                    if RANK_ENTRY in " ".join(child.cmdline()) and child.environ().get("RANK") == "1" \
+                            and child.cpu_times().user > 2.0:          # started: past its imports
+                        child.kill()
+                        return
+                except psutil.Error:
+                    continue
+            time.sleep(0.2)
+    killer = threading.Thread(target=kill_rank_one)
+    killer.start()
+    with keep_rank_logs(tmp_path / "ranks"), pytest.raises(WpultrError) as failed:
+        BAL().fit(logs.sessions, logs.annotations, bal_config(2))
+    killer.join()
+    assert "DDP rank 1 of 2 failed: killed by SIGKILL" in str(failed.value)
+    assert str(tmp_path / "ranks" / "rank1.log") in str(failed.value)
+    again = BAL().fit(logs.sessions, logs.annotations, bal_config(2))
+    assert [e.get("phase") for e in again.history] == ["warmup", "bal", "bal"] and again.bias["processes"] == 2

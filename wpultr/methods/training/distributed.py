@@ -7,7 +7,9 @@ click loss, clicked lists for the listwise one), so the averaged gradient is the
 global batch's loss: N ranks train the same model as one process with the same `train.batch_size`
 (up to float rounding; with dropout > 0 — `ranker.dropout`, which is also the in-process BERT
 encoder's — the dropout masks differ). Rank 0 validates, picks the best epoch and writes the ranker.
-Only the naive method (with its warm-up) trains this way; both neural backbones do (`mlp`, `bert`).
+The methods whose spec declares `processes` train this way (naive, IPW, the pair-weighted method: their epochs
+on a DataParallelTrainer; BAL through its own `fit_rank`, with `on_rank0` and `RankBatches`), on every neural
+backbone (`mlp`, `bert`, `embedding`; each rank reads the whole table in memory, or streams the partitions).
 
 The BERT warm-up's masked LM (warmup.py) is made exact the same way: every rank draws the masking of
 the whole global batch from the shared generator, as one process does, and keeps its own rows; its
@@ -18,8 +20,9 @@ exactly what it reads: no gradient is waited for in vain and no graph search
 (`find_unused_parameters`) is needed.
 
 Launch, either way:
-  * config `train.processes: N` (N > 1): `wpultr run` starts N ranks on this machine, on loopback
-    (the same entry as below, as subprocesses with torchrun's environment variables);
+  * config `train.processes: N` (N > 1): `wpultr run` starts N ranks (`ranks.fit_data_parallel`: the same entry
+    as below, with torchrun's environment variables) as subprocesses on loopback, or with `cluster.scheduler` as
+    one task per Dask worker of that cluster;
   * torchrun, on one or several machines (each rank sees the same files):
         torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
             -m wpultr.methods.training.distributed run.yaml --sessions runs/x/data/featured/sessions \\

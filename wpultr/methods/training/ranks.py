@@ -213,7 +213,13 @@ def run_local(job: RankJob) -> tuple[int, str] | None:
                                                                  scheduler),
                                        stdout=log, stderr=subprocess.STDOUT), log))
     failed = _wait(ranks)
-    return None if failed is None else (failed, last_line(job.log(failed)))
+    if failed is None:
+        return None
+    code = ranks[failed][0].returncode
+    if code < 0:      # a signal: its log ends wherever the rank was, so say what ended it
+        import signal
+        return failed, f"killed by {signal.Signals(-code).name} (last output: {last_line(job.log(failed))})"
+    return failed, last_line(job.log(failed))
 
 
 def _wait(ranks: list[tuple[subprocess.Popen, Any]]) -> int | None:
