@@ -110,27 +110,10 @@ def test_a_killed_rank_fails_the_fit_in_one_line_and_the_fit_runs_again(logs, tm
     """SIGKILL one rank mid-fit: the other is stopped (no hang), the error names the rank, the signal and the kept
     log, and the same fit started again (as `wpultr run` re-runs the failed train stage) finishes."""
     import threading
-    import time
-
-    import psutil
 
     from wpultr.errors import WpultrError
-    from wpultr.methods.training.ranks import RANK_ENTRY, keep_rank_logs
-
-    def kill_rank_one() -> None:
-        me = psutil.Process()
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            for child in me.children(recursive=True):
-                try:
-                    if RANK_ENTRY in " ".join(child.cmdline()) and child.environ().get("RANK") == "1" \
-                            and child.cpu_times().user > 2.0:          # started: past its imports
-                        child.kill()
-                        return
-                except psutil.Error:
-                    continue
-            time.sleep(0.2)
-    killer = threading.Thread(target=kill_rank_one)
+    from wpultr.methods.training.ranks import keep_rank_logs
+    killer = threading.Thread(target=_kill_when_started, args=("1", False))
     killer.start()
     with keep_rank_logs(tmp_path / "ranks"), pytest.raises(WpultrError) as failed:
         BAL().fit(logs.sessions, logs.annotations, bal_config(2))
@@ -139,3 +122,50 @@ def test_a_killed_rank_fails_the_fit_in_one_line_and_the_fit_runs_again(logs, tm
     assert str(tmp_path / "ranks" / "rank1.log") in str(failed.value)
     again = BAL().fit(logs.sessions, logs.annotations, bal_config(2))
     assert [e.get("phase") for e in again.history] == ["warmup", "bal", "bal"] and again.bias["processes"] == 2
+
+
+def _kill_when_started(rank: str, parent: bool) -> None:
+    """SIGKILL the DDP rank `rank` among this process's descendants once it is past its imports — or, with `parent`,
+    the process that started it (its Dask worker)."""
+    import time
+
+    import psutil
+
+    from wpultr.methods.training.ranks import RANK_ENTRY
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if RANK_ENTRY in " ".join(child.cmdline()) and child.environ().get("RANK") == rank \
+                        and child.cpu_times().user > 2.0:
+                    (child.parent() if parent else child).kill()
+                    return
+            except psutil.Error:
+                continue
+        time.sleep(0.2)
+
+
+@pytest.mark.e2e
+def test_a_worker_lost_mid_fit_fails_it_in_one_line_and_the_fit_runs_again(logs):
+    """The Dask worker that runs rank 1 dies mid-fit: the fit fails with one line naming the lost worker (the other
+    rank is stopped where it runs), and once the cluster has its workers back the same fit runs again."""
+    import threading
+
+    from distributed import Client, LocalCluster
+
+    from wpultr.errors import WpultrError
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        cfg = bal_config(2)
+        cfg.cluster.scheduler = cluster.scheduler_address
+        killer = threading.Thread(target=_kill_when_started, args=("1", True))
+        killer.start()
+        with pytest.raises(WpultrError) as failed:
+            BAL().fit(logs.sessions, logs.annotations, cfg)
+        killer.join()
+        message = str(failed.value)
+        assert "\n" not in message and "DDP rank 1 of 2 failed: Dask worker" in message
+        assert "was lost mid-fit; run again to resume" in message
+        client.wait_for_workers(2, timeout=120)                 # the nanny restarts it
+        again = BAL().fit(logs.sessions, logs.annotations, cfg)
+    assert [e.get("phase") for e in again.history] == ["warmup", "bal", "bal"]

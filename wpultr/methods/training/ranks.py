@@ -290,13 +290,35 @@ def _takes_n_workers(client: Any) -> bool:
     return "n_workers" in inspect.signature(client.scheduler_info).parameters
 
 
-def _rank_task(command: list[str], env: dict[str, str], log: str, out: str | None) -> dict[str, Any]:
+def _die_with_parent() -> None:
+    """In a rank's process before it runs (Linux): SIGKILL when the process that started it dies, so a rank never
+    outlives its lost Dask worker (or its killed launcher)."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _rank_task(command: list[str], env: dict[str, str], log: str, out: str | None, stop: str) -> dict[str, Any]:
     """One rank, run on a Dask worker as a subprocess (its own process: torch's process group and global state
-    stay out of the worker); its exit code, its log and, for rank 0, the files it wrote (ranker, history)."""
-    from distributed import secede
+    stay out of the worker); its exit code, its log and, for rank 0, the files it wrote (ranker, history). The
+    client sets the Dask Event `stop` when the fit failed elsewhere: the rank is killed then, not left running."""
+    from distributed import Event, secede
     secede()      # the rank waits here in its own process: the worker's thread pool serves other tasks (discovery)
+    stopped = Event(stop)
     with open(log, "wb") as handle:
-        code = subprocess.Popen(command, env={**os.environ, **env}, stdout=handle, stderr=subprocess.STDOUT).wait()
+        rank = subprocess.Popen(command, env={**os.environ, **env}, stdout=handle, stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        while rank.poll() is None:
+            if stopped.is_set():
+                rank.kill()
+            try:
+                rank.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+    code = rank.returncode
     files = {}
     if out is not None and code == 0:
         root = Path(out)
@@ -322,6 +344,7 @@ def run_on_dask(client: Any, job: RankJob, cfg: "RunConfig") -> tuple[int, str] 
     ends the fit: the others are cancelled (their ranks fail on the lost peer) and the first failure is returned."""
     workers = rank_workers(client, cfg, job.world)
     job.workers = [w["address"] for w in workers]
+    stop = f"wpultr-stop-{job.work.name}"
     host, port = client.submit(_worker_port, workers=[workers[0]["address"]], allow_other_workers=False,
                                pure=False).result()
     futures = []
@@ -331,23 +354,39 @@ def run_on_dask(client: Any, job: RankJob, cfg: "RunConfig") -> tuple[int, str] 
                if k not in os.environ or os.environ[k] != v}
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(worker["nthreads"]))
         futures.append(client.submit(_rank_task, job.command, env, str(job.log(rank)),
-                                     str(job.work) if rank == 0 else None, workers=[worker["address"]],
+                                     str(job.work) if rank == 0 else None, stop, workers=[worker["address"]],
                                      allow_other_workers=False, resources=cfg.cluster.rank_resources or None,
                                      pure=False, retries=0, key=f"wpultr-rank-{rank}-{job.work.name}"))
+    from distributed import Event
+    stopped = Event(stop, client=client)
     try:
-        return _wait_tasks(client, futures, workers, job)
-    finally:
+        failure = _wait_tasks(client, futures, workers, job)
+    except BaseException:
+        stopped.set()
+        raise
+    if failure is not None:         # the other ranks are killed where they run, then their tasks end
+        stopped.set()
         client.cancel([f for f in futures if not f.done()])
+    return failure
 
 
 def _wait_tasks(client: Any, futures: list[Any], workers: list[dict[str, Any]], job: RankJob
                 ) -> tuple[int, str] | None:
+    grace = False
     while True:
         alive = set(client.scheduler_info()["workers"]) if not all(f.done() for f in futures) else None
         for rank, future in enumerate(futures):   # a lost worker first: the other ranks then fail on their lost peer
-            if alive is not None and future.status == "pending" and workers[rank]["address"] not in alive:
+            gone = alive is not None and workers[rank]["address"] not in alive
+            if (future.status == "pending" and gone) or (
+                    future.status == "error" and type(future.exception()).__name__ == "KilledWorker"):
                 return rank, (f"Dask worker {workers[rank]['name']} ({workers[rank]['address']}) was lost mid-fit; "
                               "run again to resume")
+        failed = [r for r, f in enumerate(futures) if f.status == "error" or (
+            f.status == "finished" and f.result()["code"] != 0)]
+        if failed and alive is not None and not grace:   # a rank that failed on a lost peer: name the lost worker
+            grace = True
+            time.sleep(2.0)
+            continue
         for rank, future in enumerate(futures):
             if future.status == "error":
                 return rank, f"{type(future.exception()).__name__}: {future.exception()} on worker " \
