@@ -224,7 +224,7 @@ def test_the_rank_entry_refuses_a_directory_that_is_not_a_sessions_table(logs, t
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("method", ["ipw", "propensity_pairs"])
+@pytest.mark.parametrize("method", ["ipw", "propensity_pairs", "pairwise_framework"])
 def test_two_ranks_of_a_reweighting_method_train_its_one_process_model(logs, method):
     """IPW (listwise: its loss divides by the batch's weighted clicks Σ c/θ) and the pair-weighted method (by the
     batch's sessions) as DDP ranks: each shard's loss scaled by its share of that normaliser."""

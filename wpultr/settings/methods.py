@@ -55,7 +55,7 @@ METHODS: dict[str, MethodSpec] = {
     # PRS-LambdaMART, LightGBM objective
     "propensity_lambdamart": MethodSpec("propensity_lambdamart:PropensityLambdaMART", **_OWN_BOOSTER),
     # unbiased pairwise loss, A matrix (004 Eq. 10)
-    "pairwise_framework": MethodSpec("pairwise_framework:PairwiseFramework"),
+    "pairwise_framework": MethodSpec("pairwise_framework:PairwiseFramework", processes=True),
     # Robust Unbiased LambdaMART (004 Eq. 26)
     "robust_lambdamart": MethodSpec("pairwise_framework:RobustUnbiasedLambdaMART", **_OWN_BOOSTER),
     # Hu et al. 2019 as a LightGBM objective

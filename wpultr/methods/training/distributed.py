@@ -7,9 +7,10 @@ click loss, clicked lists for the listwise one), so the averaged gradient is the
 global batch's loss: N ranks train the same model as one process with the same `train.batch_size`
 (up to float rounding; with dropout > 0 — `ranker.dropout`, which is also the in-process BERT
 encoder's — the dropout masks differ). Rank 0 validates, picks the best epoch and writes the ranker.
-The methods whose spec declares `processes` train this way (naive, IPW, the pair-weighted method: their epochs
-on a DataParallelTrainer; BAL through its own `fit_rank`, with `on_rank0` and `RankBatches`), on every neural
-backbone (`mlp`, `bert`, `embedding`; each rank reads the whole table in memory, or streams the partitions).
+The methods whose spec declares `processes` train this way (naive, IPW, the pair-weighted method, the pairwise
+framework: their epochs on a DataParallelTrainer; BAL through its own `fit_rank`, with `on_rank0` and
+`RankBatches`), on every neural backbone (`mlp`, `bert`, `embedding`; each rank reads the whole table in
+memory, or streams the partitions).
 
 The BERT warm-up's masked LM (warmup.py) is made exact the same way: every rank draws the masking of
 the whole global batch from the shared generator, as one process does, and keeps its own rows; its
