@@ -390,6 +390,8 @@ def test_the_config_bounds_are_the_ones_a_saved_ranker_is_checked_against():
     assert saved.cluster.n_workers == 1000 and saved.train.processes == 1000
     external = config_from_dict({"cluster": {"n_workers": 1000, "scheduler": "tcp://10.0.0.1:8786"}})
     assert check_machine(external) is external                          # an external cluster's size is its own
+    ranks = config_from_dict({"cluster": {"scheduler": "tcp://10.0.0.1:8786"}, "train": {"processes": 1000}})
+    assert check_machine(ranks) is ranks                 # with a scheduler the DDP ranks run on its workers
 
 
 def test_page_features_are_parsed_once_where_the_data_section_is_set():

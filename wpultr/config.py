@@ -254,7 +254,8 @@ def check_machine(cfg: "RunConfig", own_cluster: bool = True) -> "RunConfig":
     local = own_cluster and cfg.cluster.scheduler is None
     for key, value, default in (("cluster.n_workers", cfg.cluster.n_workers if local else 1, ClusterConfig.n_workers),
                                 ("cluster.threads_per_worker", cfg.cluster.threads_per_worker if local else 1, 1),
-                                ("train.processes", cfg.train.processes, 1)):
+                                # with a scheduler the ranks run on its workers (methods/training/ranks.py)
+                                ("train.processes", cfg.train.processes if cfg.cluster.scheduler is None else 1, 1)):
         high = max(cores, default)
         require(value <= high, key, f"an integer in [1, {high}] (this machine's cores)", value)
     need, have = head_training_bytes(cfg.ranker.head), int(psutil.virtual_memory().total)
