@@ -251,7 +251,7 @@ class BAL:
             clock.lap("graph")
             with torch_threads(config.bal.cpu_threads):                      # small networks: few CPU threads
                 weights, weight_info, estimators = self.weights(nodes, biases, kinds, n_categories, config, seed,  # 4
-                                                                estimators, once)
+                                                                estimators, once, ranks)
                 clock.lap("weights")
                 click_model, cm_stats = self.click_model(r, nodes, weights, biases, kinds, n_categories,  # step 5
                                                          config, seed, trainer.generator, rows.pairs_at, ranks)
@@ -389,13 +389,14 @@ class BAL:
     def weights(nodes: "NodeColumns | pd.DataFrame", biases: BiasReport, kinds: dict[str, str],
                 n_categories: dict[str, int], config: "RunConfig", seed: int,
                 previous: dict[str, FeatureInfluence] | None = None,
-                once: Callable[[Callable[[], Any]], Any] | None = None,
+                once: Callable[[Callable[[], Any]], Any] | None = None, ranks: Any = None,
                 ) -> tuple[np.ndarray, dict[str, Any], dict[str, FeatureInfluence]]:
         """Importance weights of every row (1 where nothing is confounded), their diagnostics and the estimators.
 
         The estimators are fitted on the same `bal.estimator_rows` rows every epoch (drawn by the run's seed)
         and warm-started from `previous` (`bal.influence.warm_start`): only r̂ changed since. `once` runs the fit
-        (in DDP ranks: on rank 0, its estimators sent to every rank).
+        (in DDP ranks: on rank 0, its estimators sent to every rank); with `ranks` each rank applies them to its
+        share of the rows' chunks (`importance_weights`).
         """
         if not biases.confounded:
             return np.ones(len(nodes)), {"confounded": [], "ess_fraction": 1.0}, {}
@@ -406,7 +407,8 @@ class BAL:
             nodes.iloc[fit_rows].reset_index(drop=True), biases, {k: FeatureKind(v) for k, v in kinds.items()},
             config.bal.influence, seed, n_categories, previous=previous))
         clock.lap("fit")
-        result = importance_weights(nodes, estimators, config.bal.weights, seed, keep_feature_log_weights=False)
+        result = importance_weights(nodes, estimators, config.bal.weights, seed, keep_feature_log_weights=False,
+                                    ranks=ranks)
         clock.lap("apply")
         info = result.to_dict()
         info["seconds"] = clock.laps

@@ -298,6 +298,16 @@ class RankBatches:
         """This shard's term of the global batch's mean loss, as DDP averages it over the ranks."""
         return summed * (self.world / max(batch, 1))
 
+    def owns(self, index: int) -> bool:
+        """Whether this rank computes piece `index` of a pass split into pieces (BAL's weight chunks): round robin."""
+        return index % self.world == self.rank
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        """`values` summed over the ranks (each holding its own pieces, zeros elsewhere): every piece, on every rank."""
+        summed = torch.from_numpy(np.ascontiguousarray(values))
+        dist.all_reduce(summed)
+        return summed.numpy()
+
     def value(self, term: torch.Tensor) -> float:
         """The global batch's mean loss from this shard's term (`mean`)."""
         reported = term.detach().clone()
