@@ -370,13 +370,20 @@ def run_on_dask(client: Any, job: RankJob, cfg: "RunConfig") -> tuple[int, str] 
     return failure
 
 
+def _still_gone(client: Any, address: str) -> bool:
+    """`address` is missing from the scheduler's workers a second later too (not a passing gap in its report)."""
+    time.sleep(1.0)
+    return address not in client.scheduler_info()["workers"]
+
+
 def _wait_tasks(client: Any, futures: list[Any], workers: list[dict[str, Any]], job: RankJob
                 ) -> tuple[int, str] | None:
     grace = False
     while True:
         alive = set(client.scheduler_info()["workers"]) if not all(f.done() for f in futures) else None
         for rank, future in enumerate(futures):   # a lost worker first: the other ranks then fail on their lost peer
-            gone = alive is not None and workers[rank]["address"] not in alive
+            gone = alive is not None and workers[rank]["address"] not in alive and \
+                _still_gone(client, workers[rank]["address"])
             if (future.status == "pending" and gone) or (
                     future.status == "error" and type(future.exception()).__name__ == "KilledWorker"):
                 return rank, (f"Dask worker {workers[rank]['name']} ({workers[rank]['address']}) was lost mid-fit; "
