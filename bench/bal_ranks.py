@@ -4,14 +4,15 @@ On the production world's logs (bench/worlds.py) with the MLP ranker and BAL's s
 config), each of Naive and BAL is fitted with 1 and with `--ranks` processes, `ranker.dropout: 0` (rank-exact),
 every process on one torch thread (`OMP_NUM_THREADS=1`), discovery on the same 2-worker LocalCluster for all. Printed:
 
-* seconds per trained epoch, and BAL's by step (score, graph, weights, click model, ranker), at each rank count;
+* seconds per trained epoch, and BAL's by step (score, graph, weights, click model, ranker), at each rank count
+  (the mean of `--rounds` timing rounds, the order reversed every other round: the machine's speed drifts);
 * the speedup of N ranks over 1 for each method (target for BAL >= 1.6x at 2 ranks) and BAL's epoch over Naive's
   at the same rank count (the carried figure: 1.73x at 1 rank, 200 000 sessions, docs/benchmarks.md);
 * the rank-exact check: the largest difference between the 1-rank and the N-rank ranker (parameters, and scores of
   the test queries), and whether every epoch's graph is the same.
 
     .venv/bin/python bench/bal_ranks.py --sessions 200000          # the issue's measurement (a quiet machine)
-    .venv/bin/python bench/bal_ranks.py --sessions 5000 --epochs 1 # a quick look
+    .venv/bin/python bench/bal_ranks.py --sessions 3000 --epochs 1 --rounds 1   # a quick look
 """
 from __future__ import annotations
 
@@ -64,6 +65,7 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2, help="the DDP ranks set against 1")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--world", default="production", choices=sorted(WORLDS))
+    parser.add_argument("--rounds", type=int, default=2, help="timing rounds, the order reversed every other one")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -72,20 +74,26 @@ def main() -> None:
     valid, test = split_annotations(logs.annotations, args.seed)
     print(f"{args.world} world, {args.sessions} sessions ({len(logs.sessions)} shown results), {args.epochs} "
           f"epoch(s), 1 and {args.ranks} ranks, one torch thread each", flush=True)
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    timed: dict[tuple[str, int], list[dict[str, Any]]] = {}
     fits: dict[tuple[str, int], Any] = {}
-    with open_client():
-        for ranks in (1, args.ranks):
-            for label in ("Naive", "BAL"):
+    order = [(label, ranks) for ranks in (1, args.ranks) for label in ("Naive", "BAL")]
+    with open_client() as client:
+        client.wait_for_workers(2)            # the workers' start-up is not any fit's time
+        for round_ in range(args.rounds):     # the machine's speed drifts: every other round in reverse order
+            for label, ranks in (order if round_ % 2 == 0 else order[::-1]):
                 fits[label, ranks] = result = fit(label, values, ranks, logs.sessions, valid)
-                rows[label, ranks] = {"seconds": epoch_seconds(result), **step_seconds(result)}
-                print(f"  {label} at {ranks} rank(s): {rows[label, ranks]['seconds']:.2f} s/epoch", flush=True)
+                timed.setdefault((label, ranks), []).append({"seconds": epoch_seconds(result),
+                                                             **step_seconds(result)})
+                print(f"  round {round_ + 1}: {label} at {ranks} rank(s): {epoch_seconds(result):.2f} s/epoch",
+                      flush=True)
+    rows = {key: {k: float(np.mean([r[k] for r in runs])) for k in runs[0]} for key, runs in timed.items()}
+    rows = {key: rows[key] for key in order}
     print(f"\n{'method':<7} {'ranks':>5} {'s/epoch':>8} " + " ".join(f"{s:>11}" for s in STEPS))
     for (label, ranks), row in rows.items():
         print(f"{label:<7} {ranks:>5} {row['seconds']:>8.2f} "
               + " ".join(f"{row[s]:>11.2f}" if s in row else f"{'':>11}" for s in STEPS))
-    summary: dict[str, Any] = {"sessions": args.sessions, "ranks": args.ranks, "epochs": rows and {
-        f"{label}@{ranks}": row for (label, ranks), row in rows.items()}}
+    summary: dict[str, Any] = {"sessions": args.sessions, "ranks": args.ranks, "rounds": args.rounds,
+                               "seconds": {f"{label}@{ranks}": row for (label, ranks), row in rows.items()}}
     print()
     for label in ("BAL", "Naive"):
         speedup = rows[label, 1]["seconds"] / rows[label, args.ranks]["seconds"]
