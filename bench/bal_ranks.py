@@ -16,24 +16,21 @@ every process on one torch thread (`OMP_NUM_THREADS=1`), discovery on the same 2
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
+from typing import Any
 
-os.environ["OMP_NUM_THREADS"] = "1"      # before torch loads: one torch thread in this process and in every rank
+import numpy as np
+import torch
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-from typing import Any  # noqa: E402
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from bal import METHODS, base_config, epoch_seconds, split_annotations, with_overrides  # noqa: E402  bench/bal.py
-from worlds import WORLDS  # noqa: E402
-from wpultr.cluster import open_client  # noqa: E402
-from wpultr.config import config_from_dict  # noqa: E402
-from wpultr.rankers.base import score_frame  # noqa: E402
-from wpultr.settings.methods import get_method  # noqa: E402
-from wpultr.simulate import simulate  # noqa: E402
+from bal import METHODS, base_config, epoch_seconds, split_annotations, with_overrides   # bench/bal.py
+from worlds import WORLDS
+from wpultr.cluster import open_client
+from wpultr.config import config_from_dict
+from wpultr.rankers.base import score_frame
+from wpultr.settings.methods import get_method
+from wpultr.simulate import simulate
 
 STEPS = ("score", "graph", "weights", "click_model", "ranker")
 
@@ -68,7 +65,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="timing rounds, the order reversed every other one")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)                  # this process's fits; the ranks and the Dask workers inherit the env
+    os.environ["OMP_NUM_THREADS"] = "1"
     values = base_config(args.seed, args.sessions, args.epochs, WORLDS[args.world])
     logs = simulate(config_from_dict(values).data.simulate, seed=args.seed)
     valid, test = split_annotations(logs.annotations, args.seed)
