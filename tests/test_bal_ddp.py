@@ -48,6 +48,12 @@ def bal_config(processes: int, backbone: str = "mlp", streaming: bool = False, l
     return cfg
 
 
+@pytest.fixture(scope="module")
+def one_process(logs):
+    """The one-process MLP fit the in-memory tests hold their ranks to (fitted once for the module)."""
+    return BAL().fit(logs.sessions, logs.annotations, bal_config(1))
+
+
 def assert_same_bal(one, two):
     for name, value in one.ranker.state_dict().items():
         torch.testing.assert_close(two.ranker.state_dict()[name], value, rtol=1e-4, atol=1e-5)
@@ -64,8 +70,8 @@ def assert_same_bal(one, two):
 
 
 @pytest.mark.e2e
-def test_two_bal_ranks_learn_the_one_process_model(logs):
-    one = BAL().fit(logs.sessions, logs.annotations, bal_config(1))
+def test_two_bal_ranks_learn_the_one_process_model(logs, one_process):
+    one = one_process
     two = BAL().fit(logs.sessions, logs.annotations, bal_config(2))
     assert any(e.get("weights", {}).get("confounded") for e in one.history)   # the weights step ran
     assert_same_bal(one, two)
@@ -106,11 +112,11 @@ def test_two_bal_ranks_with_a_tiny_bert_learn_the_one_process_model(logs):
 
 
 @pytest.mark.e2e
-def test_bal_ranks_run_as_tasks_on_the_workers_of_a_scheduler(logs):
+def test_bal_ranks_run_as_tasks_on_the_workers_of_a_scheduler(logs, one_process):
     """A LocalCluster stands in for `--scheduler`: each rank is a task on its own worker (rendezvous at rank 0's
     worker), and the model is the one process's."""
     from distributed import Client, LocalCluster
-    one = BAL().fit(logs.sessions, logs.annotations, bal_config(1))
+    one = one_process
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         cfg = bal_config(2)
