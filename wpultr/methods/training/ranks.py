@@ -379,6 +379,13 @@ def _still_gone(client: Any, address: str) -> bool:
 def _wait_tasks(client: Any, futures: list[Any], workers: list[dict[str, Any]], job: RankJob
                 ) -> tuple[int, str] | None:
     grace = False
+    results: dict[int, dict[str, Any]] = {}    # each finished rank's result, fetched once
+
+    def result(rank: int) -> dict[str, Any]:
+        if rank not in results:
+            results[rank] = futures[rank].result()
+            job.log(rank).write_bytes(results[rank]["log"])
+        return results[rank]
     while True:
         alive = set(client.scheduler_info()["workers"]) if not all(f.done() for f in futures) else None
         for rank, future in enumerate(futures):   # a lost worker first: the other ranks then fail on their lost peer
@@ -389,7 +396,7 @@ def _wait_tasks(client: Any, futures: list[Any], workers: list[dict[str, Any]], 
                 return rank, (f"Dask worker {workers[rank]['name']} ({workers[rank]['address']}) was lost mid-fit; "
                               "run again to resume")
         failed = [r for r, f in enumerate(futures) if f.status == "error" or (
-            f.status == "finished" and f.result()["code"] != 0)]
+            f.status == "finished" and result(r)["code"] != 0)]
         if failed and alive is not None and not grace:   # a rank that failed on a lost peer: name the lost worker
             grace = True
             time.sleep(2.0)
@@ -398,13 +405,12 @@ def _wait_tasks(client: Any, futures: list[Any], workers: list[dict[str, Any]], 
             if future.status == "error":
                 return rank, f"{type(future.exception()).__name__}: {future.exception()} on worker " \
                              f"{workers[rank]['name']}"
-            if future.status == "finished":
-                result = future.result()
-                job.log(rank).write_bytes(result["log"])
-                if result["code"] != 0:
-                    return rank, last_line(job.log(rank))
+            if future.status == "finished" and result(rank)["code"] != 0:
+                return rank, last_line(job.log(rank))
         if all(f.status == "finished" for f in futures):
-            for name, data in futures[0].result()["files"].items():
+            for rank in range(len(futures)):
+                result(rank)
+            for name, data in result(0)["files"].items():
                 (job.work / name).parent.mkdir(parents=True, exist_ok=True)
                 (job.work / name).write_bytes(data)
             return None
