@@ -24,6 +24,17 @@ obvious single-process Python line reader) and --memory (peak RSS of our ingest 
 a 4x set of as many files, each four gzip members of the 1x file).
 
     .venv/bin/python bench/ingest.py [--dir /tmp/wpultr-bench-ingest] [--gb 1.0] [--files 8] [--plain] [--memory]
+
+With --format embeddings it measures the Baidu-ULTR embedding datasets' reader instead (io/baidu_embeddings.py):
+--sessions sessions in --files parts, written (once, reused) in both stored forms by the fixture generator
+(tests/baidu_embeddings_fixture.py: the published schema, 768 float16 values per shown result) — flat Feather parts
+and per-session Parquet. For each form, in fresh child processes: pyarrow reading the same files alone (every
+column, every batch: `feather.read_table` / `pq.read_table`) and our ingest of them in one process (as `wpultr
+ingest` reads under 50 MB) and on a LocalCluster of one worker (start-up untimed, as above), each as MB of files on
+disk per second and CPU-seconds per GB of the whole process tree; the ratio ours / pyarrow per CPU-second (target
+>= 0.5).
+
+    .venv/bin/python bench/ingest.py --format embeddings [--sessions 20000] [--files 4]
 """
 from __future__ import annotations
 
@@ -116,7 +127,7 @@ def check_scratch(directory: Path) -> None:
     """Exit unless `directory` is new, empty or this bench's own (its manifest.json): the bench deletes and rebuilds
     what it keeps there (the logs, every reader's output), so it must never be a directory of the user's."""
     manifest = directory / "manifest.json"
-    if not directory.exists() or not any(directory.iterdir()):
+    if not directory.exists() or not any(directory.iterdir()) or (directory / "embeddings.json").is_file():
         return
     try:
         ours = "layout" in json.loads(manifest.read_text()).get("params", {})
@@ -289,7 +300,97 @@ def _child_ours(spec: dict) -> dict:
             "partitions": summary.partitions, "bytes_uncompressed": summary.bytes_uncompressed}
 
 
-_CHILDREN = {"plain": _child_plain, "ours": _child_ours, "gzip": _child_gzip, "zlib": _child_zlib}
+# ---------------------------------------------------------------------------------------------
+# The embedding datasets (--format embeddings)
+# ---------------------------------------------------------------------------------------------
+EMBEDDING_LAYOUT = 1         # bump when the generated embedding files change
+
+
+def build_embedding_files(directory: Path, sessions: int, n_files: int) -> dict:
+    """(Once) `sessions` sessions in `n_files` parts, as flat Feather (parts/) and per-session Parquet (clicks/)."""
+    manifest_path = directory / "embeddings.json"
+    wanted = {"layout": EMBEDDING_LAYOUT, "sessions": sessions, "files": n_files}
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        if {k: manifest.get(k) for k in wanted} == wanted:
+            return manifest
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from baidu_embeddings_fixture import write_dataset
+    shutil.rmtree(directory / "embeddings", ignore_errors=True)
+    started = time.perf_counter()
+    _, parts = write_dataset(directory / "embeddings", sessions, n_queries=2000, parts=n_files, n_annotated=10)
+    manifest = {**wanted, "results": int(sum(int(p.n.sum()) for p in parts)),
+                "build_seconds": round(time.perf_counter() - started, 1)}
+    manifest_path.write_text(json.dumps(manifest))
+    return manifest
+
+
+def _child_arrow(spec: dict) -> dict:
+    """pyarrow reading the files alone: every column of every file into memory, then let go."""
+    import pyarrow.feather as feather
+    me = psutil.Process()
+    started, cpu, rows = time.perf_counter(), tree_cpu(me), 0
+    for path in spec["paths"]:
+        table = feather.read_table(path) if path.endswith(".feather") else pq.read_table(path)
+        rows += table.num_rows
+        del table
+    return {"seconds": time.perf_counter() - started, "cpu_seconds": tree_cpu(me) - cpu, "rows": rows}
+
+
+def _child_ours_embeddings(spec: dict) -> dict:
+    """Our ingest of the files on a warm LocalCluster of `workers` workers (start-up untimed), or with 0 workers in
+    this one process (as `wpultr ingest` reads under 50 MB of input)."""
+    import contextlib
+    from wpultr.cluster import open_client
+    from wpultr.config import ClusterConfig
+    from wpultr.io.baidu_embeddings import ingest_embedding_sessions
+    cluster = (open_client(ClusterConfig(n_workers=spec["workers"], threads_per_worker=1, memory_limit="4GiB"))
+               if spec["workers"] else contextlib.nullcontext())
+    with cluster as client:
+        if client is not None:
+            client.run(lambda: __import__("wpultr.io.baidu_embeddings"))
+        me = psutil.Process()
+        started, cpu = time.perf_counter(), tree_cpu(me)
+        summary, _ = ingest_embedding_sessions(spec["paths"], spec["out"], client)
+        seconds, cpu = time.perf_counter() - started, tree_cpu(me) - cpu
+    written = sum(p.stat().st_size for p in (Path(spec["out"]) / "sessions").glob("*.parquet"))
+    return {"seconds": seconds, "cpu_seconds": cpu, "sessions": summary.sessions, "results": summary.results,
+            "quarantined": summary.quarantined, "parquet_bytes": written}
+
+
+def run_embeddings(directory: Path, sessions: int, n_files: int) -> None:
+    manifest = build_embedding_files(directory, sessions, n_files)
+    root = directory / "embeddings"
+    forms = {"flat Feather": sorted(str(p) for p in (root / "parts").glob("*.feather")),
+             "per-session Parquet": sorted(str(p) for p in (root / "clicks").glob("*.parquet"))}
+    print(f"input: {sessions} sessions, {manifest['results']} shown results (768 float16 each) in {n_files} files "
+          f"per form (built in {manifest['build_seconds']} s, reused when present)")
+    for form, paths in forms.items():
+        gb = sum(Path(p).stat().st_size for p in paths) / 1e9
+        arrow = measure("pyarrow", {"reader": "arrow", "paths": paths})
+        runs = {}
+        for workers, name in ((0, "ours, in one process"), (1, "ours, 1 Dask worker")):
+            runs[name] = ours = measure("ours", {"reader": "ours_embeddings", "workers": workers, "paths": paths,
+                                                 "out": str(directory / "out-embeddings")})
+            if (ours["sessions"], ours["results"], ours["quarantined"]) != (sessions, manifest["results"], 0):
+                raise AssertionError(f"{form}: ingest gave {ours['sessions']} sessions, {ours['results']} rows, "
+                                     f"{ours['quarantined']} quarantined; expected {sessions}, "
+                                     f"{manifest['results']}, 0")
+        for name, run in (("pyarrow read alone", arrow), *runs.items()):
+            print(f"{form:>19}, {name:<21}: {gb * 1000 / run['seconds']:7.1f} MB/s  "
+                  f"{run['cpu_seconds'] / gb:7.1f} CPU-s/GB   ({run['seconds']:.1f} s wall, {run['cpu_seconds']:.1f} "
+                  f"CPU-s, peak RSS {_mib(run['peak_rss'])}, {_load(run)})")
+        for name, ours in runs.items():
+            ratio = arrow["cpu_seconds"] / ours["cpu_seconds"]
+            print(f"{form:>19}: {name}: {gb * 1000:.0f} MB on disk -> {ours['parquet_bytes'] / 1e6:.0f} MB of "
+                  f"sessions Parquet; ours / pyarrow per CPU-second: {ratio:.2f}x (target >= 0.5: "
+                  f"{'met' if ratio >= 0.5 else 'MISSED'}); wall: {arrow['seconds'] / ours['seconds']:.2f}x")
+    print(f"cores: {psutil.cpu_count()}; CPU-seconds of the whole process tree (the cluster's scheduler and worker "
+          f"included); load = 1-minute load average before->after each run")
+
+
+_CHILDREN = {"plain": _child_plain, "ours": _child_ours, "gzip": _child_gzip, "zlib": _child_zlib,
+             "arrow": _child_arrow, "ours_embeddings": _child_ours_embeddings}
 
 
 def child_main(spec_json: str) -> None:
@@ -472,6 +573,9 @@ def main() -> None:
     parser.add_argument("--partition-rows", type=int, default=200_000)
     parser.add_argument("--plain", action="store_true", help="also time the plain Python line reader")
     parser.add_argument("--memory", action="store_true", help="also ingest a 4x set (peak RSS 4x / 1x)")
+    parser.add_argument("--format", choices=("baidu", "embeddings"), default="baidu",
+                        help="baidu: gzip session logs; embeddings: the Baidu-ULTR embedding datasets")
+    parser.add_argument("--sessions", type=int, default=20_000, help="--format embeddings: sessions generated")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: run one measured reader
     args = parser.parse_args()
     if args.child:
@@ -480,6 +584,9 @@ def main() -> None:
 
     args.dir = args.dir.resolve()
     check_scratch(args.dir)
+    if args.format == "embeddings":
+        run_embeddings(args.dir, args.sessions, args.files)
+        return
     manifest = build_logs(args.dir, args.gb, args.files)
     one = [str(p) for p in sorted((args.dir / "x1").glob("*.gz"))]
     mb = manifest["bytes"] / 1e6

@@ -343,8 +343,11 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
     cfg = _bal_config(tmp_path, backbone)
     result = run_pipeline(cfg, client=dask_client)
     run = result.run_dir
-    history = json.loads((run / L.HISTORY).read_text())["epochs"]
+    saved = json.loads((run / L.HISTORY).read_text())
+    history = saved["epochs"]
     assert [e.get("phase") for e in history] == ["warmup", "bal", "bal"]
+    assert saved["precision"] == "fp32" and {e["precision"] for e in history} == {"fp32"}   # auto on a CPU
+    assert json.loads((run / "summary.json").read_text())["stages"]["train"]["info"]["precision"] == "fp32"
     features = [f.name for f in BAIDU_PAGE_FEATURES]
     for k in range(2):
         graph = DiscoveredGraph.load(epoch_dir(run, k) / "graph.json")
@@ -378,8 +381,7 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
     from typer.testing import CliRunner
     from wpultr.bal.cli import graph_app
     shown = CliRunner().invoke(graph_app, ["show", str(run)])
-    assert shown.exit_code == 0 and "examination by position (click model, relative to the first): 1: 1.000" \
-        in shown.output
+    assert shown.exit_code == 0 and "'s click model, relative to the first): 1: 1.000" in shown.output
     # the simulator's default fixes the media type per document: kept in the graph, not corrected, and said so
     assert bias["separability"]["set_aside"] == ["media_type"]
     assert "not corrected (fixed for the same document" in shown.output and "media_type (within-document share 0.000" \

@@ -141,3 +141,33 @@ def test_torch_loads_with_openmp_threads_that_sleep_while_waiting_unless_the_use
                              env=given, timeout=300).stdout.strip()
               for given in (env, {**env, "OMP_WAIT_POLICY": "ACTIVE"})]
     assert policy == ["PASSIVE", "ACTIVE"]
+
+
+def test_scoring_takes_rows_by_length_and_puts_each_score_back():
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from wpultr.rankers.base import score_inputs
+    from wpultr.rankers.bert import BertRanker
+    from wpultr.schema import ABSTRACT_TOKENS, QUERY_TOKENS, TITLE_TOKENS
+    rng = np.random.default_rng(1)
+    n = 40
+    frame = pd.DataFrame({QUERY_TOKENS: [rng.integers(0, 50, rng.integers(1, 4)) for _ in range(n)],
+                          TITLE_TOKENS: [rng.integers(0, 50, rng.integers(1, 6)) for _ in range(n)],
+                          ABSTRACT_TOKENS: [rng.integers(0, 50, rng.integers(0, 30)) for _ in range(n)]})
+    torch.manual_seed(0)
+    ranker = BertRanker.build(frame, path=None, head=[8], dropout=0.0, max_length=48, freeze_encoder=False,
+                              cache_embeddings=False, special_tokens=None,
+                              tiny={"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                    "intermediate_size": 32}).eval()
+    inputs = ranker.prepare(frame)
+    widths = []
+    ranker.encoder.bert.embeddings.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    scores = score_inputs(ranker, inputs, batch_size=8)
+    lengths = np.sort(inputs["attention_mask"].sum(1).numpy())
+    assert widths == [int(lengths[i + 7]) for i in range(0, n, 8)]       # each batch as long as its longest row
+    with torch.no_grad():
+        one_by_one = np.array([float(ranker({k: v[i: i + 1] for k, v in inputs.items()})) for i in range(n)])
+    np.testing.assert_allclose(scores, one_by_one, rtol=1e-5, atol=1e-6)     # in the frame's order

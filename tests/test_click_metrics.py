@@ -130,9 +130,12 @@ def test_wpultr_evaluate_clicks_end_to_end(bal_run, tmp_path):
     stored = json.loads((bal_run / "metrics.json").read_text())["clicks"]
     result = CliRunner().invoke(app, ["evaluate", str(bal_run), "--clicks", str(bal_run / HELDOUT_SESSIONS_DIR)])
     assert result.exit_code == 0, result.output
-    table, printed = result.output.split("\n{", 1)
-    printed = json.loads("{" + printed)
+    table = result.output                            # a table for people, the JSON with --json
+    assert table.startswith("shipped: BAL epoch") and "{" not in table
     assert "perplexity" in table and "truth" in table and "bal" in table
+    as_json = CliRunner().invoke(app, ["evaluate", str(bal_run), "--clicks", str(bal_run / HELDOUT_SESSIONS_DIR),
+                                       "--json"])
+    printed = json.loads(as_json.output)
     for name in ("ctr", "bal", "truth"):    # the same sessions and fit as the evaluate stage's
         assert printed["models"][name]["perplexity"]["overall"] == pytest.approx(
             stored["models"][name]["perplexity"]["overall"], rel=1e-4)

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from wpultr.cli import app
 from wpultr.config import config_from_dict
 from wpultr.pipeline.runner import run_pipeline
+from wpultr.tables import pvalue
 from wpultr.report.compare import PAGE_MARK, compare_runs
 from wpultr.rundir.layout import PER_QUERY
 
@@ -53,7 +54,8 @@ def test_compare_prints_both_runs_and_scipys_p_value(runs):
     p, n = independent_p(first, second, "DCG@10")
     assert f"{n} test queries shared" in lines[0]
     row = next(line for line in lines if line.startswith("DCG@10 "))
-    assert row.split()[-1] == f"{p:.3g}"
+    cells = row.split()                        # p to 3 decimals, '*' after it when p < 0.05
+    assert cells[4] == pvalue(p) and (cells[5:] == ["*"]) is (p < 0.05)
     comparison = compare_runs([first, second])
     assert comparison.test("naive", "DCG@10")[0] == pytest.approx(p, rel=1e-12)
     means = pd.read_parquet(Path(second) / PER_QUERY)["DCG@10"].mean()

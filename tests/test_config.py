@@ -109,6 +109,8 @@ BAD: dict[str, typing.Any] = {
     "name": "..", "seed": 2 ** 32, "run_dir": "runs/{name!r}",
     "data.source": "hdfs", "data.train": [""], "data.annotations": "", "data.valid_fraction": 1.0,
     "data.page_features": {"position": "ordinall"}, "data.max_sessions": 0, "data.partition_rows": 0,
+    "data.heldout": [""], "data.embeddings.width": 0, "data.embeddings.ltr_features": ["bm26"],
+    "data.embeddings.batch_rows": 0,
     "data.simulate.n_queries": 5, "data.simulate.docs_per_query": 0, "data.simulate.n_sessions": 0,
     "data.simulate.n_documents": 0,
     "data.simulate.n_annotated_queries": 0, "data.simulate.results_per_page": 0, "data.simulate.vocab_size": 10,
@@ -134,7 +136,7 @@ BAD: dict[str, typing.Any] = {
     "train.method": "magic", "train.loss": "hinge", "train.epochs": 0, "train.warmup_epochs": -1,
     "train.mlm_probability": 1.0, "train.mlm_weight": -1.0, "train.select_metric": "AUC", "train.batch_size": 0,
     "train.learning_rate": float("inf"), "train.weight_decay": float("nan"), "train.device": "tpu",
-    "train.processes": 0,
+    "train.precision": "fp8", "train.processes": 0,
     "evaluation.ks": [3, 3], "evaluation.heldout_sessions": 0.5,
     "discovery.n_sessions": 0, "discovery.n_strata": 0, "discovery.ci_test": "gsq", "discovery.alpha": 1.0,
     "discovery.click_rows": 5, "discovery.click_test": "document", "discovery.click_error": "per_test",
@@ -300,7 +302,10 @@ def test_repository_pipelines_resolve_to_the_same_places_from_any_working_direct
     for pattern in cfg.data.train:
         assert os.path.isabs(pattern) and glob.glob(pattern), pattern
     if cfg.data.annotations:
-        assert Path(cfg.data.annotations) == REPO / "data/sample/annotations.tsv.gz"
+        assert Path(cfg.data.annotations) in (REPO / "data/sample/annotations.tsv.gz",
+                                              REPO / "data/sample_embeddings/annotations.feather")
+    for pattern in cfg.data.heldout:
+        assert os.path.isabs(pattern) and glob.glob(pattern), pattern
     assert all(os.path.isabs(v) for v in [cfg.run_dir, *cfg.data.train] if v)
     assert to_dict(cfg)["run_dir"] == cfg.run_dir
 

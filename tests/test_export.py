@@ -271,7 +271,11 @@ def test_cli_shows_a_tampered_export_as_one_line(exports, baidu_logs, tmp_path):
 
 
 def test_export_refuses_a_run_without_a_ranker(tmp_path):
-    with pytest.raises(ExportError, match="no trained ranker"):
+    from wpultr.errors import RunDirError
+    with pytest.raises(RunDirError, match="not a wpultr run directory"):     # not a run at all (issue 44)
+        export_run(tmp_path, tmp_path / "out")
+    (tmp_path / ".wpultr-run").write_text("")
+    with pytest.raises(ExportError, match="no trained ranker"):              # a run that has not trained
         export_run(tmp_path, tmp_path / "out")
 
 

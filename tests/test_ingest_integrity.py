@@ -305,11 +305,11 @@ def test_relative_table_paths_work_with_a_scheduler_in_another_directory(tmp_pat
     write_gz(tmp_path / "in" / "b.gz", _log(2))
     (tmp_path / "in" / "run.yaml").write_text("data:\n  page_features:\n    media_type: categorical\n")
     monkeypatch.chdir(tmp_path)                  # the workers were started elsewhere
-    outcome = _cli("ingest", "in/a.parquet", "--out", "out-a", "--config", "in/run.yaml",
+    outcome = _cli("ingest", "in/a.parquet", "--out", "out-a", "--config", "in/run.yaml", "--json",
                    "--scheduler", dask_client.scheduler.address)
     assert outcome.exit_code == 0, outcome.output
     assert json.loads(outcome.output)["sessions"] == 6 and (tmp_path / "out-a" / "sessions").is_dir()
-    outcome = _cli("ingest", "in/b.gz", "--out", "out-b", "--scheduler", dask_client.scheduler.address)
+    outcome = _cli("ingest", "in/b.gz", "--out", "out-b", "--json", "--scheduler", dask_client.scheduler.address)
     assert outcome.exit_code == 0, outcome.output
     assert json.loads(outcome.output)["sessions"] == 2
 

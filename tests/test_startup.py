@@ -61,7 +61,7 @@ def test_stage_names_are_the_pipelines():
 def test_small_ingest_runs_in_process_without_a_cluster(tmp_path):
     assert SAMPLE_LOG.stat().st_size < cluster.IN_PROCESS_INPUT_BYTES
     before = cluster.local_clusters_started
-    result = CliRunner().invoke(app, ["ingest", str(SAMPLE_LOG), "--out", str(tmp_path / "out")])
+    result = CliRunner().invoke(app, ["ingest", str(SAMPLE_LOG), "--out", str(tmp_path / "out"), "--json"])
     assert result.exit_code == 0, result.output
     assert cluster.local_clusters_started == before
     summary = json.loads(result.output)

@@ -8,3 +8,15 @@ __version__ = "0.1.0"
 # (issue 32). Read once, when torch loads its OpenMP library, so it is set here, before any wpultr module imports
 # torch; a value already in the environment is kept.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# The Python API (wpultr/api.py), imported on first use (PEP 562): `import wpultr` stays as light as the package
+# root must be (layer 0), and `wpultr --help` loads none of it.
+_API = ("run", "open_run", "load_ranker", "config", "export", "Run", "Ranker")
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        import importlib
+        return getattr(importlib.import_module(".api", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,8 +17,22 @@ from .errors import ConfigError
 from .experiment.cli import experiment as experiment_command
 from .identifiability.cli import identifiability_app
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="wpultr: learn an unbiased ranker from biased click logs (BAL and baselines) on Dask.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
+                  help="wpultr: learn an unbiased ranker from biased click logs (BAL and baselines) on Dask. "
+                       "Python: import wpultr; wpultr.run(config, **overrides) (docs/user-guide.md).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+        typer.echo(f"wpultr {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """wpultr: learn an unbiased ranker from biased click logs (BAL and baselines) on Dask."""
 
 
 def _cluster(scheduler: str | None, workers: int | None = None):
@@ -34,19 +48,45 @@ def _cluster(scheduler: str | None, workers: int | None = None):
 def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/)"),
         set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set train.epochs=2"),
         scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler"),
-        fresh: bool = typer.Option(False, help="delete the run directory first instead of resuming")):
-    """Run (or resume) the pipeline a config describes; prints the run directory and report."""
-    from .config import load_config
-    from .pipeline.runner import run_pipeline
+        fresh: bool = typer.Option(False, help="delete the run directory first instead of resuming"),
+        baseline: Optional[str] = typer.Option(None, help="a finished run (e.g. Naive on the same logs) to test the "
+                                                          "ranker against in the verdict (paired t-tests)")):
+    """Run (or resume) the pipeline a config describes; prints the verdict, the run directory and report."""
+    from . import api
+    from .rundir.layout import REPORT
     overrides = parse_sets(set_)
     if scheduler:
         overrides["cluster.scheduler"] = scheduler
-    cfg = load_config(config, overrides)
-    result = run_pipeline(cfg, fresh=fresh, progress=True)
-    if result.metrics:
-        typer.echo(json.dumps(result.metrics.get("all", {}), indent=None))
-    typer.echo(f"run directory: {result.run_dir}")
-    typer.echo(f"report: {result.report}")
+    result = api.run(config, fresh=fresh, progress=True, sets=overrides)     # the notebook's code path
+    typer.echo("\n" + _verdict_text(result.path, baseline, rewrite_report=True))
+    typer.echo(f"run directory: {result.path}")
+    typer.echo(f"report: {result.path / REPORT}")
+
+
+def _verdict_text(run_dir: Path, baseline: Optional[str], rewrite_report: bool = False) -> str:
+    """The verdict of a finished run; with a baseline (and `rewrite_report`), its report gets the paired tests."""
+    from .report.verdict import verdict
+    found = verdict(run_dir, baseline)
+    if baseline is not None and rewrite_report:
+        from .report.html import write_report
+        from .rundir.files import RunDir
+        write_report(RunDir(run_dir), baseline=baseline)
+    return found.text()
+
+
+@app.command("verdict")
+@user_errors
+def verdict_command(run_dir: str = typer.Argument(..., help="a finished run directory"),
+                    baseline: Optional[str] = typer.Option(None, help="a finished run to test against (paired "
+                                                                      "t-tests over the test queries both scored)"),
+                    as_json: bool = typer.Option(False, "--json", help="print the verdict as JSON")):
+    """What a finished run found and whether to ship its ranker: biases, corrections, identifiability, test
+    metrics, the click model against per-position CTR, and paired tests against a baseline run."""
+    from .report.verdict import verdict
+    from .storage import readable_run_dir
+    with readable_run_dir(run_dir, "RUN_DIR") as local:
+        found = verdict(local, baseline)
+    typer.echo(json.dumps(found.to_dict(), indent=2) if as_json else found.text())
 
 
 @app.command()
@@ -78,7 +118,8 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
            config: Optional[Path] = typer.Option(None, help="run config declaring the page features (format table)"),
            partition_rows: int = typer.Option(200_000, help="rows per Parquet partition"),
            scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler (used "
-                                                               "whatever the input's size)")):
+                                                               "whatever the input's size)"),
+           as_json: bool = typer.Option(False, "--json", help="print the summary as JSON (for machines)")):
     """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line.
     Less than 50 MB of input (cluster.IN_PROCESS_INPUT_BYTES) is read in this process, with no cluster."""
     from .cluster import client_for_input
@@ -95,7 +136,11 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
             from .io.tables import ingest_tables
             cfg = load_config(config) if config else RunConfig()
             summary = ingest_tables(sorted(paths), out, cfg.data.parsed_page_features, client, partition_rows)
-    typer.echo(json.dumps(summary.to_dict(), indent=2))
+    if as_json:
+        typer.echo(json.dumps(summary.to_dict(), indent=2))
+    else:
+        from .report.text import ingest_text
+        typer.echo(ingest_text(summary.to_dict()))
 
 
 def _log_format(paths: List[str]) -> str:
@@ -117,23 +162,36 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
                                                                     "(Parquet, or a Baidu annotation file)"),
              clicks: Optional[Path] = typer.Option(None, help="held-out sessions (a Parquet file or an ingested "
                                                                "sessions directory): print the click log-likelihood "
-                                                               "and perplexity of the run's click models on them")):
+                                                               "and perplexity of the run's click models on them"),
+             as_json: bool = typer.Option(False, "--json", help="print the metrics as JSON (for machines)")):
     """Print the metrics of a run's ranker: its held-out queries, another annotation table, or (label-free) how
-    well its click models predict the clicks of held-out sessions."""
+    well its click models predict the clicks of held-out sessions. The click models are the shipped epoch's."""
+    from .report.text import click_metrics_text, metrics_text
     from .rundir import layout as L
+    from .rundir.epochs import shipped, shipped_line
     from .rundir.files import read_json
     from .storage import readable_run_dir
-    include = (L.CONFIG_FILE, L.RANKER_DIR, L.METRICS, L.LEXICAL_STATE)
+    include = (L.CONFIG_FILE, L.RANKER_DIR, L.METRICS, L.LEXICAL_STATE, L.BIAS, L.HISTORY)
     if clicks is not None:   # what the click models are read and fitted from
-        include += (L.BIAS, L.HISTORY, L.TRUTH_DIR, L.SESSIONS_DIR, L.FEATURED_SESSIONS_DIR)
+        include += (L.TRUTH_DIR, L.SESSIONS_DIR, L.FEATURED_SESSIONS_DIR)
     with readable_run_dir(run_dir, "RUN_DIR", include=include) as run:
         if not (run / L.RANKER_DIR).is_dir():
             raise FileNotFoundError(f"{run}: no trained ranker in {L.RANKER_DIR}/ (has the run finished?)")
+        method = read_json(run / L.BIAS).get("method") if (run / L.BIAS).exists() else None
+        heading = shipped_line(shipped(run), method)
         if clicks is not None:
-            typer.echo(_click_metrics_text(run, clicks))
+            result = _click_metrics(run, clicks)
+            typer.echo(json.dumps(result, indent=2) if as_json else f"{heading}\n\n{click_metrics_text(result)}")
             return
         if annotations is None:     # the stored metrics: read, nothing scored (so no config, pandas or torch)
-            typer.echo(json.dumps(read_json(run / L.METRICS), indent=2))
+            metrics = read_json(run / L.METRICS)
+            if as_json:
+                typer.echo(json.dumps(metrics, indent=2))
+                return
+            text = [heading, "", metrics_text(metrics)]
+            if metrics.get("clicks"):
+                text += ["", click_metrics_text(metrics["clicks"])]
+            typer.echo("\n".join(text))
             return
         from .config import saved_config
         from .io.parquet import read_table
@@ -152,12 +210,12 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
             from .schema import FEATURES
             table[FEATURES] = list(LexicalFeaturizer.load(lexical).transform(table))
         metrics, _, _ = evaluate_ranker(run / L.RANKER_DIR, table, cfg)
-    typer.echo(json.dumps(metrics, indent=2))
+    typer.echo(json.dumps(metrics, indent=2) if as_json
+               else f"{heading}\n\n{metrics_text(metrics, f'queries of {annotations}')}")
 
 
-def _click_metrics_text(run: Path, clicks: Path) -> str:
-    """The click metrics of the run at `run` on the held-out sessions `clicks`, as a table and the JSON."""
-    from .click_metrics import perplexity_table
+def _click_metrics(run: Path, clicks: Path) -> dict:
+    """The click metrics of the run at `run` (its shipped epoch's click models) on the held-out sessions `clicks`."""
     from .config import saved_config
     from .rundir import layout as L
     from .rundir.files import RunDir
@@ -167,11 +225,7 @@ def _click_metrics_text(run: Path, clicks: Path) -> str:
     if (clicks / "sessions").is_dir():                   # an ingest output directory: its sessions table
         clicks = clicks / "sessions"
     cfg = saved_config(run / L.CONFIG_FILE)
-    result = heldout_click_metrics(RunDir(run), clicks, cfg)
-    table = perplexity_table(result).to_string(index=False, float_format=lambda v: f"{v:.4f}")
-    return (f"{result['sessions']} held-out sessions, {result['rows']} shown results "
-            f"(perplexity: lower is better, 1 is perfect; @k: at position k)\n{table}\n"
-            f"{json.dumps(result, indent=2)}")
+    return heldout_click_metrics(RunDir(run), clicks, cfg)
 
 
 @app.command()
@@ -180,8 +234,16 @@ def export(run_dir: str = typer.Argument(..., help="a finished run directory: a 
            out: str = typer.Option(..., help="directory to write the exported ranker to: a path or an fsspec URL "
                                              "(an existing one is replaced only if it is an earlier export)")):
     """Write the run's ranker as safetensors weights plus config (and feature state) to ship it."""
-    from .export import export_run
-    typer.echo(f"exported ranker: {export_run(run_dir, out)}")
+    from .api import export as export_run
+    from .storage import is_url
+    written = export_run(run_dir, out)
+    if not is_url(written):
+        from .rundir.epochs import shipped_line
+        from .export import EXPORT_FILE
+        bias = json.loads((Path(written) / EXPORT_FILE).read_text()).get("bias") or {}
+        if bias.get("shipped"):
+            typer.echo(shipped_line(bias["shipped"], bias.get("method")))
+    typer.echo(f"exported ranker: {written}")
 
 
 @app.command()
@@ -194,12 +256,13 @@ def score(model: str = typer.Argument(..., help="an exported ranker (wpultr expo
                                              "replaced only if an earlier `wpultr score` wrote it)"),
           batch_size: int = typer.Option(1024, help="rows scored at once")):
     """Score a table with a saved ranker (loading never unpickles)."""
-    from .export import SCORES, read_input_table, score_table
+    from .api import load_ranker, read_scoring_table
+    from .export import SCORES
     from .rundir.files import check_output, write_parquet
     from .storage import is_url
     inputs = (None if is_url(model) else model, input_)
     check_output(out, SCORES, inputs, "--out")      # before the scoring, so a refused --out costs nothing
-    scored = score_table(model, read_input_table(input_), batch_size)
+    scored = load_ranker(model).score_table(read_scoring_table(input_), batch_size)
     write_parquet(out, scored, SCORES, inputs, "--out")
     typer.echo(f"scored {len(scored)} rows -> {out}")
 
@@ -210,16 +273,17 @@ def compare(runs: List[str] = typer.Argument(..., help="finished run directories
                                                       "is the baseline the others are tested against"),
             html: Optional[Path] = typer.Option(None, "--html", help="also write an HTML page with the per-query "
                                                                       "differences plotted (an existing file is "
-                                                                      "replaced only if `wpultr compare` wrote it)")):
+                                                                      "replaced only if `wpultr compare` wrote it)"),
+            as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON (for machines)")):
     """Runs' metrics side by side on the test queries they share, with paired t-tests against the first run."""
     from .rundir.files import check_output
-    from .report.compare import PAGE, compare_runs, format_text, write_html
+    from .report.compare import PAGE, compare_runs, format_text, to_dict, write_html
     from .storage import is_url
     inputs = [r for r in runs if not is_url(r)]
     if html is not None:
         check_output(html, PAGE, inputs, "--html")    # before reading the runs, so a refused --html costs nothing
     comparison = compare_runs(runs)
-    typer.echo(format_text(comparison))
+    typer.echo(json.dumps(to_dict(comparison), indent=2) if as_json else format_text(comparison))
     if html is not None:
         typer.echo(f"page: {write_html(comparison, html, inputs)}")
 
@@ -245,6 +309,23 @@ def status(path: str = typer.Argument(..., help="a run directory (a path or an f
     typer.echo(json.dumps(found.to_dict(), indent=2) if as_json else text(found))
 
 
+config_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                         help="the run config's keys: defaults, allowed values, descriptions")
+
+
+@config_app.command("show")
+@user_errors
+def config_show(section: Optional[str] = typer.Argument(None, help="a section (bal, train, discovery, …), a "
+                                                                   "subsection (bal.weights) or one key"),
+                defaults: bool = typer.Option(False, "--defaults", help="print the defaults as YAML, a config "
+                                                                        "to start from, each key described")):
+    """Every key of the run config with its default, allowed values and a one-line description (generated from the
+    settings dataclasses)."""
+    from .config_reference import defaults_yaml, reference_text
+    typer.echo(defaults_yaml(section) if defaults else reference_text(section))
+
+
+app.add_typer(config_app, name="config", help="the run config reference: every key, its default and allowed values")
 app.command("experiment", help="Run methods × seeds (× settings) on Dask and build the tables, figures and "
                             "HTML report.")(experiment_command)
 # `wpultr discover` and `wpultr graph` live beside their stage (wpultr/bal/cli.py).

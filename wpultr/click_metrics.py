@@ -28,6 +28,7 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import expit
 
 from .metrics import CLICK_PROB_EPS, click_log_likelihood, click_perplexity
+from .rundir.epochs import shipped
 from .rundir.files import read_json
 from .rundir.layout import BIAS, HISTORY, LEXICAL_STATE, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
 from .schema import CLICK, DOC_ID, FEATURES, POSITION, SESSION_ID, SchemaError
@@ -100,9 +101,8 @@ def _bal_click_model(run_root: Path) -> dict[str, Any] | None:
         log.info("click metrics: BAL's %s click model is not σ(u)·σ(v); only the baselines are scored",
                  bias.get("click_model_form"))
         return None
-    best = bias.get("best_epoch")    # the saved ranker's step used (α, β) of that epoch's click model; a warm-up
-    before = isinstance(best, int) and best < bal[0].get("epoch", 0)  # ranker is what BAL's first click model read
-    chosen = bal[0] if before else next((e for e in bal if e.get("epoch") == best), bal[-1])
+    best = (shipped(run_root) or {}).get("epoch")
+    chosen = next((e for e in bal if e.get("bal_epoch") == best), bal[-1])   # its step used that epoch's (α, β)
     train = chosen["train"]
     return {"alpha": float(train["relevance_scale"]), "beta": float(train["relevance_bias"]),
             "examination": {int(k): float(v) for k, v in (train.get("examination_by_position") or {1: 1.0}).items()},

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from .config import ClusterConfig
@@ -27,8 +28,12 @@ local_clusters_started = 0     # LocalClusters this process has started (open_cl
 
 
 def current_client() -> Client | None:
-    """The Dask client of this process (the run's), or None when there is none."""
-    from distributed import default_client
+    """The Dask client of this process (the run's), or None when there is none (or no Dask installed: a method
+    fitted in process on a machine with torch alone, as bench/gpu.py runs BAL)."""
+    try:
+        from distributed import default_client
+    except ImportError:
+        return None
     try:
         return default_client()
     except ValueError:                       # distributed: "No clients found"
@@ -65,9 +70,34 @@ def open_client(cfg: ClusterConfig | None = None) -> Iterator[Client]:
     # the workers start with this process's Dask config: their statistical profiler off unless asked for
     with dask.config.set({"distributed.worker.profile.enabled": bool(cfg.worker_profiling)}), \
             LocalCluster(n_workers=cfg.n_workers, threads_per_worker=cfg.threads_per_worker,
-                         memory_limit=cfg.memory_limit, processes=True, dashboard_address=None) as cluster, \
+                         memory_limit=cfg.memory_limit, processes=True, dashboard_address=":0",
+                         silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         yield client
+
+
+@contextlib.contextmanager
+def dask_messages_to(path: Path) -> Iterator[Path]:
+    """Dask's own log records in this process (the scheduler's and nannies' warnings, a task's 'Compute Failed'
+    block as the client sees it) go to the file `path` instead of the terminal while the block runs; the user's
+    terminal keeps wpultr's one-line errors. The workers print only errors (open_client: silence_logs)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    saved = []
+    for name in ("distributed", "tornado", "bokeh"):
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.handlers[:], logger.propagate))
+        logger.handlers[:] = [handler]
+        logger.propagate = False
+    try:
+        yield path
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers[:] = handlers
+            logger.propagate = propagate
+        handler.close()
 
 
 @contextlib.contextmanager

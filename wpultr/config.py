@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Literal, Mapping
 import yaml
 
 from .errors import ConfigError, SchemaError, brief, cut, require
-from .schema import BAIDU_PAGE_FEATURES, PageFeature, page_features_from_config
+from .schema import BAIDU_PAGE_FEATURES, EMBEDDING_PAGE_FEATURES, PageFeature, page_features_from_config
 from .settings.bal import BalConfig
 from .settings.checks import finite as _finite, int_at_least as _int_at_least, int_in as _int_in
 from .settings.discovery import DiscoveryConfig
@@ -45,6 +45,7 @@ from .settings.pairwise_debias import PairwiseDebiasConfig
 from .settings.propensity import PropensityConfig
 from .settings.prs import PRSConfig
 from .settings.regression_em import RegressionEMConfig
+from .settings.embeddings import EmbeddingsConfig
 from .settings.simulate import SimulateConfig
 from .settings.xgboost import XGBoostConfig
 from .storage import check_url, is_url, working_copy_dir
@@ -134,33 +135,49 @@ def _size(text: Any) -> int:
         return 0
 
 
+SOURCES = ("simulate", "baidu", "baidu_embeddings", "parquet")   # data.source: where the sessions come from
+_BAIDU_DEFAULT_PAGE_FEATURES = {f.name: f.kind.value for f in BAIDU_PAGE_FEATURES}
+
+
 @dataclass
 class DataConfig:
     KEY: ClassVar[str] = "data"
 
-    source: Literal["simulate", "baidu", "parquet"] = "simulate"
+    source: Literal[SOURCES] = "simulate"
     train: list[str] = field(default_factory=list)        # files / globs of session logs
     annotations: str | None = None                       # annotation file (Baidu) or table
+    heldout: list[str] = field(default_factory=list)      # baidu_embeddings: session files kept out of training,
+    #                                                       scored label-free (metrics.json "clicks"; study: part 0)
     valid_fraction: float = 0.1                          # of annotated queries, held out for model selection
     page_features: dict[str, str] = field(
         default_factory=lambda: {f.name: f.kind.value for f in BAIDU_PAGE_FEATURES})
     max_sessions: int | None = None                      # read at most this many sessions (None: all)
     partition_rows: int = 200_000                        # rows per Parquet partition written by ingest
     simulate: SimulateConfig = field(default_factory=SimulateConfig)
+    embeddings: EmbeddingsConfig = field(default_factory=EmbeddingsConfig)
 
     def __post_init__(self) -> None:
         k = self.KEY
-        require(self.source in ("simulate", "baidu", "parquet"), f"{k}.source", "one of 'simulate', 'baidu', "
-                "'parquet'", self.source)
+        require(self.source in SOURCES, f"{k}.source", f"one of {', '.join(map(repr, SOURCES))}", self.source)
         require(all(isinstance(t, str) and t.strip() for t in self.train), f"{k}.train",
                 "a list of non-empty file paths or globs", self.train)
         require(self.source == "simulate" or bool(self.train), f"{k}.train",
                 f"at least one log path for source {self.source!r}", self.train)
         require(self.annotations is None or (isinstance(self.annotations, str) and self.annotations.strip() != ""),
                 f"{k}.annotations", "null or a file path", self.annotations)
-        require(self.source != "baidu" or self.annotations is not None, f"{k}.annotations",
-                "the annotation file for source 'baidu'", self.annotations)
-        for key, path in [(f"{k}.train", t) for t in self.train] + [(f"{k}.annotations", self.annotations)]:
+        if self.source == "baidu_embeddings" and self.page_features == _BAIDU_DEFAULT_PAGE_FEATURES:
+            # the gzip logs' default names serp_max_show_height, which the embedding datasets do not carry
+            self.page_features = {f.name: f.kind.value for f in EMBEDDING_PAGE_FEATURES}
+        for source in ("baidu", "baidu_embeddings"):
+            require(self.source != source or self.annotations is not None, f"{k}.annotations",
+                    f"the annotation file for source {source!r}", self.annotations)
+        require(all(isinstance(t, str) and t.strip() for t in self.heldout), f"{k}.heldout",
+                "a list of non-empty file paths or globs", self.heldout)
+        require(not self.heldout or self.source == "baidu_embeddings", f"{k}.heldout",
+                "[] unless data.source is 'baidu_embeddings' (other sources hold sessions out with "
+                "evaluation.heldout_sessions)", self.heldout)
+        for key, path in ([(f"{k}.train", t) for t in self.train] + [(f"{k}.heldout", t) for t in self.heldout]
+                          + [(f"{k}.annotations", self.annotations)]):
             if is_url(path):   # fsspec URL: a known protocol whose package is installed
                 check_url(path, key)
         require(_finite(self.valid_fraction, 0.0, 1.0), f"{k}.valid_fraction", "in [0, 1)", self.valid_fraction)
@@ -286,6 +303,9 @@ class TrainConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     device: Literal["cpu", "cuda", "auto"] = "auto"
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"   # the ranker's passes (rankers/precision): auto is
+    #                                       bf16 on a CUDA device that supports it, fp32 elsewhere; fp16 (with a
+    #                                       gradient scaler) needs CUDA
     streaming: bool = False               # batches streamed from the sessions' Parquet partitions
     #                                       (methods/training/streaming; the methods whose spec says so,
     #                                       settings.methods, with the mlp backbone)
@@ -311,6 +331,10 @@ class TrainConfig:
                 self.learning_rate)
         require(_finite(self.weight_decay, 0.0), f"{k}.weight_decay", "a finite number >= 0", self.weight_decay)
         require(self.device in ("cpu", "cuda", "auto"), f"{k}.device", "one of 'cpu', 'cuda', 'auto'", self.device)
+        require(self.precision in ("auto", "fp32", "bf16", "fp16"), f"{k}.precision",
+                "one of 'auto', 'fp32', 'bf16', 'fp16'", self.precision)
+        require(not (self.precision == "fp16" and self.device == "cpu"), f"{k}.precision",
+                "'auto', 'fp32' or 'bf16' with train.device 'cpu' ('fp16' needs a CUDA device)", self.precision)
 
 
 @dataclass
@@ -356,7 +380,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         require(_safe_name(self.name), "name", f"one path component: 1–{MAX_NAME_LENGTH} characters, no '/' or "
-                "'\\', not '.' or '..', no control characters", self.name)
+                "'\\', not '.' or '..', no space, quote, control or shell character ($`&|;<>*?!(){}[]#~)",
+                self.name)
         require(_int_at_least(self.seed, 0) and self.seed < 2 ** 32, "seed", "an integer in [0, 2**32 - 1]",
                 self.seed)
         require(_run_dir_template(self.run_dir), "run_dir", "a non-empty path; placeholders allowed: "
@@ -367,6 +392,9 @@ class RunConfig:
         if self.train.select_metric not in allowed_metrics:
             raise ConfigError(f"train.select_metric: {brief(self.train.select_metric)} is not allowed; allowed values: "
                               f"{', '.join(allowed_metrics)}")
+        if self.data.heldout and self.evaluation.heldout_sessions:
+            raise ConfigError(f"evaluation.heldout_sessions: must be 0 when data.heldout names the held-out session "
+                              f"files, got {self.evaluation.heldout_sessions}")
         names = self.data.declared_page_features()
         unknown = [f for f in self.bal.features or [] if f not in names]
         if unknown:
@@ -391,7 +419,8 @@ class RunConfig:
                               "'mlp', 'bert', 'embedding' (or set train.processes: 1)")
         if self.train.streaming and self.data.max_sessions is not None:
             raise ConfigError(f"data.max_sessions: must be null with train.streaming: true (every session of the "
-                              f"partitions is streamed), got {self.data.max_sessions!r}")
+                              f"partitions is streamed), got {self.data.max_sessions!r}; to train on a sample, add "
+                              f"--set train.streaming=false (or drop data.max_sessions to stream them all)")
         if self.train.method == "bal" and self.train.loss in ("listwise", "lambdarank") \
                 and self.bal.click_model.form != "multiplicative":
             raise ConfigError(f"bal.click_model.form: BAL's {self.train.loss} ranker step (train.loss) divides each "
@@ -414,10 +443,14 @@ class RunConfig:
         return self.run_dir.format(name=self.name, seed=self.seed) if is_url(self.run_dir) else None
 
 
+_SHELL_HOSTILE = set(" \t\"'`$&|;<>*?!(){}[]#~\\")
+
+
 def _safe_name(name: Any) -> bool:
-    """`name` is one safe path component: a run directory can never be its parent or a sibling's."""
+    """`name` is one safe path component: a run directory can never be its parent or a sibling's, and the path
+    printed can be pasted back into a shell (no spaces, quotes or characters a shell expands)."""
     return (isinstance(name, str) and 0 < len(name) <= MAX_NAME_LENGTH and name not in (".", "..")
-            and not any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name))
+            and not any(c in "/\\" or c in _SHELL_HOSTILE or ord(c) < 32 or ord(c) == 127 for c in name))
 
 
 def _run_dir_template(template: Any) -> bool:
@@ -527,6 +560,7 @@ def absolute_paths(cfg: RunConfig, base: str | Path | None = None) -> RunConfig:
     base = Path(base) if base is not None else Path.cwd()
     data = cfg.data
     data.train = [_absolute(p, base) for p in data.train]
+    data.heldout = [_absolute(p, base) for p in data.heldout]
     if data.annotations is not None:
         data.annotations = _absolute(data.annotations, base)
     if cfg.ranker.bert.path is not None:
@@ -674,8 +708,8 @@ def parse_overrides(items: list[str] | None, example: str = "train.epochs=2") ->
 
 
 # The path keys of a run config, as they stand in its YAML mapping.
-PATH_KEYS: tuple[str, ...] = ("data.train", "data.annotations", "data.simulate.letor_path", "ranker.bert.path",
-                             "run_dir")
+PATH_KEYS: tuple[str, ...] = ("data.train", "data.heldout", "data.annotations", "data.simulate.letor_path",
+                             "ranker.bert.path", "run_dir")
 
 
 def file_relative_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:

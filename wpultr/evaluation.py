@@ -18,9 +18,11 @@ def evaluate_ranker(ranker_dir: Path, annotations: pd.DataFrame, cfg: RunConfig)
     from .metrics import evaluate as evaluate_scores, per_query
     from .rankers.base import score_frame
     from .rankers.registry import load_ranker
+    from .rankers.precision import scoring_precision
     ranker = load_ranker(ranker_dir)
-    scored = annotations.copy()
-    scored["score"] = score_frame(ranker, annotations, cfg.train.batch_size)
+    scored = annotations.copy()     # scored in the precision the ranker trained in on the device it sits on
+    scored["score"] = score_frame(ranker, annotations, cfg.train.batch_size,
+                                  scoring_precision(cfg.train.precision, ranker.device))
     ks = tuple(cfg.evaluation.ks)
     metrics = evaluate_scores(scored, "score", ks=ks)
     table = per_query(scored, "score", ks=ks)

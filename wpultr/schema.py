@@ -132,6 +132,40 @@ BAIDU_PAGE_FEATURES: tuple[PageFeature, ...] = (
 )
 
 
+# ---------------------------------------------------------------------------------------------
+# Baidu-ULTR embedding datasets (Hager et al., SIGIR 2024: the reproducibility study's reranking datasets)
+# ---------------------------------------------------------------------------------------------
+# Column names as published. Stored either per session (one record, a list per shown result: the hub's Parquet)
+# or flat (one row per shown result, EMBEDDING_QUERY_NO grouping a session's rows: the Feather parts).
+EMBEDDING_COLUMN = "query_document_embedding"   # n x EMBEDDING_WIDTH float16: the cross-encoder's [CLS] vector
+EMBEDDING_WIDTH = 768
+EMBEDDING_QUERY_NO = "query_no"                 # flat form: the session's ordinal, shared by its rows
+EMBEDDING_N = "n"                               # per-session form: results shown (every list's length)
+EMBEDDING_DOC_ID = "text_md5"                   # md5 of title and abstract: the document, as doc_id
+EMBEDDING_QUERY_TOKENS = "query"                # token ids, as query_tokens
+EMBEDDING_TITLE, EMBEDDING_ABSTRACT = "title", "abstract"   # token ids, as title_tokens / abstract_tokens
+EMBEDDING_BUCKET = "frequency_bucket"           # annotations: as bucket
+EMBEDDING_IDS: tuple[str, ...] = ("query_md5", "url_md5")   # kept as written (strings); no method reads them
+DISPLAYED_TIME, SERP_HEIGHT, SLIPOFF_AFTER_CLICK = "displayed_time", "serp_height", "slipoff_count_after_click"
+# The SERP features with the kind each is modelled as; slipoff_count_after_click is a post-click signal (it follows
+# the click it would explain), kept as a behaviour column (BAIDU_BEHAVIOUR_COLUMNS), never a page feature.
+EMBEDDING_PAGE_FEATURES: tuple[PageFeature, ...] = (
+    PageFeature(POSITION, FeatureKind.ORDINAL),
+    PageFeature(MEDIA_TYPE, FeatureKind.CATEGORICAL),
+    PageFeature(SERP_HEIGHT, FeatureKind.CONTINUOUS),
+    PageFeature(DISPLAYED_TIME, FeatureKind.CONTINUOUS),
+)
+# The thirteen classic LTR features per shown result (query_length is one per session, repeated on its rows);
+# stored as float32 columns of these names, and appended to `features` when data.embeddings.ltr_features names them.
+EMBEDDING_LTR_FEATURES: tuple[str, ...] = (
+    "bm25", "bm25_title", "bm25_abstract", "tf_idf", "tf", "idf", "ql_jelinek_mercer_short",
+    "ql_jelinek_mercer_long", "ql_dirichlet", "query_length", "document_length", "title_length", "abstract_length")
+EMBEDDING_SESSION_LEVEL: tuple[str, ...] = (QUERY_ID, "query_md5", EMBEDDING_QUERY_TOKENS, "query_length",
+                                            EMBEDDING_N, EMBEDDING_BUCKET, EMBEDDING_QUERY_NO)
+# Columns of the ingested tables no method reads (the train stage leaves them out: stages.training_columns).
+EMBEDDING_EXTRA_COLUMNS: tuple[str, ...] = EMBEDDING_IDS + EMBEDDING_LTR_FEATURES
+
+
 def baidu_sessions_arrow_schema() -> pa.Schema:
     """Arrow schema of the sessions table written by the Baidu reader."""
     fields = list(SESSION_CORE_FIELDS) + [

@@ -355,7 +355,11 @@ def readable_dir(path: str | os.PathLike, key: str, include: Iterable[str] | Non
     """A directory this program wrote (a run, an export), `path` as a local directory to read: see
     `readable_run_dir`. `marker` (its first word a file name) is the file that tells `what` at a URL."""
     if not is_url(path):
-        yield Path(path)
+        local = Path(path)
+        if not (local / marker.split()[0]).is_file():      # every reader says so, before it looks for its files
+            where = "no such directory" if not local.is_dir() else f"no {marker}"
+            raise RunDirError(f"{local}: not {what} ({where})")
+        yield local
         return
     url = str(path).rstrip("/")
     check_url(url, key)

@@ -17,7 +17,7 @@ import typer
 from ..causal.graph import diff_graphs, epoch_dir, load_epoch_graph, render, to_dot, to_text
 from ..cli_support import nest, parse_sets, user_errors
 from ..rundir.files import PNG, Replaces, holding
-from ..rundir.layout import BIAS, BIASES_FILE, EPOCH_PREFIX, GRAPH_FILE
+from ..rundir.layout import BIAS, BIASES_FILE, EPOCH_PREFIX, GRAPH_FILE, HISTORY
 from ..storage import is_url, readable_run_dir, write_bytes
 
 graph_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -54,7 +54,7 @@ def _examination_lines(bias: dict[str, Any], k: int) -> list[str]:
     profile = (epochs.get(k) or {}).get("examination_by_position")
     if not profile:
         return []
-    return ["", "examination by position (click model, relative to the first): "
+    return ["", f"examination by position (epoch {k}'s click model, relative to the first): "
             + ", ".join(f"{p}: {e:.3f}" for p, e in profile.items())]
 
 
@@ -69,7 +69,27 @@ def _set_aside_lines(bias: dict[str, Any]) -> list[str]:
                         for x in record["set_aside"])]
 
 
-_GRAPH_FILES = (f"{EPOCH_PREFIX}*", BIAS)      # what `wpultr graph` reads of a run at a URL
+def _shipped_epoch(run: Path) -> Optional[int]:
+    from ..rundir.epochs import shipped_graph_epoch
+    return shipped_graph_epoch(run)
+
+
+def _default_epoch(run: Path, asked: Optional[int], shipped: Optional[int]) -> Optional[int]:
+    """The epoch asked for; else the shipped ranker's epoch when it has a graph (one epoch story: what a run shows
+    is the shipped epoch's unless asked otherwise); else the latest."""
+    from ..causal.graph import graph_epochs
+    if asked is not None or shipped is None:
+        return asked
+    return shipped if shipped in graph_epochs(run) else None
+
+
+def _epoch_heading(k: int, shipped: Optional[int]) -> str:
+    if shipped is None:
+        return f"epoch {k}"
+    return f"epoch {k} (the shipped ranker's)" if k == shipped else f"epoch {k} (shipped: epoch {shipped})"
+
+
+_GRAPH_FILES = (f"{EPOCH_PREFIX}*", BIAS, HISTORY)      # what `wpultr graph` reads of a run at a URL
 
 
 # what `graph show --output` may replace: a file of the format it writes, as an earlier `graph show` wrote it
@@ -82,19 +102,21 @@ _OUTPUTS = {GraphFormat.text: Replaces("a graph text file (wpultr graph show)", 
 @graph_app.command("show")
 @user_errors
 def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec URL (s3://, gs://, file://, …)"),
-         epoch: Optional[int] = typer.Option(None, "--epoch", "-e", help="epoch to show (default: the latest)"),
+         epoch: Optional[int] = typer.Option(None, "--epoch", "-e", help="epoch to show (default: the shipped "
+                                             "ranker's epoch, else the latest)"),
          fmt: GraphFormat = typer.Option(GraphFormat.text, "--format", "-f", help="text, dot, svg or png"),
          output: Optional[str] = typer.Option(None, "--output", "-o",
                                               help="file to write, a path or a URL (svg/png default: "
                                                    "epoch_<k>/graph.<format> in the run directory)")):
     """Print an epoch's graph (edges, stabilities, biases) or render it with Graphviz."""
     with readable_run_dir(run, "RUN", include=_GRAPH_FILES) as local:
-        k, graph = load_epoch_graph(local, epoch)
+        shipped = _shipped_epoch(local)
+        k, graph = load_epoch_graph(local, _default_epoch(local, epoch, shipped))
         if fmt in (GraphFormat.text, GraphFormat.dot):
             if fmt is GraphFormat.text:
                 bias = _read_bias(local)
-                body = "\n".join([f"epoch {k}", to_text(graph), *_bias_lines(graph), *_examination_lines(bias, k),
-                                  *_set_aside_lines(bias)])
+                body = "\n".join([_epoch_heading(k, shipped), to_text(graph), *_bias_lines(graph),
+                                  *_examination_lines(bias, k), *_set_aside_lines(bias)])
             else:
                 body = to_dot(graph)
             if output is None:

@@ -98,14 +98,18 @@ class ClickModel(torch.nn.Module):
         at several positions then tells examination from the relevance r̂ misses. δ serves this fit only; the
         ranker step's u is α·r̂ + β as without it. With `ranks` (`training.distributed.RankBatches`, in a DDP rank)
         each global batch's gradient is the ranks' DDP mean over their shares of it: one process's step.
+
+        It runs on the device the model sits on (BAL moves it to the training device): the rows' tensors go there
+        once, the batch order is drawn from `generator` on the CPU as before, the offsets' sums stay numpy.
         """
-        numeric, codes = self.page.tensors(nodes)
-        r_t = torch.as_tensor(r, dtype=torch.float32)
-        c_t = torch.as_tensor(clicks, dtype=torch.float32)
-        w_t = torch.as_tensor(weights, dtype=torch.float32)
+        device = self.scale.device
+        numeric, codes = (t.to(device) for t in self.page.tensors(nodes))
+        r_t = torch.as_tensor(r, dtype=torch.float32).to(device)
+        c_t = torch.as_tensor(clicks, dtype=torch.float32).to(device)
+        w_t = torch.as_tensor(weights, dtype=torch.float32).to(device)
         optimizer = torch.optim.Adam(self.parameters(), lr=self.config.learning_rate)
         n, loss_value = len(r_t), float("nan")
-        offsets = torch.zeros(n)
+        offsets = torch.zeros(n, device=device)
         delta = np.zeros(int(pairs.max()) + 1 if pairs is not None and len(pairs) else 0)
         self.train()
 
@@ -116,11 +120,12 @@ class ClickModel(torch.nn.Module):
         for _ in range(self.config.epochs):
             if pairs is not None:
                 with torch.no_grad():
-                    u, v = self.relevance_term(r_t).double().numpy(), self.page_term(numeric, codes).double().numpy()
+                    u = self.relevance_term(r_t).double().cpu().numpy()
+                    v = self.page_term(numeric, codes).double().cpu().numpy()
                 delta = document_offsets(u, v, clicks, weights, pairs, self.form, self.config.document_ridge, delta)
-                offsets = torch.as_tensor(delta[pairs], dtype=torch.float32)
-            order = torch.randperm(n, generator=generator)
-            total = 0.0
+                offsets = torch.as_tensor(delta[pairs], dtype=torch.float32).to(device)
+            order = torch.randperm(n, generator=generator).to(device)
+            total = torch.zeros((), dtype=torch.float64, device=device)   # no sync a batch; Python's float64 sums
             for start in range(0, n, self.config.batch_size):
                 idx = order[start: start + self.config.batch_size]
                 if ranks is None:
@@ -133,8 +138,9 @@ class ClickModel(torch.nn.Module):
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                total += (float(loss.detach()) if ranks is None else ranks.value(loss)) * len(idx)
-            loss_value = total / max(n, 1)
+                total += (loss.detach().double() if ranks is None
+                          else torch.tensor(ranks.value(loss), dtype=torch.float64, device=device)) * len(idx)
+            loss_value = float(total) / max(n, 1)
         self.eval()
         stats = {"click_model_nll": loss_value, "relevance_scale": float(F.softplus(self.scale.detach())),
                  "relevance_bias": float(self.bias.detach())}
@@ -160,11 +166,12 @@ class ClickModel(torch.nn.Module):
     @torch.no_grad()
     def page_logits(self, nodes: pd.DataFrame, chunk_rows: int = 65536) -> np.ndarray:
         """v(x) for every row: fixed during the ranker step. In chunks, so the branch's activations over
-        millions of rows are never held at once."""
+        millions of rows are never held at once; on the model's device."""
+        device = self.scale.device
         out = np.empty(len(nodes), dtype=np.float32)
         for start in range(0, len(nodes), chunk_rows):
-            numeric, codes = self.page.tensors(nodes.iloc[start: start + chunk_rows])
-            out[start: start + chunk_rows] = self.page_term(numeric, codes).numpy()
+            numeric, codes = (t.to(device) for t in self.page.tensors(nodes.iloc[start: start + chunk_rows]))
+            out[start: start + chunk_rows] = self.page_term(numeric, codes).cpu().numpy()
         return out
 
 

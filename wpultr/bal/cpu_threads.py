@@ -4,6 +4,8 @@ more on waking many threads than they save.
 Measured on a 16-core machine (`bench/cpu_threads.py`, docs/benchmarks.md): an influence-estimator epoch on 20 000
 rows took 30–36 ms on torch's default 16 threads (≈ 14 000 minor page faults a fit) and 17–29 ms on 1–4; the tiny
 BERT's BAL epochs went 6.2–11.5 s → 3.0–3.8 s (weights step 4.5–8.8 s → 1.5–2.1 s). On 2 cores the cap is moot.
+With a GPU as the training device the networks run there (`bal.influence.device: train`, the click model too); the
+cap then bounds the CPU side of those steps (the numpy passes, the transfers).
 """
 from __future__ import annotations
 

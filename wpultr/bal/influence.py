@@ -34,7 +34,7 @@ import copy
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -152,9 +152,11 @@ def _mlp(n_in: int, hidden: Sequence[int], n_out: int) -> nn.Sequential:
 
 
 def _device(name: str) -> torch.device:
+    """`bal.influence.device` as a torch device: "train" is resolved by BAL (`fit_influence_estimators`' `device`);
+    a density fitted on its own then runs on the CPU."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    return torch.device("cpu" if name == "train" else name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,15 +336,15 @@ class ConditionalDensity:
         for epoch in range(1, cfg.epochs + 1):
             net.train()
             perm = torch.randperm(n_train, generator=generator).to(device)
-            total = 0.0
-            for start in range(0, n_train, cfg.batch_size):
+            total = torch.zeros((), dtype=torch.float64, device=device)   # on the device: no sync a batch (the
+            for start in range(0, n_train, cfg.batch_size):                 # same float64 sums as Python floats)
                 batch = perm[start:start + cfg.batch_size]
                 loss = -self._log_lik(net(X_train[batch]), y_train[batch]).mean()   # Eq. 7, negated
                 optimiser.zero_grad()
                 loss.backward()
                 optimiser.step()
-                total += float(loss.detach()) * len(batch)
-            train_curve.append(total / n_train)
+                total += loss.detach().double() * len(batch)
+            train_curve.append(float(total) / n_train)
             if n_valid == 0:
                 best_state, best_epoch = copy.deepcopy(net.state_dict()), epoch
                 continue
@@ -359,7 +361,7 @@ class ConditionalDensity:
                     break
         net.load_state_dict(best_state)
         net.eval()
-        self.net_ = net.cpu()
+        self.net_ = net                  # stays on its device: the weights' passes over every row run there too
         self.marginal_ = None
         self.history_ = {"closed_form": False, "epochs_run": len(train_curve), "best_epoch": best_epoch,
                          "warm_start": initial is not None, "train_nll": train_curve, "valid_nll": valid_curve,
@@ -384,16 +386,18 @@ class ConditionalDensity:
         return self._network_params(X)
 
     def _network_params(self, X: np.ndarray) -> tuple[torch.Tensor, ...]:
-        """The head's parameters (float64) of each row of the design matrix X, `_PREDICT_CHUNK` rows at a time."""
+        """The head's parameters (float64, on the CPU) of each row of the design matrix X, `_PREDICT_CHUNK` rows at a
+        time, run on the network's device (the fit's: `bal.influence.device`)."""
+        device = next(self.net_.parameters()).device
         X = torch.as_tensor(X, dtype=torch.float32)
         parts = []
         with torch.no_grad():
             for start in range(0, len(X), _PREDICT_CHUNK):
-                parts.append(self._head(self.net_(X[start:start + _PREDICT_CHUNK])))
+                parts.append(self._head(self.net_(X[start:start + _PREDICT_CHUNK].to(device))))
         if not parts:
             with torch.no_grad():
-                parts = [self._head(self.net_(X))]
-        return tuple(torch.cat([p[i] for p in parts]).double() for i in range(len(parts[0])))
+                parts = [self._head(self.net_(X.to(device)))]
+        return tuple(torch.cat([p[i] for p in parts]).double().cpu() for i in range(len(parts[0])))
 
     def log_prob(self, nodes_df: pd.DataFrame) -> np.ndarray:
         """log p(x | parents) of each row's observed value (a density in x's units, or a probability)."""
@@ -569,15 +573,19 @@ def _derived_seed(seed: int, index: int, role: int) -> int:
 def fit_influence_estimators(nodes_df: pd.DataFrame, bias_report: BiasReport, kinds: Mapping[str, FeatureKind | str],
                              config: InfluenceConfig | None = None, seed: int = 0,
                              n_categories: Mapping[str, int] | None = None,
-                             previous: Mapping[str, FeatureInfluence] | None = None) -> dict[str, FeatureInfluence]:
+                             previous: Mapping[str, FeatureInfluence] | None = None,
+                             device: torch.device | str | None = None) -> dict[str, FeatureInfluence]:
     """Fit p(x | parents) and the numerator model for every confounded feature of `bias_report`.
 
     `kinds` maps page features to their kind; r̂ and c are numeric nodes. `n_categories` maps a
     categorical feature to its number of codes (the encoder's vocabulary size + 1); a categorical
     feature not in it gets max code in `nodes_df` + 1. `previous` (the last epoch's estimators) warm-starts
-    each density that models the same thing (`ConditionalDensity.fit`), when `config.warm_start`.
+    each density that models the same thing (`ConditionalDensity.fit`), when `config.warm_start`. `device` (BAL's
+    training device) is where the networks fit and run when `config.device` is "train".
     """
     config = config or InfluenceConfig()
+    if config.device == "train" and device is not None:
+        config = replace(config, device=str(torch.device(device)))
     n_categories = dict(n_categories or {})
 
     def kind_of(name: str, role: str) -> FeatureKind:

@@ -49,6 +49,7 @@ from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
 from ..methods.base import FitResult
 from ..methods.losses import click_loss_named
 from ..methods.training.trainer import Trainer, build_ranker
+from ..rankers.base import resolve_device
 from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature
 from .click_model import ClickModel, examination_table, page_inputs, ranker_loss, skipped_irrelevance
 from .cpu_threads import torch_threads
@@ -234,6 +235,7 @@ class BAL:
             from ..methods.training.distributed import on_rank0 as once
         lead = ranks is None or ranks.rank == 0
         client = _current_client() if config.bal.graph == "discovered" and lead else None
+        device = getattr(trainer, "device", None) or resolve_device(config.train.device)   # BAL's own networks' too
         graphs: list[DiscoveredGraph] = []
         reuse: ReusableTests | None = None
         estimators: dict[str, FeatureInfluence] = {}
@@ -251,10 +253,11 @@ class BAL:
             clock.lap("graph")
             with torch_threads(config.bal.cpu_threads):                      # small networks: few CPU threads
                 weights, weight_info, estimators = self.weights(nodes, biases, kinds, n_categories, config, seed,  # 4
-                                                                estimators, once, ranks)
+                                                                estimators, device, once, ranks)
                 clock.lap("weights")
                 click_model, cm_stats = self.click_model(r, nodes, weights, biases, kinds, n_categories,  # step 5
-                                                         config, seed, trainer.generator, rows.pairs_at, ranks)
+                                                         config, seed, trainer.generator, rows.pairs_at, device,
+                                                         ranks)
                 page_logits = click_model.page_logits(nodes)                # v(x): a constant of the ranker step
                 cm_stats["examination"] = examination_table(click_model, r, page_logits, weights, rows)  # + intervals
                 cm_stats["examination_by_position"] = examination_by_position(cm_stats["examination"])
@@ -369,14 +372,16 @@ class BAL:
     def click_model(r: np.ndarray, nodes: "NodeColumns | pd.DataFrame", weights: np.ndarray, biases: BiasReport,
                     kinds: dict[str, str], n_categories: dict[str, int], config: "RunConfig", seed: int,
                     generator: Any, pairs_at: Callable[[np.ndarray], np.ndarray | None] | None = None,
-                    ranks: Any = None) -> tuple[ClickModel, dict[str, float]]:
+                    device: torch.device | None = None, ranks: Any = None) -> tuple[ClickModel, dict[str, float]]:
         """φ_c fitted by the weighted likelihood of Eq. 10 over the page parents of c, on at most max_rows rows of
         `nodes` (c read from its column); with `pairs_at` (the rows' `document_pairs` codes at given positions,
-        `TrainingRows.pairs_at`), u has a per-(query, document) offset during the fit."""
+        `TrainingRows.pairs_at`), u has a per-(query, document) offset during the fit. It fits and stays on
+        `device` (the training device; None: the CPU), where the ranker step reads it."""
         click_parents = [p for p in biases.click_parents if p != RELEVANCE_SCORE]
         with torch.random.fork_rng(devices=[]):     # its initial weights from the epoch's seed, never from the
             torch.manual_seed(seed)                  # global stream (a booster run never seeds that one)
             model = ClickModel(page_inputs(click_parents, kinds, n_categories), config.bal.click_model)
+        model.to(device or "cpu")                    # drawn on the CPU, then moved: the same initial weights
         rows = click_model_rows(len(nodes), config.bal.click_model.max_rows, seed)
         chosen = nodes.iloc[rows]
         pairs = None if pairs_at is None else pairs_at(rows)
@@ -388,15 +393,16 @@ class BAL:
     @staticmethod
     def weights(nodes: "NodeColumns | pd.DataFrame", biases: BiasReport, kinds: dict[str, str],
                 n_categories: dict[str, int], config: "RunConfig", seed: int,
-                previous: dict[str, FeatureInfluence] | None = None,
+                previous: dict[str, FeatureInfluence] | None = None, device: torch.device | None = None,
                 once: Callable[[Callable[[], Any]], Any] | None = None, ranks: Any = None,
                 ) -> tuple[np.ndarray, dict[str, Any], dict[str, FeatureInfluence]]:
         """Importance weights of every row (1 where nothing is confounded), their diagnostics and the estimators.
 
         The estimators are fitted on the same `bal.estimator_rows` rows every epoch (drawn by the run's seed)
-        and warm-started from `previous` (`bal.influence.warm_start`): only r̂ changed since. `once` runs the fit
-        (in DDP ranks: on rank 0, its estimators sent to every rank); with `ranks` each rank applies them to its
-        share of the rows' chunks (`importance_weights`).
+        and warm-started from `previous` (`bal.influence.warm_start`): only r̂ changed since. They fit and run on
+        `device` (the training device) under `bal.influence.device: train`, the default. `once` runs the fit (in DDP
+        ranks: on rank 0, its estimators sent to every rank); with `ranks` each rank applies them to its share of
+        the rows' chunks (`importance_weights`).
         """
         if not biases.confounded:
             return np.ones(len(nodes)), {"confounded": [], "ess_fraction": 1.0}, {}
@@ -405,7 +411,7 @@ class BAL:
         clock = StepClock()
         estimators = (once or (lambda fit: fit()))(lambda: fit_influence_estimators(
             nodes.iloc[fit_rows].reset_index(drop=True), biases, {k: FeatureKind(v) for k, v in kinds.items()},
-            config.bal.influence, seed, n_categories, previous=previous))
+            config.bal.influence, seed, n_categories, previous=previous, device=device))
         clock.lap("fit")
         result = importance_weights(nodes, estimators, config.bal.weights, seed, keep_feature_log_weights=False,
                                     ranks=ranks)

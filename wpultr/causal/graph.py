@@ -21,6 +21,7 @@ from causallearn.graph.Endpoint import Endpoint
 from ..errors import WpultrError
 from ..rundir.files import write_json
 from ..rundir.layout import EPOCH_PREFIX, GRAPH_FILE
+from ..tables import table
 
 DIRECTED = "directed"
 UNDIRECTED = "undirected"
@@ -310,7 +311,7 @@ def _within_document_lines(meta: dict[str, Any]) -> list[str]:
 
 
 def _p(x: float | None) -> str:
-    return "    -    " if x is None else f"{x:9.2e}"
+    return "-" if x is None else f"{x:.2e}"
 
 
 def _click_evidence_lines(meta: dict[str, Any]) -> list[str]:
@@ -319,26 +320,37 @@ def _click_evidence_lines(meta: dict[str, Any]) -> list[str]:
     if not evidence:
         return []
     rows = meta.get("click_rows", {})
-    width = max(len(e["node"]) for e in evidence)
-    lines = ["", f"edges into click: PC's largest p (its conditioning set), effect given click's other parents "
-                 f"({rows.get('n_rows', '?')} rows, {rows.get('n_sessions', '?')} sessions: {rows.get('source', '?')})",
-             f"{'node':<{width}}  in graph  {'p (PC)':>9}  {'Δloglik/row':>11}  {'Δclick rate':>11}  "
-             f"{'p (effect)':>10}  stable  decision"]
+    lines = ["", "edges into click: 'p (decided)' is the p of the test that decided the edge (PC's largest p over its "
+                 "conditioning sets: the within-document test where discovery.click_test is within_document; '-' where "
+                 "no test decided it); the 'given r̂' columns are the association with click given click's other "
+                 "parents, r̂ among them — not a test of the edge "
+                 f"({rows.get('n_rows', '?')} rows, {rows.get('n_sessions', '?')} sessions: {rows.get('source', '?')})"]
     if meta.get("test", {}).get("click_error") == "per_graph":
-        lines.insert(2, f"page feature -> click edges decided per graph (discovery.click_error: per_graph): Holm's "
-                        f"step-down over the page features' p (PC) at alpha {meta['test'].get('alpha', '?')}")
+        lines.append(f"page feature -> click edges decided per graph (discovery.click_error: per_graph): Holm's "
+                     f"step-down over the page features' p (PC) at alpha {meta['test'].get('alpha', '?')}")
+    table_rows = []
     for e in evidence:
         effect = e.get("effect") or {}
-        gain = f"{effect['loglik_gain_per_row']:11.2e}" if effect else f"{'-':>11}"
-        rate = f"{effect['click_rate_change']:11.4f}" if effect else f"{'-':>11}"
         flag = "yes (prior)" if e.get("by_prior") else ("yes" if e.get("in_graph") else "no")
         note = e["decision"] + (f"; proxies left out: {', '.join(e['proxies_left_out'])}"
                                 if e.get("proxies_left_out") else "")
         if e.get("effect_note"):
             note += f"; {e['effect_note']}"
-        lines.append(f"{e['node']:<{width}}  {flag:<8}  {_p(e.get('p_value'))}  {gain}  {rate}  "
-                     f"{_p(effect.get('p_value')):>10}  {_fraction(e.get('stability'))}   {note}")
+        table_rows.append([e["node"], flag, _p(deciding_p(e)),
+                           f"{effect['loglik_gain_per_row']:.2e}" if effect else "-",
+                           f"{effect['click_rate_change']:.4f}" if effect else "-", _p(effect.get("p_value")),
+                           _fraction(e.get("stability")).strip(), note])
+    lines += table(["node", "in graph", "p (decided)", "given r̂: Δloglik/row", "Δclick rate", "p", "stable",
+                    "decision"], table_rows, left=2, text_last=True).splitlines()
     return lines
+
+
+def deciding_p(evidence: dict[str, Any]) -> float | None:
+    """The p of the test that decided a candidate click edge (PC's largest p over its conditioning sets); None for an
+    edge a prior put there or a feature no test could judge (not testable within documents)."""
+    if evidence.get("by_prior") or str(evidence.get("verdict", "")).startswith("not testable"):
+        return None
+    return evidence.get("p_value")
 
 
 def _near_deterministic_lines(meta: dict[str, Any]) -> list[str]:

@@ -47,8 +47,8 @@ RUNS_CSV = "runs.csv"
 FAILURE_FILE = "failure.txt"            # in a run directory whose last attempt raised
 DEFAULT_SETTING = "main"
 # Keys the data or the split of a run depend on: the same for every method of a (setting, seed).
-PAIRED_KEYS = ("seed", "name", "run_dir", "data.source", "data.train", "data.annotations",
-               "data.valid_fraction", "data.simulate", "data.max_sessions")
+PAIRED_KEYS = ("seed", "name", "run_dir", "data.source", "data.train", "data.heldout", "data.annotations",
+               "data.valid_fraction", "data.simulate", "data.embeddings", "data.max_sessions")
 SETTING_FORBIDDEN = ("seed", "name", "run_dir")
 _SLUG = re.compile(r"[^A-Za-z0-9_.+-]+")
 

@@ -17,7 +17,7 @@ import yaml
 
 from ..cli_support import user_errors
 from ..rundir.layout import CONFIG_FILE, SESSIONS_DIR
-from ..storage import readable_run_dir
+from ..storage import is_url, readable_run_dir
 
 identifiability_app = typer.Typer(add_completion=False, no_args_is_help=True,
                                   help="Can these logs separate bias factors from relevance? (Identifiability Matters)")
@@ -81,8 +81,11 @@ def check_command(
     names = [f.strip() for f in factors.split(",") if f.strip()]
     if not names:
         raise typer.BadParameter("--factors: give at least one column, e.g. position,media_type")
-    with readable_run_dir(path, "PATH", include=(SESSIONS_DIR, CONFIG_FILE)) as local:
-        frame, kinds = _sessions_and_kinds(local)
+    if is_url(path):    # a run at a URL; a local path may be a run or a sessions table (no run marker needed)
+        with readable_run_dir(path, "PATH", include=(SESSIONS_DIR, CONFIG_FILE)) as local:
+            frame, kinds = _sessions_and_kinds(local)
+    else:
+        frame, kinds = _sessions_and_kinds(Path(path))
     ig, report = check(frame, names, kinds, swap_sessions=swap_sessions)
     if figure is not None:
         from .figure import plot_graph

@@ -11,9 +11,12 @@ from ..rundir.layout import IDENTIFIABILITY, IDENTIFIABILITY_FIGURE, METRICS
 
 
 def _rows(header: list[str], rows: list[list[Any]]) -> str:
+    """A table as the report's (report/page.py): in a box that scrolls sideways, a long list of nodes wrapping."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    cell = lambda c: (f"<td class='text'>{html.escape(str(c))}</td>" if isinstance(c, str) and len(c) >= 40  # noqa: E731
+                      else f"<td>{html.escape(str(c))}</td>")
+    body = "".join("<tr>" + "".join(cell(c) for c in r) + "</tr>" for r in rows)
+    return f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 def section(run_root: Path) -> str:

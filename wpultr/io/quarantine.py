@@ -55,9 +55,21 @@ REASONS: dict[str, str] = {
     "empty_file": "the file holds no byte (or its gzip stream decodes to nothing); line 0",
     "not_gzip": "nothing is read: a .gz/.gzip name whose first bytes are not the gzip magic, or binary "
                 "content (NUL or invalid UTF-8 in over a quarter of its first 64 KiB); line 0",
+    # Baidu-ULTR embedding datasets (io/baidu_embeddings.py): `line` is the 1-based record (a session's, in the
+    # per-session form; a shown result's row, in the flat form), the text says which result and why.
+    "missing_column": "an embedding dataset file lacks a column the layout needs, or holds it in a type it "
+                      "cannot be read as; nothing of the file is read; line 0",
+    "list_length_mismatch": "a session record whose per-result lists (or n x width embedding) do not all hold n "
+                            "entries, or whose n is missing: the results cannot be aligned; the session is dropped",
+    "bad_embedding_width": "a query_document_embedding row that is missing or not data.embeddings.width values",
+    "bad_value": "a missing or non-finite value where the layout needs one (text_md5, query_no, an embedding or "
+                 "selected LTR feature value)",
+    "split_session": "a row of a query_no whose session ended earlier in the file: a session's rows must be "
+                     "adjacent",
 }
 # Reasons that describe a whole file rather than one of its lines.
-FILE_REASONS: frozenset[str] = frozenset({"truncated_gzip", "corrupt_gzip", "empty_file", "not_gzip"})
+FILE_REASONS: frozenset[str] = frozenset({"truncated_gzip", "corrupt_gzip", "empty_file", "not_gzip",
+                                          "missing_column"})
 # Values the reader maps rather than quarantines, counted in IngestSummary.mapped.
 MAPPED_VALUES: dict[str, str] = {
     "media_type_dash": "a '-' multimedia type, stored as schema.BAIDU_MEDIA_TYPE_DASH",

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from ..rundir.files import Replaces, atomic_path, holds_only, write_json
 from ..rundir.layout import INGEST_MARKER
-from ..schema import (ABSTRACT_TOKENS, ANNOTATION_CORE_FIELDS, ANNOTATION_OPTIONAL_FIELDS, FEATURES, QUERY_ID,
+from ..schema import (ABSTRACT_TOKENS, ANNOTATION_CORE_FIELDS, ANNOTATION_OPTIONAL_FIELDS, DOC_ID, FEATURES, QUERY_ID,
                       QUERY_TOKENS, SESSION_CORE_FIELDS, SESSION_ID, SESSION_OPTIONAL_FIELDS,
                       TITLE_TOKENS, PageFeature, SchemaError, coerce_annotations, coerce_sessions)
 from ..storage import is_file, is_url, open_input, size
@@ -307,9 +307,31 @@ def _read_frame(path: str | Path) -> tuple[str, pd.DataFrame]:
 
 
 def read_sessions_table(path: str | Path, page_features: Sequence[PageFeature]) -> pd.DataFrame:
-    """Read a sessions table (Parquet or CSV), validate it (SchemaError names file, column, row), coerce dtypes."""
+    """Read a sessions table (Parquet or CSV), validate it (SchemaError names file, column, row), coerce dtypes.
+    Users' tables must carry `doc_id`: BAL's within-document click tests, the click model's document effects and
+    the identifiability check compare impressions of the same document, so a table without it fails here, not
+    in training."""
     path, df = _read_frame(path)
+    _check_doc_id(df, str(path))
     return coerce_sessions(df, page_features, table=str(path))
+
+
+def _check_doc_id(df: pd.DataFrame, table: str) -> None:
+    """SchemaError naming the table (and the first empty row) when `doc_id` is missing or empty."""
+    if DOC_ID not in df.columns:
+        raise SchemaError(f"{table}: no column {DOC_ID!r} (each shown result's document id, text or integer: "
+                          f"BAL's within-document tests and the identifiability check compare impressions of the "
+                          f"same document); present: {list(df.columns)[:12]}")
+    empty = df[DOC_ID].isna().to_numpy() | (df[DOC_ID].astype(str).str.strip() == "").to_numpy()
+    if empty.any():
+        raise SchemaError(f"{table}: column {DOC_ID!r} row {int(np.flatnonzero(empty)[0])} is empty; every shown "
+                          f"result needs its document id")
+
+
+def read_table_file(path: str | Path) -> pd.DataFrame:
+    """A Parquet or CSV table as it is (CSV list cells parsed, query_id as text), unvalidated: what `wpultr score`
+    scores."""
+    return _read_frame(path)[1]
 
 
 def read_annotations_table(path: str | Path) -> pd.DataFrame:

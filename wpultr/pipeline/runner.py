@@ -17,14 +17,17 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 
-from ..cluster import WorkerWatch, n_workers, open_client, release_worker_memory, scheduler_address
+from ..cluster import (WorkerWatch, dask_messages_to, n_workers, open_client, release_worker_memory,
+                       scheduler_address)
 from ..config import ConfigError, RunConfig, changed_keys, check_machine, dump_config, saved_config, to_dict
 from ..rundir.files import RunDir, package_versions, read_json, write_json, write_text
-from ..rundir.layout import CONFIG_FILE, MARKER, METRICS, REPORT, STAGES_DIR, SUMMARY_FILE, VERSIONS_FILE
+from ..rundir.layout import (CLUSTER_LOG, CONFIG_FILE, MARKER, METRICS, REPORT, STAGES_DIR, SUMMARY_FILE,
+                             VERSIONS_FILE)
+from ..report.text import stage_line
 from ..storage import WorkingCopy
 from . import status
 from .run_lock import run_lock
-from .stages import STAGES, Stage, StageContext
+from .stages import STAGES, Stage, StageContext, check_inputs
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,9 @@ def run_pipeline(cfg: RunConfig, *, fresh: bool = False, client: Any = None,
     """
     check_machine(cfg, own_cluster=client is None)
     root = RunDir.checked_root(cfg.resolved_run_dir)
+    ingest = next((s for s in stages if s.name == "ingest"), None)
+    if ingest is not None and (fresh or cfg.run_dir_url or not RunDir(root).is_done(ingest.name, ingest.outputs(cfg))):
+        check_inputs(cfg)    # a missing input names its key before anything is written or a cluster starts
     with run_lock(root):
         copy = WorkingCopy(cfg.run_dir_url, root) if cfg.run_dir_url else None
         if fresh:   # only a marked run directory, never one holding the config file or the working directory
@@ -78,10 +84,11 @@ def run_pipeline(cfg: RunConfig, *, fresh: bool = False, client: Any = None,
         write_json(run.path(VERSIONS_FILE), package_versions())
         if copy is not None:
             copy.push(last=(MARKER,))
-        if client is None:
-            with open_client(cfg.cluster) as own_client:
-                return _run_stages(cfg, run, own_client, stages, progress, copy)
-        return _run_stages(cfg, run, client, stages, progress, copy)
+        with dask_messages_to(run.path(CLUSTER_LOG)):      # Dask's warnings in the run directory, not the terminal
+            if client is None:
+                with open_client(cfg.cluster) as own_client:
+                    return _run_stages(cfg, run, own_client, stages, progress, copy)
+            return _run_stages(cfg, run, client, stages, progress, copy)
 
 
 def _cluster_used(cfg: RunConfig, client: Any) -> dict[str, Any]:
@@ -143,7 +150,7 @@ def _run_stages(cfg: RunConfig, run: RunDir, client: Any, stages: Sequence[Stage
         _sync(copy, client, f"{STAGES_DIR}/{stage.name}.json")
         ran.append(stage.name)
         if progress:
-            print(f"[wpultr] {stage.name}: {seconds:.1f}s {info}", flush=True)
+            print(stage_line(stage.name, seconds, info), flush=True)
     metrics = read_json(run.path(METRICS)) if run.path(METRICS).exists() else {}
     if copy is not None:
         copy.push()     # summary.json of skipped stages

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -20,7 +21,8 @@ from ..config import RunConfig
 from ..io.parquet import column_names, partition_paths, read_table, row_count, table_to_pandas
 from ..rundir.files import RunDir, read_json, write_json, write_parquet
 from ..rundir.layout import (ANNOTATIONS, ANNOTATIONS_FILE, BIAS, BIASES_FILE, FEATURED_ANNOTATIONS,
-                             FEATURED_SESSIONS_DIR, GRAPH_FILE, HELDOUT_SESSIONS_DIR, HISTORY, IDENTIFIABILITY,
+                             FEATURED_SESSIONS_DIR, GRAPH_FILE, HELDOUT_INGEST_DIR, HELDOUT_INGESTED,
+                             HELDOUT_SESSIONS_DIR, HISTORY, IDENTIFIABILITY,
                              INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANK_LOGS, RANKER_DIR,
                              REPORT, SESSIONS_DIR, SESSION_SCORES, SPLIT, TEST_SCORES, TRUTH_DIR)
 from ..schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, SESSION_ID, \
@@ -80,6 +82,8 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
         # annotations.parquet and quarantine/annotations.parquet beside the sessions (ANNOTATIONS' directory)
         summary["annotations_quarantined"] = ingest_baidu_annotations(data.annotations, sessions_dir).quarantined
         annotations = read_table(run.path(ANNOTATIONS))
+    elif data.source == "baidu_embeddings":
+        summary, annotations = _ingest_embeddings(ctx, sessions_dir)
     else:
         from ..io.tables import ingest_tables, read_annotations_table
         summary = ingest_tables(_expand(data.train, "data.train"), sessions_dir, page_features,
@@ -91,6 +95,45 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
     summary["columns"] = sorted(column_names(run.path(SESSIONS_DIR)))   # from the Parquet footers, not the rows
     write_json(run.path(INGEST_SUMMARY), summary)
     return {k: v for k, v in summary.items() if k != "columns"}
+
+
+def _ingest_embeddings(ctx: StageContext, sessions_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The Baidu-ULTR embedding datasets (io/baidu_embeddings.py): data.train's files as the sessions, data.heldout's
+    as the held-out sessions (HELDOUT_INGEST_DIR, scored label-free by the evaluate stage), data.annotations."""
+    from ..io.baidu_embeddings import ingest_embedding_annotations, ingest_embedding_sessions
+    data, run = ctx.config.data, ctx.run
+    emb = data.embeddings
+    options = dict(width=emb.width, ltr_features=tuple(emb.ltr_features), batch_rows=emb.batch_rows)
+    train, held = _expand(data.train, "data.train"), _expand(data.heldout, "data.heldout") if data.heldout else []
+    both = sorted(set(map(os.path.realpath, train)) & set(map(os.path.realpath, held)))
+    if both:
+        from ..errors import ConfigError
+        raise ConfigError(f"data.heldout: {both[0]} is in data.train too; held-out sessions must never be trained on")
+    summary, _ = ingest_embedding_sessions(train, sessions_dir, ctx.client,
+                                           partition_rows=data.partition_rows, key="run_dir", **options)
+    summary = summary.to_dict()
+    if held:
+        heldout, _ = ingest_embedding_sessions(held, run.path(HELDOUT_INGEST_DIR),
+                                               ctx.client, partition_rows=data.partition_rows, key="run_dir",
+                                               **options)
+        summary["heldout"] = heldout.to_dict()
+    annotations = ingest_embedding_annotations(data.annotations, sessions_dir, **options)
+    summary["annotations_quarantined"] = annotations.quarantined
+    summary["annotations_file_reasons"] = annotations.file_reasons
+    return summary, read_table(run.path(ANNOTATIONS))
+
+
+def check_inputs(cfg: RunConfig) -> None:
+    """Before any cluster starts: every `data.train` pattern names a file and `data.annotations` exists
+    (FileNotFoundError naming the key), so a typo costs a second, not the cluster's start and an ingest."""
+    if cfg.data.source not in ("baidu", "parquet", "baidu_embeddings"):     # simulated logs
+        return
+    from ..storage import is_file
+    _expand(cfg.data.train, "data.train")
+    if cfg.data.source == "baidu_embeddings" and cfg.data.heldout:
+        _expand(cfg.data.heldout, "data.heldout")
+    if cfg.data.annotations is not None and not is_file(cfg.data.annotations):
+        raise FileNotFoundError(f"data.annotations: {cfg.data.annotations}: no such file")
 
 
 def _expand(patterns: list[str], key: str) -> list[str]:
@@ -113,7 +156,7 @@ def _copy_truth(raw: Path, truth: Path) -> None:
 
 
 def _ingest_outputs(cfg: RunConfig) -> list[str]:
-    outputs = [SESSIONS_DIR, ANNOTATIONS, INGEST_SUMMARY]
+    outputs = [SESSIONS_DIR, ANNOTATIONS, INGEST_SUMMARY] + ([HELDOUT_INGESTED] if cfg.data.heldout else [])
     return outputs + [TRUTH_DIR] if cfg.data.source == "simulate" else outputs
 
 
@@ -273,11 +316,17 @@ def _train(ctx: StageContext) -> dict[str, Any]:
     from ..rundir.files import atomic_path
     with atomic_path(run.path(RANKER_DIR)) as tmp:
         result.ranker.save(tmp)
-    write_json(run.path(HISTORY), {"method": cfg.train.method, "epochs": result.history})
-    write_json(run.path(BIAS), result.bias)
+    from ..rundir.epochs import renumber     # one numbering: warm-up named, the method's epochs 0…N−1
+    history, bias = renumber(result.history, result.bias, cfg.train.select_metric)
+    # the precision the ranker's passes ran in (train.precision resolved on the device; none for a booster)
+    precision = next((e["precision"] for e in result.history if isinstance(e, dict) and "precision" in e), None)
+    write_json(run.path(HISTORY), {"method": cfg.train.method, **({"precision": precision} if precision else {}),
+                                   "epochs": history})
+    write_json(run.path(BIAS), bias)
     _write_graphs(run, result)
     write_json(run.path(IDENTIFIABILITY), identifiability)
-    return {"train_rows": int(n_rows), "valid_rows": int(len(valid)),
+    return {"train_rows": int(n_rows), "valid_rows": int(len(valid)), "shipped": bias["shipped"].get("label"),
+            **({"precision": precision} if precision else {}),
             "identifiability": summary_entry(identifiability)}
 
 
@@ -312,9 +361,10 @@ def training_columns(cfg: RunConfig, available: list[str]) -> list[str]:
     columns no page feature declares and, when a dense `features` vector and a `doc_id` serve a non-BERT ranker,
     the title and abstract token lists (Python objects per row: much of the train stage's memory). The query
     tokens stay: they are part of the query key (schema.query_key) that keeps test queries out of training."""
-    from ..schema import ABSTRACT_TOKENS, BAIDU_BEHAVIOUR_COLUMNS, DOC_ID, QUERY_REFORMULATION, TITLE_TOKENS
+    from ..schema import (ABSTRACT_TOKENS, BAIDU_BEHAVIOUR_COLUMNS, DOC_ID, EMBEDDING_EXTRA_COLUMNS,
+                          QUERY_REFORMULATION, TITLE_TOKENS)
     declared = set(cfg.data.declared_page_features())
-    drop = {c for c in (*BAIDU_BEHAVIOUR_COLUMNS, QUERY_REFORMULATION) if c not in declared}
+    drop = {c for c in (*BAIDU_BEHAVIOUR_COLUMNS, QUERY_REFORMULATION, *EMBEDDING_EXTRA_COLUMNS) if c not in declared}
     if cfg.ranker.backbone != "bert" and FEATURES in available and DOC_ID in available:
         drop |= {TITLE_TOKENS, ABSTRACT_TOKENS}
     return [c for c in available if c not in drop]
@@ -417,8 +467,9 @@ def evaluate(ctx: StageContext) -> dict[str, Any]:
     truth = truth_metrics(run.root, _training_tables(run)[0], cfg.train.batch_size)
     if truth is not None:
         metrics["truth"] = truth
-    if run.path(HELDOUT_SESSIONS_DIR).is_dir():                 # evaluation.heldout_sessions > 0
-        metrics["clicks"] = heldout_click_metrics(run, run.path(HELDOUT_SESSIONS_DIR), cfg)
+    for heldout in (HELDOUT_SESSIONS_DIR, HELDOUT_INGESTED):     # evaluation.heldout_sessions > 0; data.heldout
+        if run.path(heldout).is_dir():
+            metrics["clicks"] = heldout_click_metrics(run, run.path(heldout), cfg)
     write_parquet(run.path(TEST_SCORES), scores)
     write_parquet(run.path(PER_QUERY), table)
     write_json(run.path(METRICS), metrics)
@@ -430,9 +481,12 @@ def heldout_click_metrics(run: RunDir, heldout_path: Path, cfg: RunConfig) -> di
     fitted where they need it on a sample of the training sessions."""
     from ..click_metrics import FIT_SESSIONS, HELDOUT_SESSIONS, click_metrics
     training, _ = _training_tables(run)
-    train = read_sampled_sessions(training, FIT_SESSIONS, cfg.seed)
+    lists = arrow_lists(cfg)    # dense features as Arrow buffers, not a numpy object per row
+    train = read_sampled_sessions(training, FIT_SESSIONS, cfg.seed, training_columns(cfg, column_names(training)),
+                                  lists)
     if Path(heldout_path).is_dir():
-        heldout = read_sampled_sessions(Path(heldout_path), HELDOUT_SESSIONS, cfg.seed)
+        heldout = read_sampled_sessions(Path(heldout_path), HELDOUT_SESSIONS, cfg.seed,
+                                        training_columns(cfg, column_names(Path(heldout_path))), lists)
     else:
         from ..io.parquet import sample_sessions
         heldout = sample_sessions(read_table(heldout_path), HELDOUT_SESSIONS, cfg.seed).reset_index(drop=True)

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import RunDirError
 from ..rundir.files import write_json
 from ..rundir.layout import CONFIG_FILE, MARKER, STAGE_NAMES, STAGES_DIR
+from ..tables import table
 from ..storage import is_url, readable_run_dir
 from .run_lock import holder_alive, process_record, read_lock
 
@@ -202,19 +203,17 @@ def _seconds(value: float | None) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
-def _stage_line(s: StageStatus) -> str:
+def _stage_row(s: StageStatus) -> list[str]:
+    """stage, state, time, at, detail: one row of `format_status`'s table."""
     if s.state == "done":
-        detail = f"{_seconds(s.seconds):>9s}  finished {s.at or '?'}"
-    elif s.state == "running":
-        where = f" (pid {s.pid} on {s.host})" if s.pid else ""
-        detail = f"{_seconds(s.seconds):>9s}  since {s.at or '?'}{where}"
-    elif s.state == "died":
-        detail = f"{'':>9s}  started {s.at or '?'}, pid {s.pid} on {s.host}: {s.error}"
-    elif s.state == "failed":
-        detail = f"{_seconds(s.seconds):>9s}  at {s.at or '?'}: {s.error}"
-    else:
-        detail = ""
-    return f"  {s.name:<12s} {s.state:<8s}{detail}".rstrip()
+        return [s.name, s.state, _seconds(s.seconds), s.at or "?", ""]
+    if s.state == "running":
+        return [s.name, s.state, _seconds(s.seconds), s.at or "?", f"pid {s.pid} on {s.host}" if s.pid else ""]
+    if s.state == "died":
+        return [s.name, s.state, "", s.at or "?", f"pid {s.pid} on {s.host}: {s.error}"]
+    if s.state == "failed":
+        return [s.name, s.state, _seconds(s.seconds), s.at or "?", s.error or ""]
+    return [s.name, s.state, "", "", ""]
 
 
 def run_summary(r: RunStatus) -> str:
@@ -232,7 +231,8 @@ def format_status(status: RunStatus) -> str:
     """Human-readable lines: one per stage of a run."""
     lines = [f"run {status.path}" + (f" ({status.name})" if status.name else "") + f": {status.state}, "
              f"{status.done} of {len(status.stages)} stages done"]
-    lines += [_stage_line(s) for s in status.stages]
+    lines.append(table(["stage", "state", "time", "finished / started at", "detail"],
+                       [_stage_row(s) for s in status.stages], left=2, indent="  "))
     if status.lock is not None:
         lines.append(_lock_line(status.lock))
     return "\n".join(lines)

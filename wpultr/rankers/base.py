@@ -147,6 +147,18 @@ class Ranker(torch.nn.Module):
         by default; a ranker whose batch tensors are megabytes keeps freed blocks for reuse (rankers.bert)."""
         return nullcontext()
 
+    def runs_mixed_precision(self) -> bool:
+        """Whether `train.precision`'s autocast runs this ranker's passes: a transformer encoder's (rankers.bert), whose
+        matrix products are nearly all its cost. The scoring layers of every ranker — a small MLP's all — run in fp32:
+        in bf16 a score keeps 8 bits, and the scores of one query, close together, would tie (DCG@10 of the tiny BERT
+        17.5 in fp32, 12.1 with its head in bf16: bench/precision.py, seed 0)."""
+        return False
+
+    def scoring_order(self, inputs: Inputs) -> np.ndarray | None:
+        """The order `score_inputs` takes the prepared rows in (None: as they are); a ranker whose batch costs what its
+        longest row does groups rows of like length (rankers.bert). Each row's score is the same in any order."""
+        return None
+
     # ----------------------------------------------------------------------------------------
     def save(self, directory: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
         """Write config.json and model.safetensors into `directory` (created)."""
@@ -255,25 +267,29 @@ def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]
     return tensors
 
 
-@torch.no_grad()
-def score_inputs(ranker: Ranker, inputs: Inputs, batch_size: int = 1024) -> np.ndarray:
-    """Scores of every prepared row, in order, in eval mode."""
+def score_inputs(ranker: Ranker, inputs: Inputs, batch_size: int = 1024, precision: str = "fp32") -> np.ndarray:
+    """Scores (float32) of every prepared row, in order, in eval mode, under torch.inference_mode and the autocast of
+    `precision` (a resolved `train.precision`, rankers.precision: the training's own, so scores match its passes)."""
+    from .precision import autocast
     was_training = ranker.training
     ranker.eval()
-    out = []
     device = ranker.device
+    precision = precision if ranker.runs_mixed_precision() else "fp32"
     total = n_rows(inputs)
-    with ranker.batch_allocations():
+    order = ranker.scoring_order(inputs)
+    order = np.arange(total) if order is None else order
+    out = np.zeros(total, dtype=np.float32)
+    with ranker.batch_allocations(), torch.inference_mode(), autocast(device, precision):
         for start in range(0, total, batch_size):
-            rows = np.arange(start, min(start + batch_size, total))
-            out.append(ranker(take(inputs, rows, device)).float().cpu().numpy())
+            rows = order[start: start + batch_size]
+            out[rows] = ranker(take(inputs, rows, device)).float().cpu().numpy()
     ranker.train(was_training)
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+    return out
 
 
-def score_frame(ranker: Ranker, frame: pd.DataFrame, batch_size: int = 1024) -> np.ndarray:
-    """Scores of every row of `frame` (sessions or annotations)."""
-    return score_inputs(ranker, ranker.prepare(frame), batch_size)
+def score_frame(ranker: Ranker, frame: pd.DataFrame, batch_size: int = 1024, precision: str = "fp32") -> np.ndarray:
+    """Scores of every row of `frame` (sessions or annotations), under `precision`'s autocast (score_inputs)."""
+    return score_inputs(ranker, ranker.prepare(frame), batch_size, precision)
 
 
 def resolve_device(name: str) -> torch.device:

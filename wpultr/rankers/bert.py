@@ -207,6 +207,14 @@ class BertRanker(Ranker):
         was a fresh mmap faulted in again every batch — 1.1 GB zeroed per batch of the demo, a quarter of its CPU."""
         return large_blocks_kept()
 
+    def scoring_order(self, inputs: Inputs) -> np.ndarray | None:
+        """Rows by input length (stable), so each scoring batch runs up to its own longest input (`trimmed`) with
+        little padding: BAL re-scores every row each epoch, and a batch of random rows costs its longest one's
+        length for every row. Cached [CLS] vectors cost alike: no reordering."""
+        if ATTENTION not in inputs:
+            return None
+        return np.argsort(inputs[ATTENTION].sum(1).numpy(), kind="stable")
+
     def init_args(self) -> dict[str, Any]:
         return {"bert_config": _json_config(self.encoder.config), "special_tokens": self.special,
                 "head": self.head_sizes, "dropout": self.dropout, "max_length": self.max_length,
@@ -244,7 +252,12 @@ class BertRanker(Ranker):
 
     def forward(self, inputs: Inputs) -> torch.Tensor:
         cls = inputs[CLS_VECTORS] if CLS_VECTORS in inputs else self.cls_vector(inputs)
-        return self.head(cls).squeeze(-1)
+        with torch.autocast(cls.device.type, enabled=False):   # the head in fp32 under any autocast: scores keep
+            return self.head(cls.float()).squeeze(-1)           # their resolution (Ranker.runs_mixed_precision)
+
+    def runs_mixed_precision(self) -> bool:
+        """The encoder runs under autocast when it runs (not over cached [CLS] vectors); the head stays fp32."""
+        return not self.cache_embeddings
 
     # ----------------------------------------------------------------------------------------
     def mlm_masking(self, inputs: Inputs, probability: float, generator: torch.Generator

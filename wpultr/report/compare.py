@@ -21,6 +21,7 @@ from ..rundir.files import Replaces, atomic_path, holding
 from ..rundir.layout import PER_QUERY
 from ..schema import BUCKET, QUERY_ID, QUERY_KEY
 from ..storage import readable_run_dir
+from ..tables import fixed, pvalue, table
 
 PAGE_MARK = "<!-- wpultr compare -->"    # the first line of every page this command writes: what --html may replace
 PAGE = Replaces("an HTML page written by wpultr compare", holding(PAGE_MARK.encode(), 64))
@@ -86,33 +87,45 @@ def compare_runs(runs: Sequence[str]) -> Comparison:
     return Comparison(labels, key, metrics, per_query)
 
 
-def _p(p: float) -> str:
-    return "—" if np.isnan(p) else f"{p:.3g}"
+ALPHA = 0.05      # a row whose paired test against the first run has p below this is marked significant
 
 
 def table_rows(c: Comparison) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): per metric each run's mean, then each later run's difference from the first and its p."""
+    """(header, rows): per metric each run's mean, then each later run's difference from the first, its p and '*'
+    when p < ALPHA; every number to 4 decimals, p to 3 (below 0.001: '<0.001')."""
     header = ["metric", *c.labels]
     for label in c.labels[1:]:
-        header += [f"Δ {label}", f"p {label}"]
+        header += [f"Δ {label}", f"p {label}", ""]
     rows = []
     for metric in c.metrics:
-        row = [metric, *(f"{c.mean(label, metric):.4f}" for label in c.labels)]
+        row = [metric, *(fixed(c.mean(label, metric)) for label in c.labels)]
         for label in c.labels[1:]:
             p, diff, _ = c.test(label, metric)
-            row += ["—" if np.isnan(diff) else f"{diff:+.4f}", _p(p)]
+            row += ["-" if np.isnan(diff) else f"{diff:+.4f}", pvalue(p), "*" if p < ALPHA else ""]
         rows.append(row)
     return header, rows
 
 
 def format_text(c: Comparison) -> str:
-    """The comparison as an aligned terminal table."""
+    """The comparison as an aligned terminal table, significant differences marked '*'."""
     header, rows = table_rows(c)
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda cells: "  ".join(s.ljust(w) if i == 0 else s.rjust(w) for i, (s, w) in enumerate(zip(cells, widths)))  # noqa: E731
     intro = (f"{c.n_queries} test queries shared by all {len(c.labels)} runs (matched by {c.key}); "
-             f"Δ and p: paired t-test against {c.labels[0]}")
-    return "\n".join([intro, "", line(header), *(line(r) for r in rows)])
+             f"Δ and p: paired t-test against {c.labels[0]}; * p < {ALPHA}")
+    return "\n".join([intro, "", table(header, rows)])
+
+
+def to_dict(c: Comparison) -> dict:
+    """The comparison for machines (`wpultr compare --json`): per metric each run's mean and each later run's test."""
+    out = {"baseline": c.labels[0], "runs": c.labels, "queries": c.n_queries, "matched_by": c.key, "metrics": {}}
+    for metric in c.metrics:
+        entry = {"mean": {label: c.mean(label, metric) for label in c.labels}, "tests": {}}
+        for label in c.labels[1:]:
+            p, diff, n = c.test(label, metric)
+            entry["tests"][label] = {"difference": None if np.isnan(diff) else diff,
+                                     "p": None if np.isnan(p) else p, "queries": n,
+                                     "significant": bool(p < ALPHA)}
+        out["metrics"][metric] = entry
+    return out
 
 
 def _differences_png(c: Comparison, metric: str) -> bytes:
@@ -134,13 +147,14 @@ def _differences_png(c: Comparison, metric: str) -> bytes:
 
 def render_html(c: Comparison) -> str:
     """A self-contained page: the table and the per-query difference figure (PNG embedded as base64)."""
-    from .html import _table, page, png_img     # the run report's table markup and page
+    from .page import _table, page, png_img     # the run report's table markup and page
     header, rows = table_rows(c)
     metric = PLOTTED if PLOTTED in c.metrics else c.metrics[0]
     runs = ", ".join(f"<code>{html.escape(label)}</code>" for label in c.labels)
     body = (f"<h1>wpultr compare</h1>"
             f"<p>Runs {runs} on the {c.n_queries} test queries they share (matched by {html.escape(c.key)}); "
-            f"Δ and p: paired t-test against <code>{html.escape(c.labels[0])}</code>.</p>{_table(rows, header)}"
+            f"Δ and p: paired t-test against <code>{html.escape(c.labels[0])}</code>; * p &lt; {ALPHA}.</p>"
+            f"{_table(rows, header)}"
             f"<h2>Per-query differences ({html.escape(metric)})</h2>"
             f"<p>{png_img(_differences_png(c, metric), f'per-query {metric} differences')}</p>")
     return f"{PAGE_MARK}\n{page('wpultr compare', body)}"

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..rundir import layout as L
+from ..rundir.epochs import epoch_label, history_entries, shipped_graph_epoch
 from ..rundir.files import read_json
 from .plots import colors, new_figure, png_bytes
 
@@ -50,9 +51,12 @@ def _json(root: Path, rel: str) -> Any:
 
 
 def _bal_epochs(root: Path) -> list[dict[str, Any]]:
-    """The history's BAL epochs (phase "bal"), in order; [] for another method or no history."""
-    history = _json(root, L.HISTORY) or {}
-    return [e for e in history.get("epochs", []) if e.get("phase") == "bal"]
+    """The history's BAL epochs (phase "bal"), in order, in the one numbering; [] for another method or no history."""
+    return [e for e in history_entries(root) if e.get("phase") == "bal"]
+
+
+def _shipped_epoch(root: Path) -> int | None:
+    return shipped_graph_epoch(root)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,11 +77,13 @@ def causal_graph_figure(root: Path) -> Figure:
         return Figure("causal_graph", title, note="no epoch_<k>/graph.json in the run (no graph was learned)")
     nodes = list(dict.fromkeys(n for _, g in graphs for n in g.nodes))
     panels = []
+    chosen = _shipped_epoch(root)
     for k, graph in graphs:
         notes = no_edge_notes(graph)
         caption = ("<p class='no-edge'>No edge into click: " + "; ".join(html.escape(n) for n in notes) + "</p>"
                    if notes else "")
-        panels.append(f"<div class='graph-panel' data-epoch='{k}'>{graph_svg(graph, f'epoch {k}', f'g{k}', nodes)}"
+        label = f"epoch {k} (shipped)" if k == chosen else f"epoch {k}"
+        panels.append(f"<div class='graph-panel' data-epoch='{k}'>{graph_svg(graph, label, f'g{k}', nodes)}"
                       f"{caption}</div>")
     return Figure("causal_graph", title, svg="<div class='graphs'>" + "".join(panels) + "</div>",
                   note=LEGEND + ". Hover an edge for its stability and evidence.")
@@ -130,13 +136,25 @@ def examination_figure(root: Path) -> Figure:
     curves: list[tuple[str, dict[str, Any]]] = []
     levels: dict[str, Any] = {}
     interval = ""
-    for e in _bal_epochs(root):
+    epochs = _bal_epochs(root)
+    chosen = _shipped_epoch(root)
+    shown = next((e for e in epochs if e.get("epoch") == chosen), epochs[-1] if epochs else None)
+    for e in epochs:                          # the shipped epoch's curve last: drawn on top, with its intervals
+        if e is shown:
+            continue
         table = (e.get("train") or {}).get("examination")
+        by_position = table["by_position"] if table else (e.get("train") or {}).get("examination_by_position")
+        if by_position:
+            curves.append((f"epoch {e['epoch']}", by_position))
+    if shown is not None:
+        table = (shown.get("train") or {}).get("examination")
+        by_position = table["by_position"] if table else (shown.get("train") or {}).get("examination_by_position")
+        if by_position:
+            curves.append((f"epoch {shown['epoch']} (shipped)", by_position))
         if table:
-            curves.append((f"epoch {e.get('bal_epoch')}", table["by_position"]))
-            levels, interval = table.get("levels") or {}, table.get("interval", "")
-        elif (e.get("train") or {}).get("examination_by_position"):
-            curves.append((f"epoch {e.get('bal_epoch')}", e["train"]["examination_by_position"]))
+            corrected = set((shown.get("biases") or {}).get("page_feature_biases") or ())
+            levels = {f: t for f, t in (table.get("levels") or {}).items() if f in corrected}
+            interval = table.get("interval", "")
     bias = _json(root, L.BIAS) or {}
     if not curves and bias.get("propensities"):
         curves.append((f"{bias.get('method', 'method')} propensities θ_k/θ_1", bias["propensities"]))
@@ -168,16 +186,20 @@ def examination_figure(root: Path) -> Figure:
     ax.legend(fontsize=7)
     ax.set_title("by position", fontsize=10)
     for ax, (feature, table) in zip(axes[1:], levels.items()):
-        _level_panel(ax, feature, table, level_names(root, feature, table.get("n_codes", 0)))
+        _level_panel(ax, feature, table, level_names(root, feature, table.get("n_codes", 0)), shown["epoch"])
     note = (f"Error bars: {interval}; they leave out the uncertainty of the rest of the click model. "
             if interval else "No intervals: the run recorded point estimates only. ")
     if levels:
-        note += "By level: the mean over the rows shown with that level (whatever their position)."
+        note += "By level: the mean over the rows shown with that level (whatever their position). "
+    recorded = set((((shown or {}).get("train") or {}).get("examination") or {}).get("levels") or {})
+    if recorded - set(levels):
+        note += (f"Not drawn by level: {', '.join(sorted(recorded - set(levels)))} (not corrected in the shipped "
+                 f"epoch {shown['epoch']}: no effect found within documents, or not testable there).")
     return Figure("examination", title, png=png_bytes(fig), note=note)
 
 
-def _level_panel(ax, feature: str, table: dict[str, Any], name: Callable[[str], str]) -> None:
-    """Bars of the last epoch's examination by level relative to the most shown level, with intervals."""
+def _level_panel(ax, feature: str, table: dict[str, Any], name: Callable[[str], str], epoch: int) -> None:
+    """Bars of the shipped epoch's examination by level relative to the most shown level, with intervals."""
     codes = table["codes"]
     keys = sorted(codes, key=int)
     y = np.array([codes[k]["relative"] for k in keys])
@@ -189,7 +211,7 @@ def _level_panel(ax, feature: str, table: dict[str, Any], name: Callable[[str], 
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
     ax.set_xlabel(feature)
     ax.set_ylabel(f"relative to {name(reference)} (most shown)")
-    ax.set_title(f"by {feature} (last epoch)", fontsize=10)
+    ax.set_title(f"by {feature} (epoch {epoch}, shipped)", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -250,29 +272,36 @@ def training_figure(root: Path, metric: str = VALID_METRIC) -> Figure:
     """The training losses (every numeric training statistic named *loss* or *nll*) and the validation metric
     per epoch, warm-up epochs shaded."""
     title = "Training and validation curves"
-    epochs = (_json(root, L.HISTORY) or {}).get("epochs") or []
+    epochs = history_entries(root)
     if not epochs:
         return Figure("training", title, note="no training history (train/history.json)")
-    x = np.array([e.get("epoch", i) for i, e in enumerate(epochs)], dtype=float)
+    x = np.arange(len(epochs), dtype=float)           # in training order; ticks named in the one numbering
+    ticks = [epoch_label(e).replace("warm-up ", "w").replace("epoch ", "") for e in epochs]
     losses = list(dict.fromkeys(k for e in epochs for k, v in (e.get("train") or {}).items()
                                 if _is_loss(k) and isinstance(v, (int, float))))
     valid = np.array([(e.get("valid") or {}).get(metric, np.nan) for e in epochs], dtype=float)
-    from matplotlib.ticker import MaxNLocator
     fig = new_figure(10, 3.6)
     left, right = fig.subplots(1, 2)
     for key, colour in zip(losses, colors(len(losses))):
         y = [(e.get("train") or {}).get(key, np.nan) for e in epochs]
         left.plot(x, np.asarray(y, dtype=float), marker="o", markersize=3, color=colour, label=key)
     right.plot(x, valid, marker="o", markersize=3, color="#1f4e79", label=f"validation {metric}")
+    chosen = _shipped_epoch(root)
+    for xi, e in zip(x, epochs):
+        if not e.get("phase") == "warmup" and e.get("epoch") == chosen and np.isfinite(valid[int(xi)]):
+            right.plot([xi], [valid[int(xi)]], marker="*", markersize=12, color="#a23b3b", linestyle="none",
+                       label="shipped")
     for ax in (left, right):
         warm = [xi for xi, e in zip(x, epochs) if e.get("phase") == "warmup"]
         if warm:
             ax.axvspan(min(warm) - 0.5, max(warm) + 0.5, color="grey", alpha=0.15, label="warm-up")
-        ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("epoch (w: warm-up)")
+        ax.set_xticks(x, ticks)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
+    left.set_ylabel("training loss (mean per batch)")
+    right.set_ylabel(f"validation {metric}")
     left.set_title("training", fontsize=10)
     right.set_title(f"validation {metric}", fontsize=10)
     note = "" if np.isfinite(valid).any() else f"No validation {metric}: the run had no validation queries."

@@ -1,57 +1,29 @@
 """The run's HTML report: one self-contained page with what was ingested, how training went and the metrics."""
 from __future__ import annotations
 
-import base64
 import html
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..rundir import layout as L
+from .page import PAGE_STYLE, _cell, _table, page, png_img  # noqa: F401 - the page shell, as every page imports it
+from ..rundir.epochs import epoch_label, history_entries
 from ..rundir.files import RunDir, read_json, write_text
 
 if TYPE_CHECKING:
     from .figures import Figure
 
 
-PAGE_STYLE = ("body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em}"
-              "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;"
-              "text-align:right}th{background:#f3f3f3}pre{background:#f8f8f8;padding:1em;overflow:auto}"
-              "img{max-width:100%}figure{margin:1em 0}figcaption{font-weight:bold;margin:.3em 0}"
-              ".graphs{display:flex;flex-wrap:wrap;gap:1em}.no-edge,.figure-note{font-size:.9em;color:#444}")
-
-
-def page(title: str, body: str, style: str = "") -> str:
-    """A self-contained HTML page (the run report, `wpultr compare`, the experiment report): one look for all."""
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{PAGE_STYLE}{style}</style></head><body>{body}</body></html>")
-
-
-def png_img(data: bytes, alt: str) -> str:
-    """A PNG embedded in the page as base64 (no file beside the page to lose)."""
-    return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(data).decode('ascii')}'>"
-
-
-def _table(rows: list[list[Any]], header: list[str]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return html.escape(str(value))
-
-
 def metrics_table(metrics: dict[str, Any]) -> str:
-    """Rows = query groups (all / high / tail), columns = the metrics they share."""
+    """Rows = the metrics, columns = the query groups (all / high / tail, with their query counts): narrow at any
+    number of metrics, as `wpultr evaluate` prints it."""
     groups = [g for g in ("all", "high", "tail") if isinstance(metrics.get(g), dict)]
     if not groups:
         return "<p>No metrics yet.</p>"
-    columns = [k for k in metrics[groups[0]] if k != "n_queries"]
-    rows = [[g, metrics[g].get("n_queries", "")] + [metrics[g].get(c, "") for c in columns] for g in groups]
-    return _table(rows, ["queries", "n"] + columns)
+    names = [k for k in metrics[groups[0]] if k != "n_queries"]
+    rows = [[name] + [metrics[g].get(name, "") for g in groups] for name in names]
+    return _table(rows, ["metric"] + [f"{g} ({metrics[g].get('n_queries', '?')} queries)" for g in groups])
 
 
 def history_table(epochs: list[dict[str, Any]], valid_metrics: tuple[str, ...] = ("DCG@10", "ERR@10")):
@@ -59,7 +31,7 @@ def history_table(epochs: list[dict[str, Any]], valid_metrics: tuple[str, ...] =
     train_keys = list(dict.fromkeys(k for e in epochs for k, v in (e.get("train") or {}).items()
                                     if not isinstance(v, (dict, list))))     # tables (examination) are figures
     header = ["epoch", "phase", "seconds"] + train_keys + [f"valid {m}" for m in valid_metrics]
-    rows = [[e.get("epoch", ""), e.get("phase", "train"), e.get("seconds", "")]
+    rows = [[epoch_label(e), e.get("phase", "train"), e.get("seconds", "")]
             + [(e.get("train") or {}).get(k, "") for k in train_keys]
             + [(e.get("valid") or {}).get(m, "") for m in valid_metrics] for e in epochs]
     return header, rows
@@ -75,12 +47,15 @@ def _optional_json(run: RunDir, rel: str) -> Any:
 
 
 def click_edges_section(root: Path) -> str:
-    """How sure the latest epoch's graph is of each page feature → click edge (within-document effects); '' when
-    no graph or no within-document evidence."""
+    """How sure the shipped epoch's graph (the latest when it has none) is of each page feature → click edge
+    (within-document effects); '' when no graph or no within-document evidence."""
     from ..causal.graph import WITHIN_DOCUMENT_HEADER, graph_epochs, load_epoch_graph, within_document_rows
-    if not graph_epochs(root):
+    from ..rundir.epochs import shipped_graph_epoch
+    epochs = graph_epochs(root)
+    if not epochs:
         return ""
-    k, graph = load_epoch_graph(root)
+    chosen = shipped_graph_epoch(root)
+    k, graph = load_epoch_graph(root, chosen if chosen in epochs else None)
     rows = within_document_rows(graph.meta)
     if not rows:
         return ""
@@ -121,9 +96,13 @@ def click_metrics_section(metrics: dict[str, Any] | None) -> str:
                     note + _table(rows, ["model", "log-likelihood", "perplexity"] + [f"@{k}" for k in positions]))
 
 
-def render_report(run: RunDir) -> str:
+def render_report(run: RunDir, baseline: str | None = None) -> str:
+    """The page: the verdict first (with `baseline`, paired tests against that run), then metrics, figures, input,
+    training, evidence, identifiability, stages in the order they ran, the method's config and versions."""
+    from .verdict import verdict
     parts = [f"<h1>wpultr run <code>{html.escape(run.root.name)}</code></h1>"]
     metrics = _optional_json(run, L.METRICS)
+    parts.append(verdict(run.root, baseline).html())
     parts.append(_section("Metrics on held-out annotated queries", metrics_table(metrics or {})))
     parts.append(click_metrics_section(metrics))
     parts.append(figures_section(run.root))
@@ -135,28 +114,57 @@ def render_report(run: RunDir) -> str:
         if reasons:
             body += "<h3>Quarantined lines by reason</h3>" + _table(sorted(reasons.items()), ["reason", "lines"])
         parts.append(_section("Input", body))
-    history = _optional_json(run, L.HISTORY)
-    if history and history.get("epochs"):
-        header, rows = history_table(history["epochs"])
+    history = history_entries(run.root)
+    if history:
+        header, rows = history_table(history)
         parts.append(_section("Training", _table(rows, header)))
     parts.append(click_edges_section(run.root))
     from ..identifiability.html import section as identifiability_section
     parts.append(identifiability_section(run.root))   # '' when no pre-flight ran
     stage_rows = []
-    for rec in sorted(run.path(L.STAGES_DIR).glob("*.json")) if run.path(L.STAGES_DIR).exists() else []:
-        record = read_json(rec)
-        stage_rows.append([record["stage"], record["seconds"], record["finished_at"]])
+    for name in L.STAGE_NAMES:                         # in the order they ran
+        rec = run.path(L.STAGES_DIR) / f"{name}.json"
+        if rec.exists():
+            record = read_json(rec)
+            stage_rows.append([record["stage"], record["seconds"], record["finished_at"]])
     parts.append(_section("Stages", _table(stage_rows, ["stage", "seconds", "finished"])))
     config = run.path(L.CONFIG_FILE)
     if config.exists():
-        parts.append(_section("Config (as resolved)", f"<pre>{html.escape(config.read_text())}</pre>"))
+        parts.append(_section("Config (as resolved)", config_html(config.read_text())))
     versions = _optional_json(run, L.VERSIONS_FILE)
     if versions:
         parts.append(_section("Versions", f"<pre>{html.escape(json.dumps(versions, indent=2))}</pre>"))
     return page(f"wpultr {run.root.name}", "".join(parts))
 
 
-def write_report(run: RunDir) -> Path:
+# the sections every run reads; a method's own section is added by name (train.method), discovery for graph learners
+_RUN_SECTIONS = ("name", "seed", "run_dir", "data", "cluster", "ranker", "train", "evaluation", "identifiability")
+
+
+def config_html(text: str) -> str:
+    """The resolved config: the sections this run reads, then the other methods' sections folded away (they hold
+    defaults this run never read)."""
+    import yaml
+    try:
+        values = yaml.safe_load(text)
+    except yaml.YAMLError:
+        values = None
+    if not isinstance(values, dict):
+        return f"<pre>{html.escape(text)}</pre>"
+    method = str((values.get("train") or {}).get("method", ""))
+    used = set(_RUN_SECTIONS) | {method} | ({"discovery"} if method == "bal" or (values.get("evaluation") or {})
+                                              .get("discover_graph", True) else set())
+    mine = {k: v for k, v in values.items() if k in used}
+    others = {k: v for k, v in values.items() if k not in used}
+    dump = lambda d: html.escape(yaml.safe_dump(d, sort_keys=False, allow_unicode=True))  # noqa: E731
+    body = f"<pre>{dump(mine)}</pre>"
+    if others:
+        body += (f"<details><summary>Other methods' sections ({', '.join(map(html.escape, others))}): defaults this "
+                 f"run did not read</summary><pre>{dump(others)}</pre></details>")
+    return body
+
+
+def write_report(run: RunDir, baseline: str | None = None) -> Path:
     path = run.path(L.REPORT)
-    write_text(path, render_report(run))
+    write_text(path, render_report(run, baseline))
     return path

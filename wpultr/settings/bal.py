@@ -73,7 +73,7 @@ class BalConfig:
 
     KEY: ClassVar[str] = "bal"
 
-    graph: Literal["discovered", "position", "all_features"] = "discovered"
+    graph: Literal["discovered", "position", "all_features"] = "discovered"   # PC every epoch; PB-BAL; FB-BAL
     features: list[str] | None = None          # page features BAL sees (None: every declared one)
     estimator_rows: int = 20_000               # rows sampled to fit the influence estimators each epoch
     graph_bootstrap: int = 0                   # resamples behind each epoch graph's edge stabilities

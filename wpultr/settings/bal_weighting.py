@@ -11,7 +11,7 @@ from typing import ClassVar, Literal
 
 from ..errors import require
 
-DEVICE = re.compile(r"cpu|auto|cuda(:\d+)?")   # torch device names the estimators accept ("auto": cuda if any)
+DEVICE = re.compile(r"train|cpu|auto|cuda(:\d+)?")   # "train": the training device; "auto": cuda if any
 
 
 @dataclass
@@ -38,7 +38,8 @@ class InfluenceConfig:
     # the permutation average over r̂ for case 2 (BAL §3.2); "model" = a fitted p(x | parents \ r̂) for
     # both cases; "permutation" = the permutation average for both cases
     numerator: Literal["auto", "model", "permutation"] = "auto"
-    device: str = "cpu"
+    device: str = "train"             # where the networks fit and run: "train" = the training device (train.device as
+    #                                   resolved; the CPU when fitted outside a run), or a torch device name
     warm_start: bool = True           # start each epoch's networks from the last epoch's (same feature and parents)
 
     def __post_init__(self) -> None:
@@ -59,7 +60,7 @@ class InfluenceConfig:
         require(0.0 < self.min_std < float("inf"), f"{k}.min_std", "a finite number > 0", self.min_std)
         require(self.numerator in ("auto", "model", "permutation"), f"{k}.numerator",
                 "one of 'auto', 'model', 'permutation'", self.numerator)
-        require(bool(DEVICE.fullmatch(str(self.device))), f"{k}.device", "'cpu', 'auto', 'cuda' or 'cuda:N'",
+        require(bool(DEVICE.fullmatch(str(self.device))), f"{k}.device", "'train', 'cpu', 'auto', 'cuda' or 'cuda:N'",
                 self.device)
         require(isinstance(self.warm_start, bool), f"{k}.warm_start", "true or false", self.warm_start)
 

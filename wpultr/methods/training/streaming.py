@@ -117,12 +117,13 @@ class PartitionSessions(torch.utils.data.IterableDataset):
         """Shown results in all partitions."""
         return row_count(self.paths)
 
-    def scores(self, ranker: Ranker, rows_per_pass: int) -> np.ndarray:
-        """The ranker's score of every row, unit by unit, in the partitions' order (one unit's inputs in memory)."""
+    def scores(self, ranker: Ranker, rows_per_pass: int, precision: str = "fp32") -> np.ndarray:
+        """The ranker's score of every row, unit by unit, in the partitions' order (one unit's inputs in memory),
+        under `precision`'s autocast (rankers.precision)."""
         out = np.empty(self.rows, dtype=np.float32)
         for unit, offset in zip(self.units, self.offsets):
             frame = self.read_unit(unit)
-            out[offset: offset + len(frame)] = score_inputs(ranker, ranker.prepare(frame), rows_per_pass)
+            out[offset: offset + len(frame)] = score_inputs(ranker, ranker.prepare(frame), rows_per_pass, precision)
         return out
 
 

@@ -19,6 +19,7 @@ import torch
 from ...metrics import evaluate as evaluate_scores
 from ...progress import progress
 from ...rankers.base import Inputs, Ranker, resolve_device, score_inputs, take
+from ...rankers.precision import autocast, grad_scaler, resolve_precision
 from ...schema import CLICK, POSITION, SESSION_ID, SchemaError
 
 if TYPE_CHECKING:
@@ -105,9 +106,10 @@ def batches(lists: SessionLists, batch_size: int, rng: np.random.Generator, devi
 
 
 def list_scores(ranker: Ranker, inputs: Inputs, batch: ListBatch) -> torch.Tensor:
-    """The ranker's scores of a batch's shown results as (B, K), 0 in padding."""
+    """The ranker's scores of a batch's shown results as (B, K), 0 in padding; float32 whatever precision the
+    ranker ran in (the losses take fp32)."""
     flat = batch.rows[batch.rows >= 0]
-    scores = ranker(take(batch.inputs if batch.inputs is not None else inputs, flat, batch.mask.device))
+    scores = ranker(take(batch.inputs if batch.inputs is not None else inputs, flat, batch.mask.device)).float()
     out = scores.new_zeros(batch.mask.shape)
     return out.masked_scatter(batch.mask, scores)
 
@@ -148,6 +150,10 @@ class Trainer:
         """`stream` (streaming.PartitionSessions) replaces `train`: batches then come from its partitions."""
         self.cfg = cfg
         self.device = resolve_device(cfg.train.device)
+        self.precision = resolve_precision(cfg.train.precision, self.device)   # fp32 | bf16 | fp16, resolved;
+        if not ranker.runs_mixed_precision():      # fp32 for a ranker without an encoder (Ranker.runs_mixed_precision)
+            self.precision = "fp32"
+        self.scaler = grad_scaler(self.device, self.precision)                   # fp16's loss scaler, else None
         self.ranker = ranker.to(self.device)
         self.stream = stream
         self.lists = lists if lists is not None or stream is not None else SessionLists.from_frame(train)
@@ -161,6 +167,11 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
 
+    def autocast(self):
+        """The autocast context of the run's precision on the training device (nothing for fp32): every encoder pass
+        runs under it — the epochs' `scores`, the warm-up's masked LM and the scoring passes (the head stays fp32)."""
+        return autocast(self.device, self.precision)
+
     def scores(self, batch: ListBatch) -> torch.Tensor:
         return list_scores(self.ranker, self.inputs, batch)
 
@@ -173,8 +184,8 @@ class Trainer:
         """The current ranker's score (float32) of every training row, in the training table's order (the
         partitions' order when streaming, one unit's inputs in memory at a time)."""
         if self.stream is not None:
-            return self.stream.scores(self.ranker, rows_per_pass)
-        return score_inputs(self.ranker, self.inputs, rows_per_pass)
+            return self.stream.scores(self.ranker, rows_per_pass, self.precision)
+        return score_inputs(self.ranker, self.inputs, rows_per_pass, self.precision)
 
     def batches(self, extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
         if self.stream is not None:
@@ -182,9 +193,16 @@ class Trainer:
         return batches(self.lists, self.cfg.train.batch_size, self.rng, self.device, extras)
 
     def step(self, loss: torch.Tensor) -> None:
+        """One optimiser step on `loss`; under fp16 through the gradient scaler (a step whose scaled gradients
+        overflowed is skipped and the scale lowered, torch.amp.GradScaler)."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+            return
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
 
     def warmup_epoch(self, loss_fn: LossFn, with_mlm: bool) -> dict[str, float]:
         """One epoch of warmup.warm_up's loss (`with_mlm`: it draws a masked-LM masking per batch); the
@@ -203,7 +221,9 @@ class Trainer:
         with progress(total=n_batches, desc=f"train epoch {len(self.history)}", unit="batch") as bar, \
                 self.ranker.batch_allocations():
             for batch in self.batches(extras):
-                out = loss_fn(self.scores(batch), batch)
+                with self.autocast():           # the ranker's forward (and a DDP rank's) in the run's precision
+                    scores = self.scores(batch)
+                out = loss_fn(scores, batch)
                 loss, stats = out if isinstance(out, tuple) else (out, {})
                 self.step(loss)
                 for key, value in {"loss": float(loss.detach()), **stats}.items():
@@ -217,14 +237,16 @@ class Trainer:
         """Metrics of the current ranker on the validation queries (None without a validation set)."""
         if self.valid is None:
             return None
-        scored = self.valid.assign(score=score_inputs(self.ranker, self.valid_inputs, self.cfg.train.batch_size * 8))
+        scored = self.valid.assign(score=score_inputs(self.ranker, self.valid_inputs, self.cfg.train.batch_size * 8,
+                                                      self.precision))
         return evaluate_scores(scored, "score", ks=tuple(self.cfg.evaluation.ks))["all"]
 
     def record(self, epoch: int, train_stats: dict[str, Any], seconds: float, **more: Any) -> dict[str, Any]:
         """Validate, remember the epoch if it is the best so far (warm-up epochs never are), append it to the
         history."""
         valid = self.validate()
-        entry = {"epoch": epoch, "seconds": round(seconds, 3), "train": train_stats, "valid": valid, **more}
+        entry = {"epoch": epoch, "seconds": round(seconds, 3), "precision": self.precision, "train": train_stats,
+                 "valid": valid, **more}
         metric = self.cfg.train.select_metric
         value = valid.get(metric) if valid else None
         selectable = more.get("phase") != "warmup"   # the method's result comes from the method's own epochs

@@ -42,7 +42,8 @@ def warm_up(trainer: Trainer, epochs: int | None = None) -> None:
         if not with_mlm:
             return naive, {"click": float(naive.detach())}
         rows = batch.rows[batch.rows >= 0]
-        mlm = ranker.mlm_loss(take(trainer.inputs, rows, trainer.device), cfg.mlm_probability, trainer.generator)
+        with trainer.autocast():     # the masked LM's encoder pass in the run's precision, as the scores'
+            mlm = ranker.mlm_loss(take(trainer.inputs, rows, trainer.device), cfg.mlm_probability, trainer.generator)
         return naive + cfg.mlm_weight * mlm, {"click": float(naive.detach()), "mlm": float(mlm.detach())}
 
     for epoch in range(len(trainer.history), len(trainer.history) + n):
