@@ -38,8 +38,8 @@ def test_defaults_resolve_and_round_trip_through_yaml():
     ({"train": {"epochs": 0}}, "train.epochs: must be > 0"),
     ({"train": {"method": "ipw", "streaming": True}},
      "train.streaming: true is not supported by train.method: ipw (supports: false)"),
-    ({"train": {"method": "bal", "processes": 2}},
-     "train.processes: 2 is not supported by train.method: bal (supports: 1)"),
+    ({"train": {"method": "dla", "processes": 2}},      # a spec without processes: DDP ranks refused, key named
+     "train.processes: 2 is not supported by train.method: dla (supports: 1)"),
     ({"train": {"method": "bal", "streaming": True}, "ranker": {"backbone": "lightgbm"}},
      "ranker.backbone: train.streaming: true trains the 'mlp' backbone only"),
     ({"train": {"streaming": True}, "data": {"max_sessions": 100}},
@@ -127,6 +127,7 @@ BAD: dict[str, typing.Any] = {
     "data.simulate.media_click_scale": [1.0, 1.0, 2.0, 1.0],
     "cluster.scheduler": "tcp://host", "cluster.n_workers": 0, "cluster.threads_per_worker": 0,
     "cluster.memory_limit": "0", "cluster.connect_timeout": 0.0, "cluster.no_worker_timeout": -1.0,
+    "cluster.rank_workers": [""], "cluster.rank_resources": {"GPU": 0},
     "ranker.backbone": "gpt", "ranker.head": [0], "ranker.dropout": 1.0, "ranker.bert.path": "",
     "ranker.bert.max_length": 4, "ranker.bert.special_tokens": {"pad": 0}, "ranker.bert.hidden_size": 0,
     "ranker.bert.num_hidden_layers": 0, "ranker.bert.num_attention_heads": 0, "ranker.bert.intermediate_size": 0,
@@ -394,6 +395,8 @@ def test_the_config_bounds_are_the_ones_a_saved_ranker_is_checked_against():
     assert saved.cluster.n_workers == 1000 and saved.train.processes == 1000
     external = config_from_dict({"cluster": {"n_workers": 1000, "scheduler": "tcp://10.0.0.1:8786"}})
     assert check_machine(external) is external                          # an external cluster's size is its own
+    ranks = config_from_dict({"cluster": {"scheduler": "tcp://10.0.0.1:8786"}, "train": {"processes": 1000}})
+    assert check_machine(ranks) is ranks                 # with a scheduler the DDP ranks run on its workers
 
 
 def test_page_features_are_parsed_once_where_the_data_section_is_set():

@@ -8,6 +8,7 @@ warm-up, whose masking each rank draws for the whole global batch and cuts to it
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -172,3 +173,68 @@ def test_a_booster_is_not_given_ddp_ranks(logs):
     cfg.ranker.backbone = "lightgbm"
     with pytest.raises(ConfigError, match="train.processes: DDP ranks train the neural backbones"):
         Naive().fit(logs.sessions, None, cfg)
+
+
+@pytest.mark.e2e
+def test_two_ranks_train_on_the_table_the_train_stage_reads(logs, tmp_path):
+    """The train stage hands a method its sessions with the list columns as Arrow arrays (stages.arrow_lists): the
+    ranks must read that table back (pandas 3 could not: "data type 'list<element: int32>[pyarrow]' not
+    understood") and train the one-process model on it."""
+    from wpultr.pipeline.stages import arrow_lists, read_sampled_sessions
+    (tmp_path / "sessions").mkdir()
+    writer = SessionPartitionWriter(tmp_path / "sessions", 0, 200)
+    writer.write(to_arrow(logs.sessions.sort_values(SESSION_ID, kind="stable")))
+    writer.close()
+    cfg = config("pointwise", 1)
+    table = read_sampled_sessions(tmp_path / "sessions", None, cfg.seed, None, arrow_lists(cfg))
+    assert any(isinstance(t, pd.ArrowDtype) for t in table.dtypes)          # the tokens and features as Arrow
+    one = Naive().fit(table, logs.annotations, cfg)
+    two = Naive().fit(table, logs.annotations, config("pointwise", 2))
+    assert_same_model(one, two)
+
+
+@pytest.mark.e2e
+def test_a_failed_rank_keeps_its_traceback_where_the_error_says(logs, tmp_path):
+    from wpultr.methods.training.ranks import keep_rank_logs
+    with keep_rank_logs(tmp_path / "ranks"), pytest.raises(WpultrError) as failed:
+        fit_data_parallel(logs.sessions.drop(columns=[FEATURES]), None, config("pointwise", 2))
+    message = str(failed.value)
+    assert "\n" not in message
+    kept = message.rsplit("its log: ", 1)[1].rstrip(")")
+    assert kept.startswith(str(tmp_path / "ranks" / "rank"))
+    text = open(kept).read()
+    assert "Traceback (most recent call last)" in text and "needs a dense 'features' column" in text
+
+
+def test_the_rank_entry_refuses_a_directory_that_is_not_a_sessions_table(logs, tmp_path, capsys):
+    """docs/cluster.md's torchrun command names a run's data/featured/sessions; given data/featured/ itself (whose
+    annotations.parquet is no sessions table) a rank stops with one line before it joins the process group."""
+    from wpultr.methods.training.distributed import main
+    featured = tmp_path / "featured"
+    (featured / "sessions").mkdir(parents=True)
+    writer = SessionPartitionWriter(featured / "sessions", 0, 200)
+    writer.write(to_arrow(logs.sessions))
+    writer.close()
+    logs.annotations.to_parquet(featured / "annotations.parquet")
+    (tmp_path / "run.yaml").write_text("train: {processes: 2}\n")
+    assert main([str(tmp_path / "run.yaml"), "--sessions", str(featured), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--sessions:" in err and "not a sessions table" in err
+    assert f"did you mean {featured / 'sessions'}" in err
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("method", ["ipw", "propensity_pairs", "pairwise_framework"])
+def test_two_ranks_of_a_reweighting_method_train_its_one_process_model(logs, method):
+    """IPW (listwise: its loss divides by the batch's weighted clicks Σ c/θ) and the pair-weighted method (by the
+    batch's sessions) as DDP ranks: each shard's loss scaled by its share of that normaliser."""
+    from wpultr.settings.methods import get_method
+
+    def cfg(processes: int) -> RunConfig:
+        c = config("listwise" if method == "ipw" else "pointwise", processes)
+        c.train.method, c.propensity.source = method, "table"
+        c.propensity.table = {1: 1.0, 2: 0.7, 3: 0.5, 4: 0.4, 5: 0.3, 6: 0.25}
+        return c
+    one = get_method(method).fit(logs.sessions, logs.annotations, cfg(1))
+    two = get_method(method).fit(logs.sessions, logs.annotations, cfg(2))
+    assert_same_model(one, two, skip={"net.2.bias"})   # softmax and pair losses are blind to a shift of the scores

@@ -74,7 +74,6 @@ def test_an_unseen_document_scores_the_mean_and_is_counted(runs, tmp_path, caplo
     ({"ranker.backbone": "embeddings"}, "ranker.backbone: 'embeddings' is not allowed; allowed values: 'mlp', "
                                         "'bert', 'lightgbm', 'embedding'"),
     ({"train.streaming": True}, "ranker.backbone: train.streaming: true trains the 'mlp' backbone only"),
-    ({"train.processes": 2}, "ranker.backbone: 'embedding' trains in one process"),
 ])
 def test_what_the_backbone_cannot_do_is_one_config_error(overrides, needle, tmp_path):
     with pytest.raises(ConfigError) as error:

@@ -442,3 +442,47 @@ def test_chunked_quantiles_are_numpys_without_a_copy_of_the_column():
         assert log_weight_summary(x, copy_rows=0) == log_weight_summary(x)
     with pytest.raises(IndexError):
         order_statistics(np.arange(3.0), [3])
+
+
+class _Rank:
+    """Rank `rank` of `world` as `importance_weights` sees it (`training.distributed.RankBatches`: which chunks it
+    evaluates, and the sum over ranks), its summed arrays kept so the test can add the ranks' parts itself."""
+
+    def __init__(self, rank: int, world: int):
+        self.rank, self.world, self.parts = rank, world, []
+
+    def owns(self, index: int) -> bool:
+        return index % self.world == self.rank
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        self.parts.append(values.copy())
+        return values
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_evaluate_their_chunks_with_the_one_process_permutations(world):
+    """Each DDP rank evaluates only its chunks' densities but draws every chunk's permutations: the ranks' parts add
+    up to one process's log weights of every feature (the same numerator draws), rows of other ranks left 0."""
+    rng = np.random.default_rng(4)
+    n = 2500
+    r = rng.normal(size=n)
+    df = pd.DataFrame({R: r.astype(np.float32), "h": rng.normal(size=n), "m": rng.integers(0, 3, n)})
+    df["a"] = r + df["h"] + rng.normal(size=n)
+    df["b"] = (r > 0).astype(int) + rng.integers(0, 2, n)
+    report = BiasReport((ConfoundedFeature("a", (R, "h"), 2), ConfoundedFeature("b", (R, "m"), 2)), ("a", "b"), (R,))
+    kinds = {"a": "continuous", "b": "categorical", "h": "continuous", "m": "categorical"}
+    est = fit_influence_estimators(df, report, kinds, InfluenceConfig(epochs=2), seed=0,
+                                   n_categories={"b": 3, "m": 3})
+    config = WeightConfig(n_permutations=3, max_weight=5)
+    one = importance_weights(df, est, config, seed=2, chunk_rows=600)          # 5 chunks
+    ranks = [_Rank(k, world) for k in range(world)]
+    for rank in ranks:
+        importance_weights(df, est, config, seed=2, chunk_rows=600, ranks=rank)
+    for f, name in enumerate(est):
+        added = sum(rank.parts[f] for rank in ranks)
+        np.testing.assert_allclose(added, one.feature_log_weights[name], rtol=1e-12, atol=1e-12)
+        for rank in ranks:                                   # a rank's part holds its own chunks' rows alone
+            own = np.zeros(n, dtype=bool)
+            for index, start in enumerate(range(0, n, 600)):
+                own[start: start + 600] = rank.owns(index)
+            assert not rank.parts[f][~own].any() and rank.parts[f][own].all()

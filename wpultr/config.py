@@ -89,6 +89,8 @@ class ClusterConfig:
     memory_limit: str = "4GiB"            # per LocalCluster worker: a size ("4GiB", "500MB") or "auto"
     connect_timeout: float = 10.0         # seconds to reach `scheduler` before giving up
     no_worker_timeout: float = 60.0       # seconds a stage may wait on a cluster with no workers
+    rank_workers: list[str] | None = None  # with `scheduler`: the workers (names or addresses) DDP ranks may run on
+    rank_resources: dict[str, float] | None = None  # with `scheduler`: what a rank's worker must hold, e.g. {GPU: 1}
     worker_profiling: bool = False        # Dask's statistical profiler on the LocalCluster's workers (it samples every
     #                                       thread's stack each 10 ms: about a sixth of an ingest's CPU); true for the
     #                                       dashboard's profile page. An external cluster's workers keep their own
@@ -108,6 +110,13 @@ class ClusterConfig:
                 self.connect_timeout)
         require(_finite(self.no_worker_timeout, 0, low_open=True), f"{k}.no_worker_timeout",
                 "a number of seconds > 0", self.no_worker_timeout)
+        require(self.rank_workers is None or (isinstance(self.rank_workers, list) and self.rank_workers
+                                               and all(isinstance(w, str) and w for w in self.rank_workers)),
+                f"{k}.rank_workers", "null or a list of Dask worker names or addresses", self.rank_workers)
+        require(self.rank_resources is None or (isinstance(self.rank_resources, dict) and all(
+            isinstance(n, str) and _finite(v, 0, low_open=True) for n, v in self.rank_resources.items())),
+                f"{k}.rank_resources", "null or a mapping of Dask worker resource names to amounts > 0, e.g. {GPU: 1}",
+                self.rank_resources)
 
 
 def _scheduler_address(address: str) -> bool:
@@ -261,7 +270,8 @@ def check_machine(cfg: "RunConfig", own_cluster: bool = True) -> "RunConfig":
     local = own_cluster and cfg.cluster.scheduler is None
     for key, value, default in (("cluster.n_workers", cfg.cluster.n_workers if local else 1, ClusterConfig.n_workers),
                                 ("cluster.threads_per_worker", cfg.cluster.threads_per_worker if local else 1, 1),
-                                ("train.processes", cfg.train.processes, 1)):
+                                # with a scheduler the ranks run on its workers (methods/training/ranks.py)
+                                ("train.processes", cfg.train.processes if cfg.cluster.scheduler is None else 1, 1)):
         high = max(cores, default)
         require(value <= high, key, f"an integer in [1, {high}] (this machine's cores)", value)
     need, have = head_training_bytes(cfg.ranker.head), int(psutil.virtual_memory().total)
@@ -417,12 +427,11 @@ class RunConfig:
             raise ConfigError(f"ranker.backbone: train.streaming: true trains the 'mlp' backbone only (its "
                               f"standardisation merges over partitions), got {self.ranker.backbone!r}; allowed values "
                               "with streaming: 'mlp' (or set train.streaming: false)")
-        if self.ranker.backbone in ("embedding", "lightgbm") and self.train.processes > 1:
-            why = ("trains in one process (its document vocabulary is the whole table's)" if
-                   self.ranker.backbone == "embedding" else "trains with lightgbm.dask on the run's cluster instead")
-            raise ConfigError(f"ranker.backbone: {self.ranker.backbone!r} {why}, got train.processes "
-                              f"{self.train.processes}; allowed values with train.processes > 1: 'mlp', 'bert' "
-                              "(or set train.processes: 1)")
+        if self.ranker.backbone == "lightgbm" and self.train.processes > 1:   # (the embedding ranker's ranks
+            #   each read the whole table in memory, so each builds the one document vocabulary)
+            raise ConfigError(f"ranker.backbone: 'lightgbm' trains with lightgbm.dask on the run's cluster instead, "
+                              f"got train.processes {self.train.processes}; allowed values with train.processes > 1: "
+                              "'mlp', 'bert', 'embedding' (or set train.processes: 1)")
         if self.train.streaming and self.data.max_sessions is not None:
             raise ConfigError(f"data.max_sessions: must be null with train.streaming: true (every session of the "
                               f"partitions is streamed), got {self.data.max_sessions!r}; to train on a sample, add "

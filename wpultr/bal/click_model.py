@@ -90,13 +90,14 @@ class ClickModel(torch.nn.Module):
         return self.branch(torch.cat(parts, dim=1)).squeeze(-1)
 
     def fit(self, r: np.ndarray, nodes: pd.DataFrame, clicks: np.ndarray, weights: np.ndarray,
-            generator: torch.Generator, pairs: np.ndarray | None = None) -> dict[str, float]:
+            generator: torch.Generator, pairs: np.ndarray | None = None, ranks: Any = None) -> dict[str, float]:
         """Maximise Σ w log p(c | r̂, x) over φ_c with r̂ fixed (Eq. 10); returns the last epoch's mean loss.
 
         With `pairs` (each row's (query, document) code, `schema.query_document_pairs`), u gets a per-pair
         offset δ, updated before every pass by `document_offsets` (beyond the paper): the same document shown
         at several positions then tells examination from the relevance r̂ misses. δ serves this fit only; the
-        ranker step's u is α·r̂ + β as without it.
+        ranker step's u is α·r̂ + β as without it. With `ranks` (`training.distributed.RankBatches`, in a DDP rank)
+        each global batch's gradient is the ranks' DDP mean over their shares of it: one process's step.
 
         It runs on the device the model sits on (BAL moves it to the training device): the rows' tensors go there
         once, the batch order is drawn from `generator` on the CPU as before, the offsets' sums stay numpy.
@@ -111,6 +112,11 @@ class ClickModel(torch.nn.Module):
         offsets = torch.zeros(n, device=device)
         delta = np.zeros(int(pairs.max()) + 1 if pairs is not None and len(pairs) else 0)
         self.train()
+
+        def likelihood(r: torch.Tensor, offset: torch.Tensor, numeric: torch.Tensor, codes: torch.Tensor,
+                       c: torch.Tensor) -> torch.Tensor:
+            return log_click_likelihood(self.relevance_term(r) + offset, self.page_term(numeric, codes), c, self.form)
+        step = ranks.wrap({"click_model": self}, likelihood) if ranks is not None else likelihood
         for _ in range(self.config.epochs):
             if pairs is not None:
                 with torch.no_grad():
@@ -122,13 +128,18 @@ class ClickModel(torch.nn.Module):
             total = torch.zeros((), dtype=torch.float64, device=device)   # no sync a batch; Python's float64 sums
             for start in range(0, n, self.config.batch_size):
                 idx = order[start: start + self.config.batch_size]
-                ll = log_click_likelihood(self.relevance_term(r_t[idx]) + offsets[idx],
-                                          self.page_term(numeric[idx], codes[idx]), c_t[idx], self.form)
-                loss = -(w_t[idx] * ll).mean()
+                if ranks is None:
+                    ll = likelihood(r_t[idx], offsets[idx], numeric[idx], codes[idx], c_t[idx])
+                    loss = -(w_t[idx] * ll).mean()
+                else:                                       # this rank's share of the global batch, through DDP
+                    mine = ranks.part(idx)
+                    ll = step(r_t[mine], offsets[mine], numeric[mine], codes[mine], c_t[mine])
+                    loss = ranks.mean(-(w_t[mine] * ll).sum(), len(idx))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                total += loss.detach().double() * len(idx)
+                total += (loss.detach().double() if ranks is None
+                          else torch.tensor(ranks.value(loss), dtype=torch.float64, device=device)) * len(idx)
             loss_value = float(total) / max(n, 1)
         self.eval()
         stats = {"click_model_nll": loss_value, "relevance_scale": float(F.softplus(self.scale.detach())),

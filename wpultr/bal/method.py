@@ -151,7 +151,8 @@ def _current_client() -> Any:
 
     Without one (BAL fitted outside a pipeline) discovery runs serially here, and says so."""
     from ..cluster import current_client
-    client = current_client()
+    from ..methods.training.ranks import rank_client
+    client = current_client() or rank_client()     # in a DDP rank: the run's scheduler, which the launcher names
     if client is None:
         log.warning("BAL: no Dask client found; causal discovery runs its CI tests serially in this process")
     return client
@@ -163,6 +164,9 @@ class BAL:
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         """BAL on an in-memory sessions table (every column the ranker reads)."""
         train = train.reset_index(drop=True)
+        if config.train.processes > 1:       # DDP ranks, each scoring, weighting and stepping on its share
+            from ..methods.training.distributed import fit_data_parallel
+            return fit_data_parallel(train, valid, config)
         if config.ranker.backbone == "lightgbm":
             trainer = self.booster_trainer(train, valid, config)
             trainer.warm_up()
@@ -191,14 +195,46 @@ class BAL:
                                   streamed_columns(config, column_names(directory)))
         if prepare is not None:
             source = source.prepared(prepare, prepare_columns or source.columns)
+        if config.train.processes > 1:     # the ranks read the partitions, and the pre-flight's merges from here
+            from ..methods.training.distributed import fit_data_parallel
+            return fit_data_parallel(directory, valid, config, overrides=source.overrides)
         rows = TrainingRows.build(source, config, spill=True)
         return self.epochs(streaming_trainer(directory, valid, config), rows, config)
 
-    def epochs(self, trainer: Any, rows: TrainingRows, config: "RunConfig") -> FitResult:
-        """BAL's epochs (steps 1–6 of the module doc) on a warmed-up trainer whose training rows are `rows`'."""
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 arrow_lists: Sequence[str] = (), overrides: dict[str, np.ndarray] | None = None) -> FitResult:
+        """One DDP rank's BAL (`training.distributed`: the process group is up): the same rows and warm-up as one
+        process; each epoch's scores and ranker step on this rank's share, the graph and the influence estimators
+        fitted by rank 0 and sent to all, the click model stepped as DDP (`epochs`' `ranks`)."""
+        from ..methods.training.distributed import RankBatches, rank_ranker_and_table
+        if config.train.streaming:
+            from ..io.parquet import column_names, partition_paths
+            from ..methods.training.streaming import streaming_trainer
+            from .column_sources import PartitionColumns
+            source = PartitionColumns([str(p) for p in partition_paths(sessions)],
+                                      streamed_columns(config, column_names(sessions)), overrides)
+            rows = TrainingRows.build(source, config, spill=True)
+            return self.epochs(streaming_trainer(sessions, valid, config, trainer_class), rows, config,
+                               RankBatches())
+        from ..methods.training.warmup import warm_up
+        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
+        train = train.reset_index(drop=True)
+        trainer = trainer_class(ranker, train, valid, config)
+        warm_up(trainer)
+        return self.epochs(trainer, TrainingRows.build(train, config), config, RankBatches())
+
+    def epochs(self, trainer: Any, rows: TrainingRows, config: "RunConfig", ranks: Any = None) -> FitResult:
+        """BAL's epochs (steps 1–6 of the module doc) on a warmed-up trainer whose training rows are `rows`'. In a
+        DDP rank (`ranks`: `training.distributed.RankBatches`, `trainer` a DataParallelTrainer), rank 0 alone fits
+        the graph and the influence estimators and sends them to the others (`on_rank0`), the scores are each
+        rank's share summed over the ranks, and the click model and the ranker step as DDP."""
         features, kinds, n_categories, separable = rows.features, rows.kinds, rows.n_categories, rows.separable
         boosted = config.ranker.backbone == "lightgbm"
-        client = _current_client() if config.bal.graph == "discovered" else None
+        once: Callable[[Callable[[], Any]], Any] = lambda fit: fit()   # noqa: E731
+        if ranks is not None:
+            from ..methods.training.distributed import on_rank0 as once
+        lead = ranks is None or ranks.rank == 0
+        client = _current_client() if config.bal.graph == "discovered" and lead else None
         device = getattr(trainer, "device", None) or resolve_device(config.train.device)   # BAL's own networks' too
         graphs: list[DiscoveredGraph] = []
         reuse: ReusableTests | None = None
@@ -211,16 +247,17 @@ class BAL:
                                          else trainer.train_scores(scoring_rows(config)))
                                         .astype(np.float32, copy=False))
             clock.lap("score")
-            graph, reuse = self.graph(nodes, features, config, client, rows.graph_rows, reuse)   # step 2
+            graph, reuse = once(lambda: self.graph(nodes, features, config, client, rows.graph_rows, reuse))  # 2
             graph.meta["epoch"] = k
             biases = identify_biases(graph).without(separable.set_aside)                        # step 3
             clock.lap("graph")
             with torch_threads(config.bal.cpu_threads):                      # small networks: few CPU threads
                 weights, weight_info, estimators = self.weights(nodes, biases, kinds, n_categories, config, seed,  # 4
-                                                                estimators, device)
+                                                                estimators, device, once, ranks)
                 clock.lap("weights")
                 click_model, cm_stats = self.click_model(r, nodes, weights, biases, kinds, n_categories,  # step 5
-                                                         config, seed, trainer.generator, rows.pairs_at, device)
+                                                         config, seed, trainer.generator, rows.pairs_at, device,
+                                                         ranks)
                 page_logits = click_model.page_logits(nodes)                # v(x): a constant of the ranker step
                 cm_stats["examination"] = examination_table(click_model, r, page_logits, weights, rows)  # + intervals
                 cm_stats["examination_by_position"] = examination_by_position(cm_stats["examination"])
@@ -241,7 +278,7 @@ class BAL:
                 del weights                                                 # the step reads the float32 copy
                 step = click_loss_named(config.train.loss)                  # each click keeps its weight ω
                 stats = trainer.epoch(lambda s, b: step.weighted(s, b.clicks, b.mask, b.extras[WEIGHTS]),
-                                      extras)
+                                      extras, lambda b: step.weighted_normaliser(b.clicks, b.mask, b.extras[WEIGHTS]))
             else:
                 extras = {WEIGHTS: trainer.per_row(weights.astype(np.float32, copy=False)),
                           PAGE_LOGITS: trainer.per_row(page_logits.astype(np.float32, copy=False))}
@@ -335,7 +372,7 @@ class BAL:
     def click_model(r: np.ndarray, nodes: "NodeColumns | pd.DataFrame", weights: np.ndarray, biases: BiasReport,
                     kinds: dict[str, str], n_categories: dict[str, int], config: "RunConfig", seed: int,
                     generator: Any, pairs_at: Callable[[np.ndarray], np.ndarray | None] | None = None,
-                    device: torch.device | None = None) -> tuple[ClickModel, dict[str, float]]:
+                    device: torch.device | None = None, ranks: Any = None) -> tuple[ClickModel, dict[str, float]]:
         """φ_c fitted by the weighted likelihood of Eq. 10 over the page parents of c, on at most max_rows rows of
         `nodes` (c read from its column); with `pairs_at` (the rows' `document_pairs` codes at given positions,
         `TrainingRows.pairs_at`), u has a per-(query, document) offset during the fit. It fits and stays on
@@ -349,30 +386,35 @@ class BAL:
         chosen = nodes.iloc[rows]
         pairs = None if pairs_at is None else pairs_at(rows)
         fit_pairs = None if pairs is None else np.unique(pairs, return_inverse=True)[1]
-        stats = model.fit(r[rows], chosen, chosen[CLICK].to_numpy(copy=True), weights[rows], generator, fit_pairs)
+        stats = model.fit(r[rows], chosen, chosen[CLICK].to_numpy(copy=True), weights[rows], generator, fit_pairs,
+                          ranks)
         return model, stats
 
     @staticmethod
     def weights(nodes: "NodeColumns | pd.DataFrame", biases: BiasReport, kinds: dict[str, str],
                 n_categories: dict[str, int], config: "RunConfig", seed: int,
                 previous: dict[str, FeatureInfluence] | None = None, device: torch.device | None = None,
+                once: Callable[[Callable[[], Any]], Any] | None = None, ranks: Any = None,
                 ) -> tuple[np.ndarray, dict[str, Any], dict[str, FeatureInfluence]]:
         """Importance weights of every row (1 where nothing is confounded), their diagnostics and the estimators.
 
         The estimators are fitted on the same `bal.estimator_rows` rows every epoch (drawn by the run's seed)
         and warm-started from `previous` (`bal.influence.warm_start`): only r̂ changed since. They fit and run on
-        `device` (the training device) under `bal.influence.device: train`, the default.
+        `device` (the training device) under `bal.influence.device: train`, the default. `once` runs the fit (in DDP
+        ranks: on rank 0, its estimators sent to every rank); with `ranks` each rank applies them to its share of
+        the rows' chunks (`importance_weights`).
         """
         if not biases.confounded:
             return np.ones(len(nodes)), {"confounded": [], "ess_fraction": 1.0}, {}
         n_fit = min(config.bal.estimator_rows, len(nodes))
         fit_rows = np.sort(np.random.default_rng([config.seed, 11]).choice(len(nodes), size=n_fit, replace=False))
         clock = StepClock()
-        estimators = fit_influence_estimators(nodes.iloc[fit_rows].reset_index(drop=True), biases,
-                                              {k: FeatureKind(v) for k, v in kinds.items()}, config.bal.influence,
-                                              seed, n_categories, previous=previous, device=device)
+        estimators = (once or (lambda fit: fit()))(lambda: fit_influence_estimators(
+            nodes.iloc[fit_rows].reset_index(drop=True), biases, {k: FeatureKind(v) for k, v in kinds.items()},
+            config.bal.influence, seed, n_categories, previous=previous, device=device))
         clock.lap("fit")
-        result = importance_weights(nodes, estimators, config.bal.weights, seed, keep_feature_log_weights=False)
+        result = importance_weights(nodes, estimators, config.bal.weights, seed, keep_feature_log_weights=False,
+                                    ranks=ranks)
         clock.lap("apply")
         info = result.to_dict()
         info["seconds"] = clock.laps

@@ -454,7 +454,8 @@ class ImportanceWeights:
 
 def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureInfluence],
                        config: WeightConfig | None = None, seed: int = 0,
-                       chunk_rows: int = CHUNK_ROWS, keep_feature_log_weights: bool = True) -> ImportanceWeights:
+                       chunk_rows: int = CHUNK_ROWS, keep_feature_log_weights: bool = True,
+                       ranks: Any = None) -> ImportanceWeights:
     """w = Π_i w_i over the confounded features (Eq. 10), self-normalised and clipped, per row of nodes_df.
 
     The densities are evaluated `chunk_rows` rows at a time (their design matrices and class probabilities are
@@ -463,7 +464,10 @@ def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureI
     an index per row of the whole log. Each feature's log weights are summarised as soon as they are computed;
     without `keep_feature_log_weights` (BAL's epochs) they are added into the total and let go, so the per-row
     arrays past the densities are the total (the one feature's own array for one feature), one feature's log
-    weights while they are computed, and the weights, each computed in place."""
+    weights while they are computed, and the weights, each computed in place.
+    With `ranks` (`training.distributed.RankBatches`, in a DDP rank) each rank evaluates the densities of its share
+    of the chunks (every rank draws every chunk's permutations, so each chunk's are one process's) and the ranks
+    sum each feature's log weights: every rank then holds them all."""
     config = config or WeightConfig()
     rng = np.random.default_rng(seed)
     n = len(nodes_df)
@@ -472,21 +476,26 @@ def importance_weights(nodes_df: pd.DataFrame, estimators: Mapping[str, FeatureI
     log_w: np.ndarray | None = None
     for name, est in estimators.items():
         permutations = config.permutations_for(n) if est.numerator is None else 0
-        lw = np.empty(n, dtype=np.float64)
-        for start in range(0, n, chunk_rows):
+        lw = np.empty(n, dtype=np.float64) if ranks is None else np.zeros(n, dtype=np.float64)
+        for index, start in enumerate(range(0, n, chunk_rows)):
+            size = min(chunk_rows, n - start)
+            orders = [rng.permutation(size) for _ in range(permutations)] if est.numerator is None else []
+            if ranks is not None and not ranks.owns(index):                 # another rank's chunk
+                continue
             chunk = nodes_df.iloc[start: start + chunk_rows]
             if est.numerator is not None:
                 log_den = est.denominator.log_prob(chunk)                   # influence score p(x | r̂, m), Eq. 6–7
                 log_num = est.numerator.log_prob(chunk)                     # p(x) (case 1) or p(x | m)
             else:                                                           # case 2: r̂ from the chunk's own rows
-                log_den, log_num = permutation_log_weight_parts(est, chunk, [rng.permutation(len(chunk))
-                                                                             for _ in range(permutations)])
+                log_den, log_num = permutation_log_weight_parts(est, chunk, orders)
             lw[start: start + len(chunk)] = feature_log_weight(log_num, log_den)   # Eq. 8–9 / case 2
             bad = ~np.isfinite(lw[start: start + len(chunk)])
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
                 raise ValueError(f"importance weight of {name!r} is not finite at row {start + row} "
                                  f"(log numerator {log_num[row]!r}, log denominator {log_den[row]!r})")
+        if ranks is not None:
+            lw = ranks.sum(lw)                                              # every chunk's, on every rank
         info[name] = {"case": est.case, "parents": list(est.parents),
                       "numerator": "model" if est.numerator is not None else "permutation"}
         if est.numerator is None:

@@ -15,7 +15,7 @@ Losses (`train.loss`):
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 import torch
@@ -40,16 +40,34 @@ class IPW:
     name = "ipw"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
+            from .training.distributed import fit_data_parallel
+            return fit_data_parallel(train, valid, config)
+        return self.fit_with(train, valid, config, Trainer)
+
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
+        """One DDP rank's fit (`training.distributed`): the same propensities as one process (every rank estimates
+        them from the same table), the IPW epochs on this rank's shares."""
+        from .training.distributed import rank_ranker_and_table
+        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
+        return self.fit_with(train, valid, config, trainer_class, ranker)
+
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 ranker: Any = None) -> FitResult:
         table, info = resolve_propensities(train, config)
         clip = float(config.propensity.clip)         # in (0, 1]: checked when the config was loaded
         lists = SessionLists.from_frame(train)
         theta = propensity_array(table, int(lists.positions.max()), clip)
-        trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
+        trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config,
+                                lists=lists)
         warm_up(trainer)
         inverse = torch.as_tensor(1.0 / theta, dtype=torch.float32, device=trainer.device)
         kind = config.train.loss
+        step = click_loss_named(kind)
         ranker = trainer.fit(lambda scores, batch: ipw_loss(kind, scores, batch, inverse),
-                             first_epoch=len(trainer.history))
+                             first_epoch=len(trainer.history),   # what the loss divides by, for the DDP ranks' shares
+                             normaliser=lambda b: step.weighted_normaliser(b.clicks, b.mask, inverse[b.positions]))
         return FitResult(ranker, trainer.history, {
             "method": self.name, "loss": kind, "best_epoch": trainer.best_epoch,
             "propensities": as_table(theta[1:]),          # as used: relative to position 1, clipped

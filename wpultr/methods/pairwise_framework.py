@@ -19,7 +19,7 @@ as for IPW (a simulated RandPair experiment by default on simulated logs); ψ fr
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -110,8 +110,25 @@ class PairwiseFramework:
     name = "pairwise_framework"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        from .training.warmup import warmed_up_trainer   # here: it imports transformers, which the booster never needs
-        trainer = warmed_up_trainer(train, valid, config)
+        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
+            from .training.distributed import fit_data_parallel
+            return fit_data_parallel(train, valid, config)
+        from .training.trainer import Trainer, build_ranker
+        return self.fit_with(train, valid, config, Trainer, build_ranker(config, train))
+
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
+        """One DDP rank's fit (`training.distributed`): the same examination estimates as one process, the epochs
+        on this rank's shares (the loss divides by the global batch's sessions)."""
+        from .training.distributed import rank_ranker_and_table
+        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
+        return self.fit_with(train, valid, config, trainer_class, ranker)
+
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 ranker: Any) -> FitResult:
+        from .training.warmup import warm_up   # here: it imports transformers, which the booster never needs
+        trainer = trainer_class(ranker, train, valid, config)
+        warm_up(trainer)
         n_positions = int(trainer.lists.positions.max())
         theta, psi, record = examination(train, config, n_positions)
         device = trainer.device
@@ -124,7 +141,7 @@ class PairwiseFramework:
             return unbiased_pair_loss(scores, batch.clicks, batch.mask, batch.positions, inverse_theta,
                                       inverse_psi, sigma) / len(batch.index)
 
-        ranker = trainer.fit(loss, first_epoch=len(trainer.history))
+        ranker = trainer.fit(loss, first_epoch=len(trainer.history), normaliser=lambda b: float(len(b.index)))
         return FitResult(ranker, trainer.history, {"method": self.name, "loss": "unbiased_pairwise",
                                                     "best_epoch": trainer.best_epoch, **record})
 

@@ -11,7 +11,7 @@ PRS-LambdaMART, the same weights on a booster's λ-pairs, is `propensity_lambdam
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 import torch
@@ -40,12 +40,28 @@ class PropensityPairs:
     name = "propensity_pairs"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
+            from .training.distributed import fit_data_parallel
+            return fit_data_parallel(train, valid, config)
+        return self.fit_with(train, valid, config, Trainer)
+
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
+        """One DDP rank's fit (`training.distributed`): the same pair weights as one process, the epochs on this
+        rank's shares (the loss divides by the global batch's sessions)."""
+        from .training.distributed import rank_ranker_and_table
+        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
+        return self.fit_with(train, valid, config, trainer_class, ranker)
+
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 ranker: Any = None) -> FitResult:
         lists = SessionLists.from_frame(train)
         weights, info = resolve_pair_weights(train, config, int(lists.positions.max()))
-        trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
+        trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config,
+                                lists=lists)
         warm_up(trainer)
         table = torch.as_tensor(weights, dtype=torch.float32, device=trainer.device)
         ranker = trainer.fit(lambda scores, batch: weighted_pair_loss(scores, batch, table),
-                             first_epoch=len(trainer.history))
+                             first_epoch=len(trainer.history), normaliser=lambda b: float(len(b.index)))
         return FitResult(ranker, trainer.history, {"method": self.name, "loss": "pairwise",
                                                    "best_epoch": trainer.best_epoch, **info})

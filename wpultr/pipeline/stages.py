@@ -23,8 +23,8 @@ from ..rundir.files import RunDir, read_json, write_json, write_parquet
 from ..rundir.layout import (ANNOTATIONS, ANNOTATIONS_FILE, BIAS, BIASES_FILE, FEATURED_ANNOTATIONS,
                              FEATURED_SESSIONS_DIR, GRAPH_FILE, HELDOUT_INGEST_DIR, HELDOUT_INGESTED,
                              HELDOUT_SESSIONS_DIR, HISTORY, IDENTIFIABILITY,
-                             INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANKER_DIR, REPORT,
-                             SESSIONS_DIR, SESSION_SCORES, SPLIT, TEST_SCORES, TRUTH_DIR)
+                             INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANK_LOGS, RANKER_DIR,
+                             REPORT, SESSIONS_DIR, SESSION_SCORES, SPLIT, TEST_SCORES, TRUTH_DIR)
 from ..schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, SESSION_ID, \
     query_key
 
@@ -284,7 +284,14 @@ def _annotation_split(run: RunDir, annotations: pd.DataFrame, which: str) -> pd.
 
 # ---------------------------------------------------------------------------------------------
 def train(ctx: StageContext) -> dict[str, Any]:
-    """Fit the configured method on the click logs, selecting epochs on the validation queries."""
+    """Fit the configured method on the click logs, selecting epochs on the validation queries; DDP ranks
+    (`train.processes` > 1) leave their logs in the run's train/ranks/."""
+    from ..methods.training.ranks import keep_rank_logs
+    with keep_rank_logs(ctx.run.path(RANK_LOGS)):
+        return _train(ctx)
+
+
+def _train(ctx: StageContext) -> dict[str, Any]:
     from ..methods.base import get_method
     cfg, run = ctx.config, ctx.run
     from ..memory import map_large_allocations

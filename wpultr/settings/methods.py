@@ -40,7 +40,7 @@ METHODS: dict[str, MethodSpec] = {
     "naive": MethodSpec("naive:Naive", ("pointwise", "listwise", "lambdarank"), (*NEURAL, "lightgbm"),
                         streaming=True, processes=True),
     # inverse propensity weighting, position propensities
-    "ipw": MethodSpec("ipw:IPW", ("pointwise", "listwise")),
+    "ipw": MethodSpec("ipw:IPW", ("pointwise", "listwise"), processes=True),
     "regression_em": MethodSpec("regression_em:RegressionEM"),                    # Wang et al. 2018
     # dual learning algorithm, Ai et al. 2018
     "dla": MethodSpec("dla:DLA"),
@@ -51,11 +51,11 @@ METHODS: dict[str, MethodSpec] = {
     # LightGBM's position-aware lambdarank
     "lightgbm_position": MethodSpec("lightgbm_rank:LightGBMPositionLambdaRank", warmup=False, **_OWN_BOOSTER),
     # PRS/PNS/IPS pair weights, Wang et al. 2020
-    "propensity_pairs": MethodSpec("propensity_pairs:PropensityPairs"),
+    "propensity_pairs": MethodSpec("propensity_pairs:PropensityPairs", processes=True),
     # PRS-LambdaMART, LightGBM objective
     "propensity_lambdamart": MethodSpec("propensity_lambdamart:PropensityLambdaMART", **_OWN_BOOSTER),
     # unbiased pairwise loss, A matrix (004 Eq. 10)
-    "pairwise_framework": MethodSpec("pairwise_framework:PairwiseFramework"),
+    "pairwise_framework": MethodSpec("pairwise_framework:PairwiseFramework", processes=True),
     # Robust Unbiased LambdaMART (004 Eq. 26)
     "robust_lambdamart": MethodSpec("pairwise_framework:RobustUnbiasedLambdaMART", **_OWN_BOOSTER),
     # Hu et al. 2019 as a LightGBM objective
@@ -64,7 +64,7 @@ METHODS: dict[str, MethodSpec] = {
     "xgboost_unbiased": MethodSpec("xgboost_rank:XGBoostUnbiased", warmup=False, **_OWN_BOOSTER),
     # whole-page BAL (variants: config `bal.graph`, `bal.features`)
     "bal": MethodSpec("..bal.method:BAL", ("pointwise", "listwise", "lambdarank"), (*NEURAL, "lightgbm"),
-                      streaming=True),
+                      streaming=True, processes=True),
     "lbd": MethodSpec("lbd:LBD"),                            # Lipschitz and Bernoulli decoupling, Chen et al. 2022
     # the ranker trained on the simulator's true labels (no warm-up)
     "oracle": MethodSpec("oracle:Oracle", ("pointwise", "listwise"), warmup=False),

@@ -42,6 +42,13 @@ class ClickLoss:
             return float(((clicks * mask).sum(dim=1) > 0).sum())
         return float(mask.sum())
 
+    def weighted_normaliser(self, clicks: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> float:
+        """What the torch `weighted` form divides its sum by: the weighted clicks Σ c·ω (listwise), or shown
+        results (pointwise). A data-parallel step scales each shard's loss by its share of it."""
+        if self.per_list:
+            return float((clicks * weights * mask.float()).sum())
+        return float(mask.sum())
+
 
 CLICK_LOSSES: dict[str, ClickLoss] = {loss.name: loss for loss in (
     ClickLoss("pointwise",

@@ -7,7 +7,10 @@ click loss, clicked lists for the listwise one), so the averaged gradient is the
 global batch's loss: N ranks train the same model as one process with the same `train.batch_size`
 (up to float rounding; with dropout > 0 — `ranker.dropout`, which is also the in-process BERT
 encoder's — the dropout masks differ). Rank 0 validates, picks the best epoch and writes the ranker.
-Only the naive method (with its warm-up) trains this way; both neural backbones do (`mlp`, `bert`).
+The methods whose spec declares `processes` train this way (naive, IPW, the pair-weighted method, the pairwise
+framework: their epochs on a DataParallelTrainer; BAL through its own `fit_rank`, with `on_rank0` and
+`RankBatches`), on every neural backbone (`mlp`, `bert`, `embedding`; each rank reads the whole table in
+memory, or streams the partitions).
 
 The BERT warm-up's masked LM (warmup.py) is made exact the same way: every rank draws the masking of
 the whole global batch from the shared generator, as one process does, and keeps its own rows; its
@@ -18,11 +21,12 @@ exactly what it reads: no gradient is waited for in vain and no graph search
 (`find_unused_parameters`) is needed.
 
 Launch, either way:
-  * config `train.processes: N` (N > 1): `wpultr run` starts N ranks on this machine, on loopback
-    (the same entry as below, as subprocesses with torchrun's environment variables);
+  * config `train.processes: N` (N > 1): `wpultr run` starts N ranks (`ranks.fit_data_parallel`: the same entry
+    as below, with torchrun's environment variables) as subprocesses on loopback, or with `cluster.scheduler` as
+    one task per Dask worker of that cluster;
   * torchrun, on one or several machines (each rank sees the same files):
         torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
-            -m wpultr.methods.training.distributed run.yaml --sessions runs/x/data/featured_sessions \\
+            -m wpultr.methods.training.distributed run.yaml --sessions runs/x/data/featured/sessions \\
             --valid valid.parquet --out model/
     `--sessions` is a Parquet file or partition directory (streamed when `train.streaming: true`);
     rank 0 writes the ranker (config.json + model.safetensors) and history.json under `--out`.
@@ -31,12 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -48,17 +47,16 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ...rankers.base import Inputs, Ranker, take
+from ...rankers.base import Inputs, Ranker, n_rows, score_inputs, take
 from ...settings.methods import get_method
 from ..base import FitResult
 from ..losses import click_loss, click_loss_named
+from .ranks import GRAPHS_FILE, HISTORY_FILE, RANKER_SUBDIR, fit_data_parallel  # noqa: F401 (its callers' name)
 from .trainer import ListBatch, LossFn, Trainer, build_ranker, list_scores
 
 if TYPE_CHECKING:
     from ...config import RunConfig
 
-HISTORY_FILE = "history.json"
-RANKER_SUBDIR = "ranker"
 
 
 def shard_sessions(sessions: int, rank: int, world: int) -> slice:
@@ -137,6 +135,7 @@ class DataParallelTrainer(Trainer):
         self.masking_on = False            # in the masked-LM warm-up: mask each global batch (batches())
         self.masking: Masking | None = None   # this rank's rows of the current batch's masking, while masking_on
         self.mlm_part = torch.zeros(())    # this rank's masked-LM loss term of the current batch (scores())
+        self.normaliser: Callable[[ListBatch], float] | None = None   # the current epoch's (epoch())
 
     @staticmethod
     def data_parallel(parts: dict[str, torch.nn.Module], run: Callable[..., Any]) -> DistributedDataParallel:
@@ -154,18 +153,42 @@ class DataParallelTrainer(Trainer):
             return scores
         return list_scores(forward, self.inputs, batch)
 
+    def train_scores(self, rows_per_pass: int = 16384) -> np.ndarray:
+        """Every training row's score, as one process computes it: each rank scores its contiguous share of the rows
+        (of the partitions' units when streaming), zeros elsewhere, and a sum over the ranks assembles them."""
+        if self.stream is not None:
+            out = np.zeros(self.stream.rows, dtype=np.float32)
+            units = shard_sessions(len(self.stream.units), self.rank, self.world)
+            for unit, offset in zip(self.stream.units[units], self.stream.offsets[units]):
+                frame = self.stream.read_unit(unit)
+                out[offset: offset + len(frame)] = score_inputs(self.ranker, self.ranker.prepare(frame), rows_per_pass)
+        else:
+            total = n_rows(self.inputs)
+            out = np.zeros(total, dtype=np.float32)
+            mine = shard_sessions(total, self.rank, self.world)
+            out[mine] = score_inputs(self.ranker, take(self.inputs, np.arange(mine.start, mine.stop)), rows_per_pass)
+        summed = torch.from_numpy(out)
+        dist.all_reduce(summed)
+        return summed.numpy()
+
     def batches(self, extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
+        normaliser = self.normaliser or (lambda b: click_normaliser(self.cfg.train.loss, b))
         for batch in super().batches(extras):
-            total = click_normaliser(self.cfg.train.loss, batch)
+            total = normaliser(batch)
             mine = shard(batch, self.rank, self.world)
-            share = click_normaliser(self.cfg.train.loss, mine)
+            share = normaliser(mine)
             self.share = share * self.world / total if total > 0 else 0.0
             if self.masking_on:
                 self.masking = shard_masking(self.ranker, batch, self.inputs, self.rank, self.world,
                                              self.cfg.train.mlm_probability, self.generator)
             yield mine
 
-    def epoch(self, loss_fn: LossFn, extras: dict[str, np.ndarray] | None = None) -> dict[str, float]:
+    def epoch(self, loss_fn: LossFn, extras: dict[str, np.ndarray] | None = None,
+              normaliser: Callable[[ListBatch], float] | None = None) -> dict[str, float]:
+        """One epoch on this rank's shards; `normaliser` is what `loss_fn` divides a batch's loss by (default: the
+        click loss's, `click_normaliser`): each shard's loss is scaled by its share of the global batch's."""
+        self.normaliser = normaliser
+
         def scaled(scores: torch.Tensor, batch: ListBatch):
             out = loss_fn(scores, batch)
             loss, stats = out if isinstance(out, tuple) else (out, {})
@@ -173,7 +196,10 @@ class DataParallelTrainer(Trainer):
             reported = loss.detach().clone()
             dist.all_reduce(reported)
             return loss, {**stats, "loss": float(reported) / self.world}
-        return super().epoch(scaled, extras)
+        try:
+            return super().epoch(scaled, extras)
+        finally:
+            self.normaliser = None
 
     def warmup_epoch(self, loss_fn: LossFn, with_mlm: bool) -> dict[str, float]:
         """One epoch of warmup.warm_up's loss on this rank's shards. With a BERT encoder to train (`with_mlm`) —
@@ -210,19 +236,31 @@ class DataParallelTrainer(Trainer):
         return super().validate() if self.rank == 0 else None
 
 
-def fit_rank(sessions: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig") -> FitResult:
-    """This rank's part of the fit (the process group is up): the method's epochs on a DataParallelTrainer."""
+def fit_rank(sessions: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
+             arrow_lists: Sequence[str] = (), overrides: dict[str, np.ndarray] | None = None) -> FitResult:
+    """This rank's part of the fit (the process group is up): a method with a data-parallel fit of its own (BAL's
+    `fit_rank`) runs it; any other, its epochs on a DataParallelTrainer (`fit_trainer`)."""
+    method = get_method(cfg.train.method)
+    if hasattr(method, "fit_rank"):
+        return method.fit_rank(sessions, valid, cfg, DataParallelTrainer, arrow_lists, overrides)
     if cfg.train.streaming:
         from .streaming import streaming_trainer
         trainer = streaming_trainer(sessions, valid, cfg, DataParallelTrainer)
     else:
-        from ...io.parquet import read_table, sample_sessions
-        train = sample_sessions(read_table(sessions), cfg.data.max_sessions, cfg.seed)
-        trainer = DataParallelTrainer(build_ranker(cfg, train), train, valid, cfg)
+        trainer = DataParallelTrainer(*rank_ranker_and_table(sessions, cfg, arrow_lists), valid, cfg)
         if cfg.train.warmup_epochs:   # only then: the warm-up imports transformers (seconds per rank)
             from .warmup import warm_up
             warm_up(trainer)
-    return get_method(cfg.train.method).fit_trainer(trainer, cfg)
+    return method.fit_trainer(trainer, cfg)
+
+
+def rank_ranker_and_table(sessions: str | Path, cfg: "RunConfig", arrow_lists: Sequence[str] = ()
+                          ) -> tuple[Ranker, pd.DataFrame]:
+    """The sessions table a rank trains on in memory (read as the parent handed it over: `arrow_lists` as Arrow) and
+    the ranker built on it, the same on every rank."""
+    from ...io.parquet import read_table, sample_sessions
+    train = sample_sessions(read_table(sessions, arrow_lists=arrow_lists), cfg.data.max_sessions, cfg.seed)
+    return build_ranker(cfg, train), train
 
 
 def fit_streamed(sessions_dir: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig") -> FitResult:
@@ -234,94 +272,107 @@ def fit_streamed(sessions_dir: str | Path, valid: pd.DataFrame | None, cfg: "Run
     return get_method(cfg.train.method).fit_trainer(streaming_trainer(sessions_dir, valid, cfg), cfg)
 
 
+def on_rank0(fit: Callable[[], Any]) -> Any:
+    """`fit()` run by rank 0 alone and its result sent to every rank (pickled): a fit every rank needs and that runs
+    once (BAL's graph and influence estimators), not once per rank."""
+    box = [fit() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class RankBatches:
+    """A small model's minibatch fit as DDP over the global batches one process draws (BAL's click model): every
+    rank draws the same batch, keeps its contiguous share, and scales its summed loss by world / batch size, so
+    DDP's mean gradient is the gradient of the global batch's mean loss."""
+
+    def __init__(self) -> None:
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
+    def wrap(self, parts: dict[str, torch.nn.Module], run: Callable[..., Any]) -> DistributedDataParallel:
+        return DataParallelTrainer.data_parallel(parts, run)
+
+    def part(self, index: torch.Tensor) -> torch.Tensor:
+        return index[shard_sessions(len(index), self.rank, self.world)]
+
+    def mean(self, summed: torch.Tensor, batch: int) -> torch.Tensor:
+        """This shard's term of the global batch's mean loss, as DDP averages it over the ranks."""
+        return summed * (self.world / max(batch, 1))
+
+    def owns(self, index: int) -> bool:
+        """Whether this rank computes piece `index` of a pass split into pieces (BAL's weight chunks): round robin."""
+        return index % self.world == self.rank
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        """`values` summed over the ranks (each holding its own pieces, zeros elsewhere): every piece, on every rank."""
+        summed = torch.from_numpy(np.ascontiguousarray(values))
+        dist.all_reduce(summed)
+        return summed.numpy()
+
+    def value(self, term: torch.Tensor) -> float:
+        """The global batch's mean loss from this shard's term (`mean`)."""
+        reported = term.detach().clone()
+        dist.all_reduce(reported)
+        return float(reported) / self.world
+
+
 # ---------------------------------------------------------------------------------------------
+def check_sessions_path(path: str | Path) -> None:
+    """ConfigError unless `path` is a sessions table (a Parquet file or partition directory with a session_id
+    column): a run's data/featured/ holds the table in sessions/ beside annotations.parquet, not as its partitions."""
+    from ...errors import ConfigError
+    from ...io.parquet import column_names
+    from ...schema import SESSION_ID
+    path = Path(path)
+    if path.is_dir() and not any(p.suffix == ".parquet" for p in path.iterdir()):
+        hint = f"; did you mean {path / 'sessions'}?" if (path / "sessions").is_dir() else ""
+        raise ConfigError(f"--sessions: {path} holds no Parquet partitions{hint}")
+    if SESSION_ID not in column_names(path):
+        hint = f"; did you mean {path / 'sessions'}?" if path.is_dir() and (path / "sessions").is_dir() else ""
+        raise ConfigError(f"--sessions: {path} is not a sessions table (no {SESSION_ID!r} column){hint}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """One rank, launched by torchrun (or `fit_data_parallel`): RANK, WORLD_SIZE, MASTER_ADDR/PORT from the env."""
+    """One rank, launched by torchrun (or `ranks.fit_data_parallel`): RANK, WORLD_SIZE, MASTER_ADDR/PORT from the
+    env. A bad argument is one line and exit code 2, as every wpultr command's."""
     parser = argparse.ArgumentParser(prog="python -m wpultr.methods.training.distributed",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("config", help="run config (YAML)")
-    parser.add_argument("--sessions", required=True, help="sessions table: a Parquet file or partition directory")
+    parser.add_argument("--sessions", required=True,
+                        help="sessions table: a Parquet file or partition directory (a run's data/featured/sessions)")
     parser.add_argument("--valid", help="validation annotations (Parquet) that pick the best epoch")
     parser.add_argument("--out", required=True, help="directory rank 0 writes the ranker and history.json into")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, repeatable")
+    parser.add_argument("--arrow-lists", default="", help=argparse.SUPPRESS)   # list columns kept as Arrow
+    parser.add_argument("--overrides", help=argparse.SUPPRESS)   # .npz of per-row columns replacing the partitions'
     args = parser.parse_args(argv)
-    from ...config import load_config, parse_overrides
-    cfg = load_config(args.config, parse_overrides(args.set))
+    from ...cli_support import USER_ERRORS
+    try:
+        from ...config import load_config, parse_overrides
+        cfg = load_config(args.config, parse_overrides(args.set))
+        check_sessions_path(args.sessions)
+    except USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     cfg.train.device = "cpu"   # gloo reduces CPU tensors
     valid = pd.read_parquet(args.valid) if args.valid else None
     dist.init_process_group("gloo", timeout=timedelta(minutes=30))
     try:
-        result = fit_rank(args.sessions, valid if valid is not None and len(valid) else None, cfg)
+        overrides = None
+        if args.overrides:
+            with np.load(args.overrides, allow_pickle=False) as saved:
+                overrides = {k: saved[k] for k in saved.files}
+        result = fit_rank(args.sessions, valid if valid is not None and len(valid) else None, cfg,
+                          tuple(c for c in args.arrow_lists.split(",") if c), overrides)
         if dist.get_rank() == 0:
             out = Path(args.out)
             result.ranker.save(out / RANKER_SUBDIR)
             (out / HISTORY_FILE).write_text(json.dumps({"history": result.history, "bias": result.bias}))
+            if result.graphs:
+                (out / GRAPHS_FILE).write_text(json.dumps([g.to_dict() for g in result.graphs]))
         dist.barrier()
     finally:
         dist.destroy_process_group()
     return 0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
-                      processes: int | None = None) -> FitResult:
-    """Train with `processes` (default `train.processes`) DDP ranks on loopback, started as subprocesses
-    (so it works inside a Dask worker too); a rank's failure stops the others and raises with its stderr."""
-    from ...config import dump_config
-    from ...errors import WpultrError
-    from ...rankers.registry import load_ranker
-    n = processes or cfg.train.processes
-    with tempfile.TemporaryDirectory(prefix="wpultr-ddp-") as tmp:
-        work = Path(tmp)
-        if isinstance(sessions, pd.DataFrame):
-            sessions.to_parquet(work / "sessions.parquet", index=False)
-            sessions = work / "sessions.parquet"
-        (work / "config.yaml").write_text(dump_config(cfg))
-        command = [sys.executable, "-m", __name__, str(work / "config.yaml"), "--sessions", str(sessions),
-                   "--out", str(work)]
-        if valid is not None and len(valid):
-            valid.to_parquet(work / "valid.parquet", index=False)
-            command += ["--valid", str(work / "valid.parquet")]
-        threads = str(max(1, (os.cpu_count() or 1) // n))
-        base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(n),
-                "LOCAL_WORLD_SIZE": str(n), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}
-        ranks = []
-        for rank in range(n):
-            log = open(work / f"rank{rank}.log", "wb")
-            ranks.append((subprocess.Popen(command, env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-                                           stdout=log, stderr=subprocess.STDOUT), log))
-        failed = _wait(ranks)
-        if failed is not None:
-            tail = (work / f"rank{failed}.log").read_text(errors="replace").strip().splitlines()[-1:]
-            raise WpultrError(f"train.processes: DDP rank {failed} of {n} failed: {tail[0] if tail else 'no output'}")
-        saved = json.loads((work / HISTORY_FILE).read_text())
-        return FitResult(load_ranker(work / RANKER_SUBDIR).eval(), saved["history"],
-                         {**saved["bias"], "processes": n})
-
-
-def _wait(ranks: list[tuple[subprocess.Popen, Any]]) -> int | None:
-    """Wait for every rank; the first that fails ends the others (they would wait on it). Its rank, or None."""
-    try:
-        while True:
-            codes = [p.poll() for p, _ in ranks]
-            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            if bad:
-                for p, _ in ranks:
-                    if p.poll() is None:
-                        p.kill()
-                        p.wait()
-                return bad[0]
-            if all(c == 0 for c in codes):
-                return None
-            time.sleep(0.05)
-    finally:
-        for _, log in ranks:
-            log.close()
 
 
 if __name__ == "__main__":

@@ -209,8 +209,11 @@ class Trainer:
         data-parallel trainer replaces it to draw each global batch's masking as one process does."""
         return self.epoch(loss_fn)
 
-    def epoch(self, loss_fn: LossFn, extras: dict[str, np.ndarray] | None = None) -> dict[str, float]:
-        """One pass over the shuffled sessions; returns the mean loss and any statistics the loss reports."""
+    def epoch(self, loss_fn: LossFn, extras: dict[str, np.ndarray] | None = None,
+              normaliser: Callable[[ListBatch], float] | None = None) -> dict[str, float]:
+        """One pass over the shuffled sessions; returns the mean loss and any statistics the loss reports.
+        `normaliser`, what `loss_fn` divides a batch's loss by, serves the data-parallel trainer (one process
+        needs none)."""
         self.ranker.train()
         totals: dict[str, float] = {}
         n = 0
@@ -263,10 +266,11 @@ class Trainer:
         return self.best[1] if self.best else None
 
     def fit(self, loss_fn: LossFn, epochs: int | None = None, extras: dict[str, np.ndarray] | None = None,
-            first_epoch: int = 0) -> Ranker:
-        """Run `epochs` (config default) epochs of `loss_fn`, recording each, and return the best ranker."""
+            first_epoch: int = 0, normaliser: Callable[[ListBatch], float] | None = None) -> Ranker:
+        """Run `epochs` (config default) epochs of `loss_fn`, recording each, and return the best ranker
+        (`normaliser` as in `epoch`)."""
         for epoch in range(first_epoch, first_epoch + (epochs if epochs is not None else self.cfg.train.epochs)):
             start = time.perf_counter()
-            stats = self.epoch(loss_fn, extras)
+            stats = self.epoch(loss_fn, extras, normaliser) if normaliser is not None else self.epoch(loss_fn, extras)
             self.record(epoch, stats, time.perf_counter() - start)
         return self.finish()

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import torch
 
-from ...rankers.base import take
-from ...rankers.bert import CLS_VECTORS, BertRanker
+from ...rankers.base import Inputs, Ranker, take
 from ..losses import click_loss
 from .trainer import ListBatch, Trainer, build_ranker
 
@@ -22,12 +21,21 @@ if TYPE_CHECKING:
     from ...config import RunConfig
 
 
+def trains_masked_lm(ranker: Ranker, inputs: Inputs) -> bool:
+    """A BERT ranker whose encoder trains on its texts (not frozen, no cached [CLS] vectors) adds the masked LM.
+    Any other ranker never imports the BERT module (transformers: seconds in every fresh DDP rank)."""
+    if type(ranker).__module__ != "wpultr.rankers.bert":
+        return False
+    from ...rankers.bert import CLS_VECTORS
+    return not getattr(ranker, "freeze_encoder", True) and CLS_VECTORS not in inputs
+
+
 def warm_up(trainer: Trainer, epochs: int | None = None) -> None:
     """Run `train.warmup_epochs` (or `epochs`) warm-up epochs on `trainer`."""
     cfg = trainer.cfg.train
     n = cfg.warmup_epochs if epochs is None else epochs
     ranker = trainer.ranker
-    with_mlm = isinstance(ranker, BertRanker) and not ranker.freeze_encoder and CLS_VECTORS not in trainer.inputs
+    with_mlm = trains_masked_lm(ranker, trainer.inputs)
 
     def loss(scores: torch.Tensor, batch: ListBatch):
         naive = click_loss(cfg.loss, scores, batch.clicks, batch.mask)
