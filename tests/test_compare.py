@@ -2,6 +2,7 @@
 scipy's, the HTML page (parsed, figure embedded, replacing only its own kind), and one-line errors."""
 import base64
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -108,4 +109,9 @@ def test_one_run_or_a_run_without_metrics_is_a_one_line_error(runs, tmp_path):
     result = CliRunner().invoke(app, ["compare", runs[0]])
     assert result.exit_code == 2 and "at least two" in result.output
     result = CliRunner().invoke(app, ["compare", runs[0], str(tmp_path)])
-    assert result.exit_code == 2 and re.search(r"no eval/per_query\.parquet", result.output)
+    assert result.exit_code == 2 and re.search(r"not a wpultr run directory", result.output)
+    unevaluated = tmp_path / "unevaluated"
+    shutil.copytree(runs[0], unevaluated)
+    (unevaluated / "eval" / "per_query.parquet").unlink()
+    result = CliRunner().invoke(app, ["compare", runs[0], str(unevaluated)])
+    assert result.exit_code == 2 and re.search(r"no eval/per_query\.parquet", result.output), result.output

@@ -375,7 +375,7 @@ def test_item11_a_byte_identical_copy_is_read_once_with_a_warning(tmp_path, capl
     part = tmp_path / "l" / "train" / "part-00000.gz"
     shutil.copy(part, tmp_path / "copy-of-part.gz")
     with caplog.at_level(logging.WARNING, logger="wpultr.io.tables"):
-        code, text = invoke(["ingest", part, tmp_path / "copy-of-part.gz", "--out", tmp_path / "out"])
+        code, text = invoke(["ingest", part, tmp_path / "copy-of-part.gz", "--out", tmp_path / "out", "--json"])
     assert code == 0, text
     summary = json.loads(text[text.index("{"):])
     assert summary["sessions"] == 40, summary

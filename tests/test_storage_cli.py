@@ -125,7 +125,8 @@ def test_export_from_a_url_scores_as_the_export_of_the_local_run(local_run, run_
     assert manifest["source_run"] == run_url and manifest["method"] == "naive"
     # to a URL: staged locally, checked, uploaded; a file:// URL's files are a local directory to score
     out_dir = tmp_path / "bucket" / "model"
-    assert ok("export", run_url, "--out", out_dir.as_uri()).strip() == f"exported ranker: {out_dir.as_uri()}"
+    lines = ok("export", run_url, "--out", out_dir.as_uri()).strip().splitlines()
+    assert lines[-1] == f"exported ranker: {out_dir.as_uri()}" and lines[0].startswith("shipped: naive epoch 0")
     annotations = str(local_run / L.ANNOTATIONS)
     scores = {}
     for name, model in (("local", tmp_path / "from_local"), ("url", tmp_path / "from_url"), ("uploaded", out_dir)):

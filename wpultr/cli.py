@@ -246,11 +246,13 @@ def export(run_dir: str = typer.Argument(..., help="a finished run directory: a 
     """Write the run's ranker as safetensors weights plus config (and feature state) to ship it."""
     from .api import export as export_run
     from .storage import is_url
+    from .rundir.ownership import local_path_of, normalise
     written = export_run(run_dir, out)
-    if not is_url(written):
+    local = local_path_of(str(written)) if is_url(written) else normalise(written)   # `..` resolved, as written
+    if local is not None:           # a local directory (or file:// URL): its export.json says which epoch shipped
         from .rundir.epochs import shipped_line
         from .export import EXPORT_FILE
-        bias = json.loads((Path(written) / EXPORT_FILE).read_text()).get("bias") or {}
+        bias = json.loads((local / EXPORT_FILE).read_text()).get("bias") or {}
         if bias.get("shipped"):
             typer.echo(shipped_line(bias["shipped"], bias.get("method")))
     typer.echo(f"exported ranker: {written}")

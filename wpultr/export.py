@@ -48,13 +48,13 @@ def export_run(run_dir: str | Path, out: str | Path) -> str | Path:
     Either may be an fsspec URL: a run directory at a URL is read from its pulled reader copy
     (storage.readable_run_dir), and an export to a URL is written to a local temporary directory, checked,
     then uploaded (storage.upload_dir: export.json last; an earlier export there is replaced, anything else
-    is refused). Returns where it wrote: the local directory (`..` resolved, a file:// URL as the path it names),
-    or the URL normalised.
+    is refused). Returns `out` (a Path, or the URL as given).
     """
-    from .rundir.ownership import local_path_of, normalise
+    from .rundir.ownership import local_path_of
     from .storage import check_url, is_url, normalised, upload_dir
     if is_url(out) and local_path_of(str(out)) is not None:     # file://: the local directory it names
-        return _export_local(run_dir, local_path_of(str(out)))
+        _export_local(run_dir, local_path_of(str(out)))
+        return out
     if is_url(out):
         out = normalised(str(out))
         check_url(str(out), "--out")
@@ -63,7 +63,7 @@ def export_run(run_dir: str | Path, out: str | Path) -> str | Path:
             staged = _export_local(run_dir, Path(tmp) / "model")
             upload_dir(staged, str(out), "--out", EXPORT_FILE)
         return out
-    return _export_local(run_dir, normalise(out))
+    return _export_local(run_dir, Path(out))
 
 
 def _export_local(run_dir: str | Path, out: Path) -> Path:
