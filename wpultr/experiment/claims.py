@@ -154,9 +154,9 @@ def setting_claims(exp: Experiment, setting: str, results: SettingResults, table
                     f"({c.sentence()}).")
         else:
             no_headroom.append(reference)
-            text = (f"No headroom: the unbiased-click ceiling {ceiling} is not significantly above {reference} "
-                    f"({c.sentence()}): these logs carry no measurable cost of bias, so no debiasing method can "
-                    f"show a gain over {reference} here.")
+            text = (f"No headroom: the unbiased-click ceiling {ceiling} ({reference} on clicks with no bias) is not "
+                    f"significantly above {reference} ({c.sentence()}): by this measure the logs carry no cost of "
+                    f"bias for a debiasing method to recover over {reference}.")
         claims.append(Claim("headroom", ceiling, shows, text))
 
     identical_to: dict[str, list[str]] = {}
@@ -184,6 +184,9 @@ def setting_claims(exp: Experiment, setting: str, results: SettingResults, table
         shows = to_best.compared > 0 and to_best.better >= _needed(to_best.compared, rule)
         if shows:
             text = f"{label} is significantly above its best baseline {best} ({to_best.sentence()})."
+            if no_headroom:
+                text += (f" The ceiling shows no headroom over {', '.join(no_headroom)} nonetheless: it is that "
+                         "method trained on unbiased clicks, not a bound on what a ranker can reach on these logs.")
         else:
             why = recorded_reasons(results, label)
             why += [f"{label} is identical to {', '.join(identical_to[label])}"] if label in identical_to else []
