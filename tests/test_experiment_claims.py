@@ -69,7 +69,7 @@ def report(tmp_path: Path, ceiling_gain: float, bal_pos_shift: float) -> tuple[s
 def test_report_names_an_identical_variant_and_a_ceiling_without_headroom(tmp_path):
     tables, claims, html = report(tmp_path, ceiling_gain=0.0, bal_pos_shift=0.0)
     assert "BAL-pos is identical to BAL" in claims
-    assert "BAL set media_type aside in seed(s) 0, 1, 2 (within-document share 0.000 < 0.05" in claims
+    assert "BAL and BAL-pos set media_type aside in seed(s) 0, 1, 2 (within-document share 0.000 < 0.05" in claims
     assert ("No headroom: the unbiased-click ceiling Ceiling (Naive on clicks with no bias) is not significantly "
             "above Naive") in claims
     assert "BAL is not significantly above its best baseline Naive" in claims

@@ -115,21 +115,32 @@ def identical(results: SettingResults, a: str, b: str) -> bool:
     return True
 
 
-def recorded_reasons(results: SettingResults, label: str) -> list[str]:
+def set_aside(results: SettingResults, label: str) -> dict[str, tuple[tuple[int, ...], float, float]]:
     """The page features a BAL run's `train/bias.json` recorded as set aside (`separability`: not separable from
-    relevance, so not corrected), with the seeds and the within-document share behind each."""
-    set_aside: dict[str, list[int]] = {}
+    relevance, so not corrected): per feature, the seeds, its within-document share and the threshold."""
+    found: dict[str, list[int]] = {}
     shares: dict[str, tuple[float, float]] = {}
     for seed in results.seeds(label):
         path = Path(results.runs[(label, seed)]) / BIAS
         record = (read_json(path).get("separability") or {}) if path.exists() else {}
         for name in record.get("set_aside") or []:
-            set_aside.setdefault(name, []).append(seed)
+            found.setdefault(name, []).append(seed)
             shares[name] = (float(record.get("within_document_share", {}).get(name, float("nan"))),
                             float(record.get("min_within_document_share", float("nan"))))
-    return [f"{label} set {name} aside in seed(s) {_seeds(seeds)} (within-document share {shares[name][0]:.3f} "
-            f"< {shares[name][1]:g}: fixed for the same document, its effect on clicks cannot be told from "
-            f"relevance), so it does not correct it" for name, seeds in set_aside.items()]
+    return {name: (tuple(seeds), *shares[name]) for name, seeds in found.items()}
+
+
+def recorded_reasons(results: SettingResults, *labels: str) -> list[str]:
+    """One sentence per feature the runs of `labels` set aside (labels that set aside the same, named together)."""
+    records = {label: set_aside(results, label) for label in labels}
+    reasons = []
+    for name in dict.fromkeys(n for record in records.values() for n in record):
+        holders = [label for label in labels if name in records[label]]
+        seeds, share, threshold = records[holders[0]][name]
+        reasons.append(f"{' and '.join(holders)} set {name} aside in seed(s) {_seeds(seeds)} (within-document share "
+                       f"{share:.3f} < {threshold:g}: fixed for the same document, its effect on clicks cannot be told "
+                       f"from relevance), so {'they do' if len(holders) > 1 else 'it does'} not correct it")
+    return reasons
 
 
 def _seeds(seeds: Sequence[int]) -> str:
@@ -165,7 +176,7 @@ def setting_claims(exp: Experiment, setting: str, results: SettingResults, table
         if identical(results, a, b):
             identical_to.setdefault(a, []).append(b)
             identical_to.setdefault(b, []).append(a)
-            reasons = recorded_reasons(results, a) + recorded_reasons(results, b)
+            reasons = recorded_reasons(results, a, b)
             why = ("; ".join(reasons) + ".") if reasons else "the runs recorded no reason."
             seeds = sorted(set(results.seeds(a)) & set(results.seeds(b)))
             claims.append(Claim("identical", b, False,
