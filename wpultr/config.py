@@ -154,6 +154,9 @@ class DataConfig:
     partition_rows: int = 200_000                        # rows per Parquet partition written by ingest
     simulate: SimulateConfig = field(default_factory=SimulateConfig)
     embeddings: EmbeddingsConfig = field(default_factory=EmbeddingsConfig)
+    # source simulate: "unbiased" redraws every click with no bias (each shown result examined, clicked for its
+    # relevance: simulate/unbiased.py), the unbiased-click ceiling an experiment sets beside the debiasers
+    clicks: Literal["logged", "unbiased"] = "logged"
 
     def __post_init__(self) -> None:
         k = self.KEY
@@ -184,6 +187,10 @@ class DataConfig:
                 "null (every session) or an integer >= 1", self.max_sessions)
         require(_int_at_least(self.partition_rows, 1), f"{k}.partition_rows", "an integer >= 1",
                 self.partition_rows)
+        require(self.clicks in ("logged", "unbiased"), f"{k}.clicks", "'logged' or 'unbiased'", self.clicks)
+        require(self.clicks == "logged" or self.source == "simulate", f"{k}.clicks",
+                "'logged' unless data.source is 'simulate' (unbiased clicks are drawn from the simulator's truth)",
+                self.clicks)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Setting `page_features` parses it, there and only there: every reader takes `parsed_page_features`."""

@@ -50,6 +50,10 @@ def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pip
             records = run_experiment(exp, client, parallel=parallel,
                                      progress=lambda line: typer.echo(f"[experiment] {line}"))
     path = write_experiment_report(exp, records)
+    from .report import CLAIMS_MD
+    claims = (exp.out_dir / CLAIMS_MD).read_text().strip()
+    if claims:
+        typer.echo(claims)
     failed = [r for r in records if not r.succeeded]
     typer.echo(f"{len(records) - len(failed)} of {len(records)} runs finished"
                + (f"; {len(failed)} failed or invalid (listed in the report)" if failed else ""))

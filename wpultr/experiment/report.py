@@ -2,7 +2,7 @@
 
 Layout under the experiment directory:
 ```
-experiment.yaml  runs.json  runs.csv  report.html  tables.md  significance.csv
+experiment.yaml  runs.json  runs.csv  report.html  tables.md  claims.md  significance.csv
 tables/<setting>/table1.{md,csv}  table2.*  table3.*
 figures/<setting>/fig4.png  fig4.csv  fig5.png  fig3_<label>.png
 tables/sweep_<group>.{md,csv}  figures/sweep_<group>.png   (tables.sweep: a metric against the settings)
@@ -24,6 +24,7 @@ from ..report.html import page, png_img
 from ..rundir.files import write_text
 from ..rundir.layout import REPORT
 from . import figures as F
+from .claims import Claim, claims_html, claims_markdown, setting_claims
 from .identifiability_tables import identifiability_tables
 from .paper_tables import TITLES, SettingResults, Table, build_sweep_table, build_table, clear_cache, table_columns
 from .spec import EXPERIMENT_FILE, EXPERIMENT_OUTPUT, RUNS_CSV, RUNS_JSON, Experiment, RunRecord, slug
@@ -31,7 +32,9 @@ from .spec import EXPERIMENT_FILE, EXPERIMENT_OUTPUT, RUNS_CSV, RUNS_JSON, Exper
 REPORT_FILE = "report.html"
 TABLES_MD = "tables.md"
 SIGNIFICANCE_CSV = "significance.csv"
-TOP_FILES = (EXPERIMENT_FILE, RUNS_JSON, RUNS_CSV, REPORT_FILE, TABLES_MD, SIGNIFICANCE_CSV)   # out_dir's own files
+CLAIMS_MD = "claims.md"        # the claims section of tables.md alone (`wpultr experiment` prints it)
+# out_dir's own files
+TOP_FILES = (EXPERIMENT_FILE, RUNS_JSON, RUNS_CSV, REPORT_FILE, TABLES_MD, SIGNIFICANCE_CSV, CLAIMS_MD)
 
 
 def check_outputs(exp: Experiment, config: Path) -> None:
@@ -52,6 +55,7 @@ class SettingOutputs:
     tables: dict[str, Table] = field(default_factory=dict)
     figures: dict[str, Path] = field(default_factory=dict)       # fig4, fig5, fig3:<label>
     notes: dict[str, str] = field(default_factory=dict)          # per figure: what was drawn or why not
+    claims: list[Claim] = field(default_factory=list)            # what Table 1 claims, and whether it shows
 
 
 def _results(exp: Experiment, records: Sequence[RunRecord], setting: str) -> SettingResults:
@@ -74,6 +78,7 @@ def gather_setting(exp: Experiment, records: Sequence[RunRecord], setting: str,
     columns = table_columns(_ks(exp))
     table_dir = exp.out_dir / "tables" / setting
     figure_dir = exp.out_dir / "figures" / setting
+    out.claims = setting_claims(exp, setting, results, exp.labels_for("table1"))
     for name in ("table1", "table2", "table3"):
         labels = exp.labels_for(name)
         if name == "table3" and not labels:
@@ -160,8 +165,11 @@ def write_experiment_report(exp: Experiment, records: Sequence[RunRecord]) -> Pa
     for out in outputs:
         if len(outputs) > 1:
             md += [f"## Setting {out.setting}", ""]
-        md += [t.to_markdown() for t in out.tables.values()]
+        md += ([claims_markdown(out.claims)] if out.claims else []) + [t.to_markdown() for t in out.tables.values()]
     write_text(exp.out_dir / TABLES_MD, "\n".join(md), EXPERIMENT_OUTPUT, "out_dir")
+    write_text(exp.out_dir / CLAIMS_MD, "\n".join((f"## Setting {out.setting}\n\n" if len(outputs) > 1 else "")
+                                                  + claims_markdown(out.claims) for out in outputs if out.claims),
+               EXPERIMENT_OUTPUT, "out_dir")
     path = exp.out_dir / REPORT_FILE
     write_text(path, render_html(exp, records, outputs, sweeps), EXPERIMENT_OUTPUT, "out_dir")
     return path
@@ -213,6 +221,7 @@ def render_html(exp: Experiment, records: Sequence[RunRecord], outputs: Sequence
     for out in outputs:
         if len(outputs) > 1:
             parts.append(f"<h2>Setting <code>{html.escape(out.setting)}</code></h2>")
+        parts.append(claims_html(out.claims))
         for table in out.tables.values():
             parts.append(f"<section><h3>{html.escape(table.title)}</h3>{table.to_html()}</section>")
         for key, title in (("fig4", "Fig. 4: average position after re-ranking"),

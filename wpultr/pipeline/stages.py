@@ -69,6 +69,9 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
         from ..simulate import simulate
         raw = run.path("data/raw")
         logs = simulate(data.simulate, seed=cfg.seed)
+        if data.clicks == "unbiased":   # the ceiling: the same shown results, clicks with no bias
+            from ..simulate.unbiased import with_unbiased_clicks
+            logs = with_unbiased_clicks(logs, cfg.seed)
         logs.write(raw, fmt="parquet")
         summary = ingest_tables(sorted(glob.glob(str(raw / "train" / "*.parquet"))), sessions_dir,
                                 page_features, ctx.client, data.partition_rows, key="run_dir").to_dict()
