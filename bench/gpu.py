@@ -75,8 +75,9 @@ SIZES = {   # the full run and the smoke run
 }
 
 
-class Timeout(Exception):
-    """The script's own time limit passed (`--timeout`)."""
+class Timeout(BaseException):
+    """The script's own time limit passed (`--timeout`). A BaseException, as KeyboardInterrupt is, so that no
+    `except Exception` on the way (a library's, a part's own) swallows it and the part runs on past the limit."""
 
 
 def peak_for(device: torch.device) -> tuple[str | None, float | None]:

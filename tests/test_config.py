@@ -109,7 +109,7 @@ BAD: dict[str, typing.Any] = {
     "name": "..", "seed": 2 ** 32, "run_dir": "runs/{name!r}",
     "data.source": "hdfs", "data.train": [""], "data.annotations": "", "data.valid_fraction": 1.0,
     "data.page_features": {"position": "ordinall"}, "data.max_sessions": 0, "data.partition_rows": 0,
-    "data.heldout": [""], "data.embeddings.width": 0, "data.embeddings.ltr_features": ["bm26"],
+    "data.heldout": [""], "data.clicks": "biased", "data.embeddings.width": 0, "data.embeddings.ltr_features": ["bm26"],
     "data.embeddings.batch_rows": 0,
     "data.simulate.n_queries": 5, "data.simulate.docs_per_query": 0, "data.simulate.n_sessions": 0,
     "data.simulate.n_documents": 0,

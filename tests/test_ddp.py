@@ -14,7 +14,7 @@ import torch
 
 from wpultr.config import RunConfig
 from wpultr.errors import ConfigError, WpultrError
-from wpultr.export import score_table
+from wpultr.rankers.registry import load_ranker
 from wpultr.io.tables import SessionPartitionWriter, to_arrow
 from wpultr.methods.naive import Naive
 from wpultr.methods.training.distributed import click_normaliser, fit_data_parallel, fit_streamed, shard, shard_masking
@@ -96,8 +96,9 @@ def test_two_ranks_train_the_one_process_bert_through_its_masked_lm_warm_up(logs
     assert_same_model(one, two)      # every tensor: encoder, head and the masked-LM head the warm-up trained
     assert {"encoder.cls.predictions.transform.dense.weight", "head.0.weight"} <= set(two.ranker.state_dict())
     # rank 0 wrote the ranker (config.json + model.safetensors); it loads and scores as `wpultr score` does
-    scored = score_table(two.ranker.save(tmp_path / "ranker"), logs.annotations)
-    np.testing.assert_allclose(scored["score"], score_frame(one.ranker, logs.annotations), rtol=1e-4, atol=1e-4)
+    saved = load_ranker(two.ranker.save(tmp_path / "ranker"))      # safetensors + config, checked before building
+    np.testing.assert_allclose(score_frame(saved, logs.annotations), score_frame(one.ranker, logs.annotations),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_the_global_batch_masking_cut_to_shards_is_the_one_process_masked_lm(logs):

@@ -16,7 +16,7 @@ from wpultr.export import CHECKSUMS, EXPORT_FILE, export_checksums, load_export,
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.embedding import VOCABULARY_FILE, EmbeddingRanker
 from wpultr.rankers.registry import load_ranker
-from wpultr.rundir.layout import RANKER_DIR
+from wpultr.rundir.layout import MARKER, RANKER_DIR
 
 pytestmark = pytest.mark.e2e
 
@@ -100,8 +100,9 @@ def test_a_tampered_vocabulary_is_an_export_error(case, runs, tmp_path):
         from wpultr.export import export_run
         model = export_run(runs["naive"], tmp_path / "model")
     else:
-        model = tmp_path / "ranker"
+        model = tmp_path / "run" / RANKER_DIR      # a run's own ranker/: beside the run's marker
         shutil.copytree(runs["naive"] / RANKER_DIR, model)
+        shutil.copy(runs["naive"] / MARKER, model.parent / MARKER)
     _swap_two_ids(model)
     if case.endswith("resealed"):
         _reseal(model)

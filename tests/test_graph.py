@@ -14,6 +14,7 @@ from wpultr.causal.graph import (BIDIRECTED, DIRECTED, UNDIRECTED, DiscoveredGra
                                  PairStability, diff_graphs, edges_from_matrix, epoch_dir, load_epoch_graph,
                                  structural_hamming_distance, to_dot, to_text)
 from wpultr.schema import CLICK, RELEVANCE_SCORE
+from wpultr.rundir.files import RunDir
 
 R, C = RELEVANCE_SCORE, CLICK
 NODES = (R, "position", "media_type", C)
@@ -94,7 +95,7 @@ def test_text_and_dot_views():
 
 
 def make_run(tmp_path):
-    run = tmp_path / "run"
+    run = RunDir.create(tmp_path / "run").root     # a run directory (its marker): what graph show reads
     sample_graph().save(epoch_dir(run, 0) / "graph.json")
     sample_graph(edges=(GraphEdge(R, C), GraphEdge("media_type", C))).save(epoch_dir(run, 2) / "graph.json")
     return run
@@ -166,7 +167,7 @@ def test_graph_show_prints_click_evidence_and_near_deterministic_pairs(tmp_path)
             {"feature": "media_type", "proxy": "serp_height", "determination": 0.97, "reverse": 0.95,
              "measure": "uncertainty coefficient",
              "handling": "tests of media_type against click leave serp_height out"}]}})
-    graph.save(epoch_dir(tmp_path / "run", 0) / "graph.json")
+    graph.save(epoch_dir(RunDir.create(tmp_path / "run").root, 0) / "graph.json")
     out = CliRunner().invoke(graph_app, ["show", str(tmp_path / "run")]).output
     assert "edges into click" in out and "100000 rows, 10000 sessions" in out
     assert re.search(r"position +yes +1\.50e-30 +1\.23e-02 +0\.0456 +2\.00e-31 +0\.80 +kept: every test rejected "
