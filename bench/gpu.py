@@ -293,9 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     def expired(signum, frame):
         raise Timeout()
     signal.signal(signal.SIGALRM, expired)    # the limit counts from here: the imports and header take seconds
-    signal.setitimer(signal.ITIMER_REAL, max(args.timeout - (time.perf_counter() - started), 0.001))
     failed = []
-    try:
+    try:    # the timer is set inside the try, so a limit that passes at once is still caught as one
+        signal.setitimer(signal.ITIMER_REAL, max(args.timeout - (time.perf_counter() - started), 0.001))
         if "ranker" in parts:
             say(f"(1) ranker: {'BERT-base' if sizes['config'] == 'base' else 'tiny BERT'} trained by wpultr's step, "
                 f"{sizes['sessions']} sessions an epoch, batch {sizes['batch']} sessions, max_length {max_length}, "
