@@ -316,7 +316,11 @@ def build_embedding_files(directory: Path, sessions: int, n_files: int) -> dict:
             return manifest
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from baidu_embeddings_fixture import write_dataset
-    shutil.rmtree(directory / "embeddings", ignore_errors=True)
+    if (directory / "embeddings").exists():
+        if not manifest_path.exists():      # not this script's earlier files (their manifest): never deleted
+            raise SystemExit(f"{directory / 'embeddings'}: exists and was not written by bench/ingest.py "
+                             f"(no {manifest_path.name}); choose another directory")
+        shutil.rmtree(directory / "embeddings")
     started = time.perf_counter()
     _, parts = write_dataset(directory / "embeddings", sessions, n_queries=2000, parts=n_files, n_annotated=10)
     manifest = {**wanted, "results": int(sum(int(p.n.sum()) for p in parts)),
