@@ -118,12 +118,17 @@ def simulate(out: str = typer.Option(..., help="directory to write the logs, ann
 
 @app.command()
 @user_errors
-def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or Parquet/CSV)"),
+def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz, Parquet/CSV, or the Baidu-ULTR "
+                                                          "embedding datasets' Feather/Parquet files)"),
            out: str = typer.Option(..., help="output directory (sessions/ and quarantine/ go under it; a path or a "
                                              "file:// URL; what is there is replaced only if ingest wrote it)"),
-           fmt: str = typer.Option("auto", "--format", help="auto (by file name), baidu, or table "
-                                                             "(Parquet/CSV with declared columns)"),
-           config: Optional[Path] = typer.Option(None, help="run config declaring the page features (format table)"),
+           fmt: str = typer.Option("auto", "--format", help="auto (by file name; a Parquet file holding "
+                                                             "query_document_embedding is an embedding dataset), "
+                                                             "baidu, table (Parquet/CSV with declared columns), or "
+                                                             "embeddings (Baidu-ULTR embedding datasets, either "
+                                                             "stored form)"),
+           config: Optional[Path] = typer.Option(None, help="run config declaring the page features (format table) "
+                                                            "or data.embeddings (format embeddings)"),
            partition_rows: int = typer.Option(200_000, help="rows per Parquet partition"),
            scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler (used "
                                                                "whatever the input's size)"),
@@ -133,14 +138,22 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
     from .cluster import client_for_input
     from .rundir.ownership import output_path
     out = output_path(out, "--out")
-    if fmt not in ("auto", "baidu", "table"):
-        raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'auto', 'baidu', 'table'")
+    if fmt not in INGEST_FORMATS:
+        raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: "
+                          f"{', '.join(repr(f) for f in INGEST_FORMATS)}")
     if fmt == "auto":
         fmt = _log_format(paths)
     with client_for_input(_cluster(scheduler), paths) as client:
         if fmt == "baidu":
             from .io.baidu import ingest_baidu
             summary = ingest_baidu(sorted(paths), out, client, partition_rows)
+        elif fmt == "embeddings":
+            from .config import RunConfig, load_config
+            from .io.baidu_embeddings import ingest_embedding_sessions
+            emb = (load_config(config) if config else RunConfig()).data.embeddings
+            summary, _ = ingest_embedding_sessions(sorted(paths), out, client, width=emb.width,
+                                                   ltr_features=tuple(emb.ltr_features),
+                                                   partition_rows=partition_rows, batch_rows=emb.batch_rows)
         else:
             from .config import RunConfig, load_config
             from .io.tables import ingest_tables
@@ -153,15 +166,33 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz or 
         typer.echo(ingest_text(summary.to_dict()))
 
 
+INGEST_FORMATS = ("auto", "baidu", "table", "embeddings")
+
+
 def _log_format(paths: List[str]) -> str:
-    """'table' when every path names a Parquet or CSV table, 'baidu' when none does; a mix is an error."""
-    tables = [p.lower().endswith((".parquet", ".csv", ".csv.gz")) for p in paths]
-    if all(tables):
-        return "table"
-    if any(tables):
-        raise ConfigError("--format: the paths mix tables (.parquet/.csv) and Baidu logs; ingest them separately "
-                          "or give --format baidu|table")
-    return "baidu"
+    """The --format `auto` means: 'embeddings' when every path is a Feather file or a Parquet file holding the
+    embedding datasets' query_document_embedding column, 'table' when every path names another Parquet or CSV table,
+    'baidu' when none does; a mix is an error."""
+    kinds = sorted({_path_format(p) for p in paths})
+    if len(kinds) > 1:
+        raise ConfigError(f"--format: the paths mix {' and '.join(_FORMAT_WORDS[k] for k in kinds)}; ingest them "
+                          f"separately or give --format {'|'.join(INGEST_FORMATS[1:])}")
+    return kinds[0]
+
+
+_FORMAT_WORDS = {"baidu": "Baidu logs", "table": "tables (.parquet/.csv)",
+                 "embeddings": "embedding dataset files (.feather, or Parquet with query_document_embedding)"}
+
+
+def _path_format(path: str) -> str:
+    """One path's format by its name (and a Parquet file's schema, read from its footer)."""
+    from .io.baidu_embeddings import FEATHER_SUFFIXES, is_embedding_parquet
+    name = path.lower()
+    if name.endswith(FEATHER_SUFFIXES):
+        return "embeddings"
+    if name.endswith((".parquet", ".pq")):
+        return "embeddings" if is_embedding_parquet(path) else "table"
+    return "table" if name.endswith((".csv", ".csv.gz")) else "baidu"
 
 
 @app.command()

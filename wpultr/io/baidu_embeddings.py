@@ -177,6 +177,19 @@ def file_kind(path: str) -> str:
                       f"({', '.join(FEATHER_SUFFIXES)}) or Parquet ({', '.join(PARQUET_SUFFIXES)})")
 
 
+def is_embedding_parquet(path: str) -> bool:
+    """Whether a Parquet file (path or URL) holds the embedding datasets' query_document_embedding column (its footer
+    alone is read); False for one that cannot be read (the ingest it is then given says why, naming it)."""
+    import pyarrow.parquet as pq
+    try:
+        if is_url(path):
+            with open_input(path) as handle:
+                return EMBEDDING_COLUMN in pq.read_schema(handle).names
+        return EMBEDDING_COLUMN in pq.read_schema(path).names
+    except (pa.ArrowException, OSError, ValueError):
+        return False
+
+
 class BatchSource:
     """The record batches of one Feather (Arrow IPC) or Parquet file, at most `rows` rows each, and its schema.
 
