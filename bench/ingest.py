@@ -32,7 +32,10 @@ and per-session Parquet. For each form, in fresh child processes: pyarrow readin
 column, every batch: `feather.read_table` / `pq.read_table`) and our ingest of them in one process (as `wpultr
 ingest` reads under 50 MB) and on a LocalCluster of one worker (start-up untimed, as above), each as MB of files on
 disk per second and CPU-seconds per GB of the whole process tree; the ratio ours / pyarrow per CPU-second (target
->= 0.5).
+>= 0.5). For the Feather form it then prints where our CPU goes, each step timed alone on the same files
+(_child_embedding_costs): the read, float16 -> float32, writing the float32 embedding as the sessions table's list
+column, the sha256 the ownership manifest takes of every output file, and the same float16 bytes written as one
+fixed-size binary value per row for comparison.
 
     .venv/bin/python bench/ingest.py --format embeddings [--sessions 20000] [--files 4]
 """
@@ -362,6 +365,56 @@ def _child_ours_embeddings(spec: dict) -> dict:
             "quarantined": summary.quarantined, "parquet_bytes": written}
 
 
+def _child_embedding_costs(spec: dict) -> dict:
+    """Where our ingest's CPU goes, each step on the same files alone (CPU-seconds of this process, all threads):
+    pyarrow's read; the float16 -> float32 conversion of the embedding; writing that float32 embedding alone as the
+    sessions table's list column (our Parquet options); the sha256 of the written file (the ownership manifest's hash
+    of every output file, rundir/ownership.py); and, for comparison, the same float16 bytes written as one
+    fixed-size binary value per row (no list levels: what a float16 sessions column could cost)."""
+    import hashlib
+
+    import pyarrow.feather as feather
+    from wpultr.io.baidu_embeddings import sessions_parquet_options
+    from wpultr.schema import EMBEDDING_COLUMN, FEATURE_VECTOR_TYPE, FEATURES
+    costs = dict.fromkeys(("read", "float16 -> float32", "write the float32 list column", "sha256 of what is written",
+                           "write float16 as fixed-size binary"), 0.0)
+    out = Path(spec["out"])
+    out.mkdir(parents=True, exist_ok=True)
+
+    def timed(name: str, step):
+        cpu = time.process_time()
+        result = step()
+        costs[name] += time.process_time() - cpu
+        return result
+
+    for path in spec["paths"]:
+        table = timed("read", lambda: feather.read_table(path))
+        column = table.column(EMBEDDING_COLUMN).combine_chunks()
+        rows, width = len(column), len(column[0])
+        del table
+        matrix = timed("float16 -> float32", lambda: column.flatten().to_numpy().astype(np.float32))
+        features = pa.table({FEATURES: pa.ListArray.from_arrays(
+            pa.array(np.arange(0, (rows + 1) * width, width, dtype=np.int32)), pa.array(matrix),
+            type=FEATURE_VECTOR_TYPE)})
+        target = out / "features.parquet"
+        timed("write the float32 list column", lambda: pq.write_table(
+            features, target, row_group_size=65_536, **sessions_parquet_options(features.schema)))
+
+        def digest() -> None:
+            sha = hashlib.sha256()
+            with open(target, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    sha.update(block)
+        timed("sha256 of what is written", digest)
+        values = column.flatten()
+        raw = pa.py_buffer(values.to_numpy().tobytes()) if values.offset else values.buffers()[1]
+        binary = pa.table({FEATURES: pa.FixedSizeBinaryArray.from_buffers(pa.binary(2 * width), rows, [None, raw])})
+        timed("write float16 as fixed-size binary", lambda: pq.write_table(
+            binary, out / "binary.parquet", row_group_size=65_536, compression="none", use_dictionary=False,
+            write_statistics=False))
+    return {"costs": costs}
+
+
 def run_embeddings(directory: Path, sessions: int, n_files: int) -> None:
     manifest = build_embedding_files(directory, sessions, n_files)
     root = directory / "embeddings"
@@ -389,12 +442,21 @@ def run_embeddings(directory: Path, sessions: int, n_files: int) -> None:
             print(f"{form:>19}: {name}: {gb * 1000:.0f} MB on disk -> {ours['parquet_bytes'] / 1e6:.0f} MB of "
                   f"sessions Parquet; ours / pyarrow per CPU-second: {ratio:.2f}x (target >= 0.5: "
                   f"{'met' if ratio >= 0.5 else 'MISSED'}); wall: {arrow['seconds'] / ours['seconds']:.2f}x")
+        if form == "flat Feather":
+            costs = measure("costs", {"reader": "embedding_costs", "paths": paths,
+                                      "out": str(directory / "out-costs")})["costs"]
+            whole = runs["ours, in one process"]["cpu_seconds"]
+            print(f"{form:>19}: where the CPU goes, each step alone on the same files (CPU-s/GB of files; share of "
+                  f"ours in one process, {whole / gb:.1f} CPU-s/GB):")
+            for step, cpu in costs.items():
+                print(f"{'':>21}{step:<36}: {cpu / gb:6.1f} CPU-s/GB  {100 * cpu / whole:4.0f} %")
     print(f"cores: {psutil.cpu_count()}; CPU-seconds of the whole process tree (the cluster's scheduler and worker "
           f"included); load = 1-minute load average before->after each run")
 
 
 _CHILDREN = {"plain": _child_plain, "ours": _child_ours, "gzip": _child_gzip, "zlib": _child_zlib,
-             "arrow": _child_arrow, "ours_embeddings": _child_ours_embeddings}
+             "arrow": _child_arrow, "ours_embeddings": _child_ours_embeddings,
+             "embedding_costs": _child_embedding_costs}
 
 
 def child_main(spec_json: str) -> None:
