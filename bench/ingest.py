@@ -354,15 +354,19 @@ def _child_ours_embeddings(spec: dict) -> dict:
     cluster = (open_client(ClusterConfig(n_workers=spec["workers"], threads_per_worker=1, memory_limit="4GiB"))
                if spec["workers"] else contextlib.nullcontext())
     with cluster as client:
+        me = psutil.Process()
+        idle_rate = 0.0
         if client is not None:
             client.run(lambda: __import__("wpultr.io.baidu_embeddings"))
-        me = psutil.Process()
+            idle_started, idle_cpu = time.perf_counter(), tree_cpu(me)   # what the cluster itself burns, idle
+            time.sleep(IDLE_SECONDS)
+            idle_rate = (tree_cpu(me) - idle_cpu) / (time.perf_counter() - idle_started)
         started, cpu = time.perf_counter(), tree_cpu(me)
         summary, _ = ingest_embedding_sessions(spec["paths"], spec["out"], client)
         seconds, cpu = time.perf_counter() - started, tree_cpu(me) - cpu
     written = sum(p.stat().st_size for p in (Path(spec["out"]) / "sessions").glob("*.parquet"))
     return {"seconds": seconds, "cpu_seconds": cpu, "sessions": summary.sessions, "results": summary.results,
-            "quarantined": summary.quarantined, "parquet_bytes": written}
+            "quarantined": summary.quarantined, "parquet_bytes": written, "idle_cpu_per_second": idle_rate}
 
 
 def _child_embedding_costs(spec: dict) -> dict:
@@ -441,7 +445,10 @@ def run_embeddings(directory: Path, sessions: int, n_files: int) -> None:
             ratio = arrow["cpu_seconds"] / ours["cpu_seconds"]
             print(f"{form:>19}: {name}: {gb * 1000:.0f} MB on disk -> {ours['parquet_bytes'] / 1e6:.0f} MB of "
                   f"sessions Parquet; ours / pyarrow per CPU-second: {ratio:.2f}x (target >= 0.5: "
-                  f"{'met' if ratio >= 0.5 else 'MISSED'}); wall: {arrow['seconds'] / ours['seconds']:.2f}x")
+                  f"{'met' if ratio >= 0.5 else 'MISSED'}); wall: {arrow['seconds'] / ours['seconds']:.2f}x"
+                  + (f"; the idle cluster alone burns {ours['idle_cpu_per_second']:.2f} CPU-s per second "
+                     f"({ours['idle_cpu_per_second'] * ours['seconds']:.1f} of these CPU-s, counted in them)"
+                     if ours["idle_cpu_per_second"] else ""))
         if form == "flat Feather":
             costs = measure("costs", {"reader": "embedding_costs", "paths": paths,
                                       "out": str(directory / "out-costs")})["costs"]
