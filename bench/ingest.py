@@ -369,19 +369,22 @@ def _child_ours_embeddings(spec: dict) -> dict:
             "quarantined": summary.quarantined, "parquet_bytes": written, "idle_cpu_per_second": idle_rate}
 
 
+COST_STEPS = ("read, check and convert (ours)", "  of which float16 -> float32", "write the features column",
+              "write every other column", "sha256 of what is written", "alternative: write float16 as a list",
+              "alternative: write float16 as fixed-size binary")
+
+
 def _child_embedding_costs(spec: dict) -> dict:
-    """Where our ingest's CPU goes, each step on the same files alone (CPU-seconds of this process, all threads):
-    pyarrow's read; the float16 -> float32 conversion of the embedding; writing that float32 embedding alone as the
-    sessions table's list column (our Parquet options); the sha256 of the written file (the ownership manifest's hash
-    of every output file, rundir/ownership.py); and, for comparison, the same float16 bytes written as one
-    fixed-size binary value per row (no list levels: what a float16 sessions column could cost)."""
+    """Where our ingest's CPU goes, each step timed alone (CPU-seconds of this process, all threads) on the same
+    files: our reader's units (the read, every check, float16 -> float32; that conversion also timed alone); writing
+    the features column and the other columns of its output with the sessions table's Parquet options; the sha256
+    the ownership manifest takes of every output file (rundir/ownership.py); and two ways the float16 embedding could
+    be stored instead: as a list<halffloat> column, and as one fixed-size binary value per row (no list levels)."""
     import hashlib
 
-    import pyarrow.feather as feather
-    from wpultr.io.baidu_embeddings import sessions_parquet_options
-    from wpultr.schema import EMBEDDING_COLUMN, FEATURE_VECTOR_TYPE, FEATURES
-    costs = dict.fromkeys(("read", "float16 -> float32", "write the float32 list column", "sha256 of what is written",
-                           "write float16 as fixed-size binary"), 0.0)
+    from wpultr.io.baidu_embeddings import CLICKS, _FileReader, sessions_parquet_options
+    from wpultr.schema import EMBEDDING_COLUMN, FEATURES
+    costs = dict.fromkeys(COST_STEPS, 0.0)
     out = Path(spec["out"])
     out.mkdir(parents=True, exist_ok=True)
 
@@ -391,31 +394,40 @@ def _child_embedding_costs(spec: dict) -> dict:
         costs[name] += time.process_time() - cpu
         return result
 
-    for path in spec["paths"]:
-        table = timed("read", lambda: feather.read_table(path))
-        column = table.column(EMBEDDING_COLUMN).combine_chunks()
-        rows, width = len(column), len(column[0])
-        del table
-        matrix = timed("float16 -> float32", lambda: column.flatten().to_numpy().astype(np.float32))
-        features = pa.table({FEATURES: pa.ListArray.from_arrays(
-            pa.array(np.arange(0, (rows + 1) * width, width, dtype=np.int32)), pa.array(matrix),
-            type=FEATURE_VECTOR_TYPE)})
-        target = out / "features.parquet"
-        timed("write the float32 list column", lambda: pq.write_table(
-            features, target, row_group_size=65_536, **sessions_parquet_options(features.schema)))
+    def digest(path: Path) -> None:
+        sha = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                sha.update(block)
 
-        def digest() -> None:
-            sha = hashlib.sha256()
-            with open(target, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    sha.update(block)
-        timed("sha256 of what is written", digest)
+    def write(table: pa.Table, path: Path, **options) -> None:
+        with pq.ParquetWriter(path, table.schema, **options) as writer:
+            for batch in table.to_batches():      # one row group per unit, as tables.SessionPartitionWriter writes
+                writer.write_table(pa.Table.from_batches([batch], table.schema))
+
+    for path in spec["paths"]:
+        reader = _FileReader(path, 0, CLICKS, 768, (), 32_768)
+        units = timed(COST_STEPS[0], lambda: [unit for unit, _ in reader.units()])
+        table = pa.concat_tables(units)
+        features, others = out / "features.parquet", out / "others.parquet"
+        for name, part, target in ((COST_STEPS[2], table.select([FEATURES]), features),
+                                   (COST_STEPS[3], table.drop_columns([FEATURES]), others)):
+            timed(name, lambda: write(part, target, **sessions_parquet_options(part.schema)))  # noqa: B023 (called now)
+        timed(COST_STEPS[4], lambda: (digest(features), digest(others)))
+        units = table = part = None
+        import pyarrow.feather as feather
+        column = feather.read_table(path, columns=[EMBEDDING_COLUMN]).column(0).combine_chunks()
         values = column.flatten()
+        timed(COST_STEPS[1], lambda: values.to_numpy().astype(np.float32))
+        half = pa.table({FEATURES: column})
+        timed(COST_STEPS[5], lambda: write(half, out / "half.parquet", compression="none", use_dictionary=False,
+                                          write_statistics=False))
+        width = len(column[0])
         raw = pa.py_buffer(values.to_numpy().tobytes()) if values.offset else values.buffers()[1]
-        binary = pa.table({FEATURES: pa.FixedSizeBinaryArray.from_buffers(pa.binary(2 * width), rows, [None, raw])})
-        timed("write float16 as fixed-size binary", lambda: pq.write_table(
-            binary, out / "binary.parquet", row_group_size=65_536, compression="none", use_dictionary=False,
-            write_statistics=False))
+        binary = pa.table({FEATURES: pa.FixedSizeBinaryArray.from_buffers(pa.binary(2 * width), len(column),
+                                                                          [None, raw])})
+        timed(COST_STEPS[6], lambda: write(binary, out / "binary.parquet", compression="none", use_dictionary=False,
+                                          write_statistics=False))
     return {"costs": costs}
 
 
@@ -456,7 +468,11 @@ def run_embeddings(directory: Path, sessions: int, n_files: int) -> None:
             print(f"{form:>19}: where the CPU goes, each step alone on the same files (CPU-s/GB of files; share of "
                   f"ours in one process, {whole / gb:.1f} CPU-s/GB):")
             for step, cpu in costs.items():
-                print(f"{'':>21}{step:<36}: {cpu / gb:6.1f} CPU-s/GB  {100 * cpu / whole:4.0f} %")
+                print(f"{'':>21}{step:<48}: {cpu / gb:6.1f} CPU-s/GB  {100 * cpu / whole:4.0f} %")
+            steps = sum(costs[k] for k in COST_STEPS[:5] if k != COST_STEPS[1])
+            print(f"{'':>21}{'the rest (ownership manifest, partitions, Python)':<48}: "
+                  f"{(whole - steps) / gb:6.1f} CPU-s/GB  {100 * (whole - steps) / whole:4.0f} %   [pyarrow read "
+                  f"alone: {arrow['cpu_seconds'] / gb:.1f} CPU-s/GB]")
     print(f"cores: {psutil.cpu_count()}; CPU-seconds of the whole process tree (the cluster's scheduler and worker "
           f"included); load = 1-minute load average before->after each run")
 
