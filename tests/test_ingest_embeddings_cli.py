@@ -88,6 +88,20 @@ def test_a_file_that_is_not_feather_is_one_line_naming_it(tmp_path, dataset):
     assert not (tmp_path / "out" / "sessions").exists()
 
 
+def test_a_bad_file_is_refused_before_any_task_reaches_the_cluster(tmp_path, dataset):
+    """Above 50 MB the CLI ingests on a LocalCluster, whose worker would print a task's failure block before the one
+    line: every file is opened (its footer) before a task is submitted. The client here fails any use of it."""
+    from wpultr.io.baidu_embeddings import ingest_embedding_sessions
+    from wpultr.schema import SchemaError
+    root, _ = dataset
+    bad = tmp_path / "part-9.parquet"
+    bad.write_bytes(b"PAR1 but nothing else")
+    with pytest.raises(SchemaError, match=f"{bad}: not a readable Parquet file"):
+        ingest_embedding_sessions([sorted((root / "clicks").glob("*.parquet"))[0], bad], tmp_path / "out",
+                                  client=object())
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_mix_of_formats_and_a_users_directory_are_refused_in_one_line(tmp_path, dataset):
     root, _ = dataset
     log = tmp_path / "part-00000.gz"

@@ -643,8 +643,9 @@ def ingest_embedding_sessions(paths: Sequence[str | Path], out_dir: str | Path, 
     columns (one lacks an optional column the other has)."""
     from ..progress import ingest_rates
     files, duplicates = checked_paths(paths)
-    for f in files:
-        file_kind(f)
+    for f in files:     # opened here first (the footer read): a file that is no Feather or Parquet at all is one line
+        with BatchSource(f, 1):       # naming it before any task runs, never a worker's 'Compute Failed' block
+            pass
     with ingest_output(out_dir, files, key, client) as output:
         done = map_files(client, _ingest_file, files, lambda finished, seconds: ingest_rates(
             [s for s, _ in finished], seconds), sessions_dir=str(output.sessions),
