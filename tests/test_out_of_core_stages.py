@@ -7,7 +7,7 @@ import pytest
 
 from wpultr.config import config_from_dict
 from wpultr.io.parquet import partition_paths, read_table, sample_sessions
-from wpultr.metrics import click_mse, mcc
+from wpultr.evaluation.metrics import click_mse, mcc
 from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame

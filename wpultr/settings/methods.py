@@ -31,6 +31,9 @@ class MethodSpec:
     warmup: bool = True                      # runs the shared warm-up, whose click loss is train.loss
     streaming: bool = False
     processes: bool = False
+    streamed_fit: str | None = None          # "module:function" relative to wpultr.methods: the train stage's fit
+    #                                          with train.streaming (sessions path, valid, config, run root) ->
+    #                                          (FitResult, identifiability report); None: the shared streamed trainer
 
 
 _OWN_BOOSTER: dict[str, Any] = {"backbones": ()}   # grows its own booster: no ranker.backbone
@@ -38,7 +41,7 @@ _OWN_BOOSTER: dict[str, Any] = {"backbones": ()}   # grows its own booster: no r
 METHODS: dict[str, MethodSpec] = {
     # clicks as labels (BAL Eq. 3)
     "naive": MethodSpec("naive:Naive", ("pointwise", "listwise", "lambdarank"), (*NEURAL, "lightgbm"),
-                        streaming=True, processes=True),
+                        streaming=True, processes=True, streamed_fit="..bal.streamed:fit_streamed"),
     # inverse propensity weighting, position propensities
     "ipw": MethodSpec("ipw:IPW", ("pointwise", "listwise"), processes=True),
     "regression_em": MethodSpec("regression_em:RegressionEM"),                    # Wang et al. 2018
