@@ -163,33 +163,14 @@ def _ingest_outputs(cfg: RunConfig) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 def featurize(ctx: StageContext) -> dict[str, Any]:
-    """Lexical features for token-only logs, fitted over all partitions in parallel and merged."""
-    from ..features.lexical import featurize_partitions
-    from distributed import wait
+    """Lexical features for token-only logs, fitted over all partitions in parallel and merged
+    (features/featurize_stage.py)."""
+    from ..features.featurize_stage import featurize_run
     if not _needs_lexical_features(ctx.config, ctx.run):
         return {"skipped": "sessions carry dense features or the backbone reads tokens"}
-    parts = [str(p) for p in partition_paths(ctx.run.path(SESSIONS_DIR))]
-    fitted = ctx.client.map(_fit_lexical_partition, parts, pure=False)
-    states = ctx.client.gather(fitted)
-    featurizer = states[0]
-    for other in states[1:]:
-        featurizer = featurizer.merge(other)
-    featurizer.save(ctx.run.path(LEXICAL_STATE))
-    out_dir = ctx.run.path(FEATURED_SESSIONS_DIR)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = ctx.client.map(featurize_partitions, [[p] for p in parts], out_dir=str(out_dir),
-                             featurizer=featurizer, pure=False)
-    wait(written)
-    ctx.client.gather(written)
-    annotations = read_table(ctx.run.path(ANNOTATIONS))
-    annotations[FEATURES] = list(featurizer.transform(annotations))
-    write_parquet(ctx.run.path(FEATURED_ANNOTATIONS), annotations)
-    return {"n_features": len(featurizer.feature_names_), "partitions": len(parts)}
-
-
-def _fit_lexical_partition(path: str):
-    from ..features.lexical import LexicalFeaturizer
-    return LexicalFeaturizer().fit(pd.read_parquet(path))
+    run = ctx.run
+    return featurize_run(run.path(SESSIONS_DIR), run.path(ANNOTATIONS), run.path(FEATURED_SESSIONS_DIR),
+                         run.path(FEATURED_ANNOTATIONS), run.path(LEXICAL_STATE), ctx.client)
 
 
 def _featurize_outputs(cfg: RunConfig) -> list[str]:
@@ -301,43 +282,20 @@ def _write_graphs(run: RunDir, result) -> None:
 def discover(ctx: StageContext) -> dict[str, Any]:
     """The click model's graph under the trained ranker's scores (epoch 0), unless training learned its own."""
     from ..causal.graph import graph_epochs
-    from ..causal.discover_stage import discover_epoch
+    from ..causal.discover_stage import discover_epoch, score_sessions
     cfg, run = ctx.config, ctx.run
     if graph_epochs(run.root):
         return {"skipped": f"training wrote graphs for epochs {graph_epochs(run.root)}"}
     if not cfg.evaluation.discover_graph:
         return {"skipped": "evaluation.discover_graph is false"}
-    sessions_path, _ = training_tables(run)
-    parts = [str(p) for p in partition_paths(sessions_path)]
-    # a directory of partitions, one per sessions partition, written by the workers themselves (as featurize's
-    # are: a run_dir URL's working copy collects them after the stage); the stage's record marks them complete
-    out = run.path(SESSION_SCORES)
-    if out.exists():
-        import shutil
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
-    out.mkdir(parents=True)
-    written = ctx.client.map(_score_partition, parts, [str(out / Path(p).name) for p in parts],
-                             ranker_dir=str(run.path(RANKER_DIR)), rows_per_batch=cfg.train.batch_size * 8,
-                             pure=False)
-    scored_rows = sum(ctx.client.gather(written))
+    scored_rows = score_sessions(training_tables(run)[0], run.path(SESSION_SCORES), run.path(RANKER_DIR),
+                                 cfg.train.batch_size * 8, ctx.client)
     features = cfg.data.parsed_page_features
     result = discover_epoch(run.path(SESSIONS_DIR), run.path(SESSION_SCORES), features, cfg.discovery, run.root, 0,
                             encoder_dir=run.path(PAGE_ENCODER), client=ctx.client, seed=cfg.seed,
                             min_within_document_share=cfg.bal.min_within_document_share)
     return {"edges": [f"{e.source} {e.arrow()} {e.target}" for e in result.graph.edges],
             "scored_rows": int(scored_rows)}
-
-
-def _score_partition(path: str, out: str, ranker_dir: str, rows_per_batch: int) -> int:
-    """Write r̂ of every shown result of one partition to `out` (runs on a Dask worker); the rows written."""
-    from ..rankers.base import score_frame
-    from ..rankers.registry import load_ranker
-    from ..schema import POSITION, RELEVANCE_SCORE, SESSION_ID
-    frame = pd.read_parquet(path)
-    scores = score_frame(load_ranker(ranker_dir), frame, rows_per_batch)
-    write_parquet(out, pd.DataFrame({SESSION_ID: frame[SESSION_ID].to_numpy(), POSITION: frame[POSITION].to_numpy(),
-                                     RELEVANCE_SCORE: scores}))
-    return len(frame)
 
 
 # ---------------------------------------------------------------------------------------------
