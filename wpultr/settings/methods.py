@@ -41,7 +41,7 @@ _OWN_BOOSTER: dict[str, Any] = {"backbones": ()}   # grows its own booster: no r
 METHODS: dict[str, MethodSpec] = {
     # clicks as labels (BAL Eq. 3)
     "naive": MethodSpec("naive:Naive", ("pointwise", "listwise", "lambdarank"), (*NEURAL, "lightgbm"),
-                        streaming=True, processes=True, streamed_fit="..bal.streamed:fit_streamed"),
+                        streaming=True, processes=True),
     # inverse propensity weighting, position propensities
     "ipw": MethodSpec("ipw:IPW", ("pointwise", "listwise"), processes=True),
     "regression_em": MethodSpec("regression_em:RegressionEM"),                    # Wang et al. 2018
@@ -67,7 +67,7 @@ METHODS: dict[str, MethodSpec] = {
     "xgboost_unbiased": MethodSpec("xgboost_rank:XGBoostUnbiased", warmup=False, **_OWN_BOOSTER),
     # whole-page BAL (variants: config `bal.graph`, `bal.features`)
     "bal": MethodSpec("..bal.method:BAL", ("pointwise", "listwise", "lambdarank"), (*NEURAL, "lightgbm"),
-                      streaming=True, processes=True),
+                      streaming=True, processes=True, streamed_fit="..bal.streamed:fit_streamed"),
     "lbd": MethodSpec("lbd:LBD"),                            # Lipschitz and Bernoulli decoupling, Chen et al. 2022
     # the ranker trained on the simulator's true labels (no warm-up)
     "oracle": MethodSpec("oracle:Oracle", ("pointwise", "listwise"), warmup=False),
