@@ -68,8 +68,8 @@ from wpultr.io.letor import read_letor
 from wpultr.methods.losses.lists import listwise_softmax_loss, weighted_softmax_loss
 from wpultr.methods.training.gbdt import BoostingTrainer
 from wpultr.methods.training.trainer import Trainer, build_ranker
-from wpultr.metrics import paired_test
-from wpultr.metrics import per_query
+from wpultr.evaluation.metrics import paired_test
+from wpultr.evaluation.metrics import per_query
 from wpultr.rankers.base import score_frame
 from wpultr.schema import CLICK, DOC_ID, LABEL, POSITION, QUERY_ID, QUERY_KEY, SESSION_ID
 from wpultr.schema import FEATURES

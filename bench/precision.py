@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from wpultr.config import config_from_dict, read_yaml_mapping
-from wpultr.metrics import paired_test, per_query
+from wpultr.evaluation.metrics import paired_test, per_query
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.precision import scoring_precision
 from wpultr.schema import QUERY_ID

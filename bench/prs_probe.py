@@ -3,7 +3,7 @@ one simulated log per (setting, seed), with paired tests over the same test quer
 
 Each (setting, seed) resolves the YAML's runs (its base with the `--set` overrides, then the named setting's own
 keys, as the harness does), simulates the log once, splits the annotated queries into validation and test as the
-split stage does (`stages.split_queries`: 400 test queries at the YAML's sizes), and fits every method of `--methods`
+split stage does (`io.split.split_queries`: 400 test queries at the YAML's sizes), and fits every method of `--methods`
 (labels of the YAML) on that log in this process: the harness's configs, data and split without its ingest, so a fit
 takes seconds, not minutes (checked: seed 0 of the default setting gives the harness's nDCG@10 to the last digit for
 IPS-LR, PRS-LR, IPS- and PRS-LambdaMART). Like the harness, training keeps every query's sessions (the paper's clicks

@@ -34,7 +34,7 @@ import pandas as pd
 from wpultr.config import config_from_dict
 from wpultr.methods.losses.lists import listwise_softmax_loss
 from wpultr.methods.training.trainer import Trainer, build_ranker
-from wpultr.metrics import per_query
+from wpultr.evaluation.metrics import per_query
 from wpultr.rankers.base import score_frame
 from wpultr.schema import CLICK, FEATURES, LABEL, POSITION, QUERY_ID, SESSION_ID
 from wpultr.simulate import simulate

@@ -13,8 +13,8 @@ import pandas as pd
 
 from wpultr.config import config_from_dict
 from wpultr.experiment.spec import load_experiment
-from wpultr.metrics import paired_test, per_query
-from wpultr.pipeline.stages import split_queries
+from wpultr.evaluation.metrics import paired_test, per_query
+from wpultr.io.split import split_queries
 from wpultr.rankers.base import score_frame
 from wpultr.schema import query_key
 from wpultr.settings.methods import get_method
@@ -35,7 +35,7 @@ def run_configs(yaml: Path, setting: str, seed: int, overrides: dict[str, Any], 
 
 def validation_and_test(annotations: pd.DataFrame, valid_fraction: float, seed: int) -> tuple[pd.DataFrame,
                                                                                            pd.DataFrame]:
-    """(validation, test) annotated rows, the queries drawn as the split stage draws them (`stages.split_queries`)."""
+    """(validation, test) annotated rows, the queries drawn as the split stage draws them (`io.split.split_queries`)."""
     valid_q, test_q = split_queries(annotations, valid_fraction, seed)
     keys = query_key(annotations)
     return annotations[keys.isin(valid_q)], annotations[keys.isin(test_q)].reset_index(drop=True)

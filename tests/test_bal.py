@@ -16,7 +16,7 @@ from wpultr.causal.discovery import prior_violations
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
 from wpultr.config import ConfigError, RunConfig, config_from_dict
 from wpultr.settings.lightgbm import LightGBMConfig
-from wpultr.metrics import evaluate
+from wpultr.evaluation.metrics import evaluate
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.mlp import MLPRanker
@@ -379,7 +379,7 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
     assert bias["epochs"][-1]["examination_by_position"] == history[-1]["train"]["examination_by_position"]
     assert "rows_in_pairs_at_two_positions" in bias["document_effects"]
     from typer.testing import CliRunner
-    from wpultr.bal.cli import graph_app
+    from wpultr.causal.cli import graph_app
     shown = CliRunner().invoke(graph_app, ["show", str(run)])
     assert shown.exit_code == 0 and "'s click model, relative to the first): 1: 1.000" in shown.output
     # the simulator's default fixes the media type per document: kept in the graph, not corrected, and said so

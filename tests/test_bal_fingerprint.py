@@ -44,7 +44,7 @@ def fingerprint() -> dict:
 def _fit_record() -> dict:
     from wpultr.config import RunConfig
     from wpultr.settings.methods import get_method
-    from wpultr.metrics import evaluate
+    from wpultr.evaluation.metrics import evaluate
     from wpultr.rankers.base import score_frame
     from wpultr.settings.simulate import SimulateConfig
     from wpultr.simulate import simulate

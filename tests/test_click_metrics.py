@@ -8,9 +8,9 @@ import pytest
 from scipy.special import expit
 from typer.testing import CliRunner
 
-from wpultr.click_metrics import by_position, fit_logistic_calibration, position_ctr
-from wpultr.metrics import click_log_likelihood, click_perplexity
-from wpultr.pipeline.stages import heldout_session_mask
+from wpultr.evaluation.click_metrics import by_position, fit_logistic_calibration, position_ctr
+from wpultr.evaluation.metrics import click_log_likelihood, click_perplexity
+from wpultr.io.split import heldout_session_mask
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
 from tiny_runs import tiny_run

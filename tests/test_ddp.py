@@ -178,10 +178,10 @@ def test_a_booster_is_not_given_ddp_ranks(logs):
 
 @pytest.mark.e2e
 def test_two_ranks_train_on_the_table_the_train_stage_reads(logs, tmp_path):
-    """The train stage hands a method its sessions with the list columns as Arrow arrays (stages.arrow_lists): the
-    ranks must read that table back (pandas 3 could not: "data type 'list<element: int32>[pyarrow]' not
-    understood") and train the one-process model on it."""
-    from wpultr.pipeline.stages import arrow_lists, read_sampled_sessions
+    """The train stage hands a method its sessions with the list columns as Arrow arrays
+    (io.train_input.arrow_lists): the ranks must read that table back (pandas 3 could not: "data type
+    'list<element: int32>[pyarrow]' not understood") and train the one-process model on it."""
+    from wpultr.io.train_input import arrow_lists, read_sampled_sessions
     (tmp_path / "sessions").mkdir()
     writer = SessionPartitionWriter(tmp_path / "sessions", 0, 200)
     writer.write(to_arrow(logs.sessions.sort_values(SESSION_ID, kind="stable")))

@@ -9,7 +9,7 @@ from causallearn.graph.Endpoint import Endpoint
 from causallearn.graph.GraphClass import CausalGraph
 from typer.testing import CliRunner
 
-from wpultr.bal.cli import graph_app
+from wpultr.causal.cli import graph_app
 from wpultr.causal.graph import (BIDIRECTED, DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, GraphFileError,
                                  PairStability, diff_graphs, edges_from_matrix, epoch_dir, load_epoch_graph,
                                  structural_hamming_distance, to_dot, to_text)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from wpultr import metrics
+from wpultr.evaluation import metrics
 from wpultr.cli import app
 from wpultr.config import config_from_dict
 from wpultr.errors import ConfigError

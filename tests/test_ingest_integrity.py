@@ -23,7 +23,7 @@ from wpultr.errors import RunDirError
 from wpultr.io.baidu import ingest_baidu, ingest_baidu_annotations, read_baidu_annotations, read_baidu_sessions
 from wpultr.io.parquet import read_table
 from wpultr.io.tables import ingest_tables
-from wpultr.metrics import per_query
+from wpultr.evaluation.metrics import per_query
 from wpultr.rundir.ownership import OWNED_FILE
 from wpultr.schema import BAIDU_TOKEN_SEP, SESSION_ID, SchemaError
 

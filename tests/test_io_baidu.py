@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wpultr.io import baidu
+from wpultr.io.baidu import driver
 from wpultr.io.baidu import (FILE_INDEX_SHIFT, MAX_LINE_BYTES, ingest_baidu, ingest_baidu_annotations,
                              read_baidu_annotations, read_baidu_sessions)
 from wpultr.io.quarantine import FILE_REASONS, REASONS
@@ -167,12 +167,12 @@ def test_partitions_gather_blocks_into_row_groups_and_delta_pack_token_ids(tmp_p
     """One worker task's output: the rows of many small blocks gathered into row groups of about
     ROW_GROUP_ROWS rows, equal to a serial read; token-id lists delta-packed with no dictionary and no
     statistics, the other columns dictionary-encoded with statistics."""
-    monkeypatch.setattr(baidu, "ROW_GROUP_ROWS", 40)
+    monkeypatch.setattr(driver, "ROW_GROUP_ROWS", 40)
     path = write_gz(tmp_path / "log.gz", _valid_log(np.random.default_rng(3), 60))
     for sub in ("sessions", "quarantine"):
         (tmp_path / sub).mkdir()
-    summary = baidu._ingest_file(str(path), 0, str(tmp_path / "sessions"), str(tmp_path / "quarantine"),
-                                 partition_rows=10_000, chunk_bytes=300)
+    summary = driver._ingest_file(str(path), 0, str(tmp_path / "sessions"), str(tmp_path / "quarantine"),
+                                  partition_rows=10_000, chunk_bytes=300)
     (part,) = (tmp_path / "sessions").glob("*.parquet")
     expected, _ = read_baidu_sessions(path, chunk_bytes=300)
     pd.testing.assert_frame_equal(pd.read_parquet(part), expected)

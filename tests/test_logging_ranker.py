@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from wpultr.config import ConfigError
-from wpultr.metrics import ndcg_at_k
+from wpultr.evaluation.metrics import ndcg_at_k
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
 from wpultr.simulate.generate import simulation_engine

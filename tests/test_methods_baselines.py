@@ -23,7 +23,7 @@ from wpultr.methods.propensities.position import (harvest_propensities, propensi
                                                   true_position_examination)
 from wpultr.settings.lightgbm import LightGBMConfig
 from wpultr.settings.propensity import PropensityConfig
-from wpultr.metrics import evaluate
+from wpultr.evaluation.metrics import evaluate
 from wpultr.rankers import registry as rankers_registry
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker

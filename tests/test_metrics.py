@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ir_measures import AP, ERR, nDCG
 
-from wpultr import metrics
+from wpultr.evaluation import metrics
 from wpultr.schema import BUCKET, LABEL, QUERY_ID, SchemaError
 
 KS = (1, 3, 5, 10)

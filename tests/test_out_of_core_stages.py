@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from wpultr.config import config_from_dict
+from wpultr.evaluation.metrics import click_mse, mcc
+from wpultr.io import train_input
 from wpultr.io.parquet import partition_paths, read_table, sample_sessions
-from wpultr.metrics import click_mse, mcc
-from wpultr.pipeline import stages as S
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.registry import load_ranker
@@ -82,7 +82,7 @@ def test_truth_metrics_equal_the_whole_table_computation(run):
 def test_sampled_sessions_read_equal_sampling_the_whole_table(run, max_sessions):
     sessions_dir = run / L.SESSIONS_DIR
     expected = sample_sessions(read_table(sessions_dir), max_sessions, seed=11)
-    got = S.read_sampled_sessions(sessions_dir, max_sessions, seed=11)
+    got = train_input.read_sampled_sessions(sessions_dir, max_sessions, seed=11)
     pd.testing.assert_frame_equal(got, expected)
 
 
@@ -139,11 +139,11 @@ def test_train_stage_reads_only_the_columns_methods_train_on():
                  "media_type", *BAIDU_BEHAVIOUR_COLUMNS, "features"]
     page = {"position": "ordinal", "media_type": "categorical", "serp_height": "continuous"}
     mlp = config_from_dict({"data": {"page_features": page}, "ranker": {"backbone": "mlp"}})
-    kept = S.training_columns(mlp, available)
+    kept = train_input.training_columns(mlp, available)
     assert kept == ["session_id", "query_id", "position", "click", "doc_id", "query_tokens", "media_type",
                     "serp_height", "features"]                  # query tokens: part of the query key
     bert = config_from_dict({"data": {"page_features": page}, "ranker": {"backbone": "bert"}})
-    assert set(TOKEN_COLUMNS) <= set(S.training_columns(bert, available))
+    assert set(TOKEN_COLUMNS) <= set(train_input.training_columns(bert, available))
     no_doc = [c for c in available if c != "doc_id"]           # tokens then identify documents (identifiability)
-    assert set(TOKEN_COLUMNS) <= set(S.training_columns(mlp, no_doc))
-    assert "dwelling_time" not in S.training_columns(bert, available)
+    assert set(TOKEN_COLUMNS) <= set(train_input.training_columns(mlp, no_doc))
+    assert "dwelling_time" not in train_input.training_columns(bert, available)

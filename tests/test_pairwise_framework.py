@@ -17,7 +17,7 @@ from wpultr.methods.propensities.joint_examination import (a_matrix, expected_b,
                                                           unbiased_pairs)
 from wpultr.methods.propensities.joint_swap import (estimate_joint_examination, joint_swap_estimate,
                                                     simulate_pair_swaps, swap_pairs)
-from wpultr.metrics import evaluate
+from wpultr.evaluation.metrics import evaluate
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.settings.methods import get_method

@@ -16,7 +16,7 @@ from wpultr.methods.propensities.pair_weights import pair_weights, resolve_pair_
 from wpultr.methods.propensities.position import propensity_array
 from wpultr.methods.propensity_pairs import weighted_pair_loss
 from wpultr.methods.training.trainer import SessionLists, batches
-from wpultr.metrics import evaluate
+from wpultr.evaluation.metrics import evaluate
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.settings.methods import get_method

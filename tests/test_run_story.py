@@ -85,7 +85,7 @@ def runs(tmp_path_factory, dask_client):
 
 @pytest.mark.e2e
 def test_every_output_tells_the_same_shipped_epoch(runs):
-    from wpultr.bal.cli import graph_app
+    from wpultr.causal.cli import graph_app
     bal, _ = runs
     history = json.loads((bal / "train" / "history.json").read_text())["epochs"]
     assert [epoch_label(e) for e in history] == ["warm-up 1", "epoch 0", "epoch 1"]

@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from .bal.cli import discover_command, graph_app
+from .causal.cli import discover_command, graph_app
 from .cli_support import nest, parse_sets, user_errors
 from .errors import ConfigError
 from .experiment.cli import experiment as experiment_command
@@ -236,7 +236,7 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
             return
         from .config import saved_config
         from .io.parquet import read_table
-        from .evaluation import evaluate_ranker
+        from .evaluation.annotated import evaluate_ranker
         cfg = saved_config(run / L.CONFIG_FILE)
         if annotations.suffix == ".parquet":
             table = read_table(annotations)
@@ -260,7 +260,7 @@ def _click_metrics(run: Path, clicks: Path) -> dict:
     from .config import saved_config
     from .rundir import layout as L
     from .rundir.files import RunDir
-    from .pipeline.stages import heldout_click_metrics
+    from .evaluation.click_metrics import heldout_click_metrics
     if not clicks.exists():
         raise FileNotFoundError(f"--clicks: {clicks}: no such file or directory")
     if (clicks / "sessions").is_dir():                   # an ingest output directory: its sessions table
@@ -377,7 +377,7 @@ def config_show(section: Optional[str] = typer.Argument(None, help="a section (b
 app.add_typer(config_app, name="config", help="the run config reference: every key, its default and allowed values")
 app.command("experiment", help="Run methods × seeds (× settings) on Dask and build the tables, figures and "
                             "HTML report.")(experiment_command)
-# `wpultr discover` and `wpultr graph` live beside their stage (wpultr/bal/cli.py).
+# `wpultr discover` and `wpultr graph` live beside their stage (wpultr/causal/cli.py).
 app.command("discover")(discover_command)
 app.add_typer(graph_app, name="graph", help="inspect the causal graphs a run discovered")
 app.add_typer(identifiability_app, name="identifiability",

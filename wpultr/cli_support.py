@@ -1,4 +1,4 @@
-"""What the three command lines share (wpultr/cli.py, bal/cli.py, experiment/cli.py): how a user error
+"""What the three command lines share (wpultr/cli.py, causal/cli.py, experiment/cli.py): how a user error
 is shown, and `--set KEY=VALUE` overrides.
 
 A `WpultrError` (config, schema, export, cluster, run directory, graph file) or a missing file is

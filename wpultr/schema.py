@@ -162,7 +162,7 @@ EMBEDDING_LTR_FEATURES: tuple[str, ...] = (
     "ql_jelinek_mercer_long", "ql_dirichlet", "query_length", "document_length", "title_length", "abstract_length")
 EMBEDDING_SESSION_LEVEL: tuple[str, ...] = (QUERY_ID, "query_md5", EMBEDDING_QUERY_TOKENS, "query_length",
                                             EMBEDDING_N, EMBEDDING_BUCKET, EMBEDDING_QUERY_NO)
-# Columns of the ingested tables no method reads (the train stage leaves them out: stages.training_columns).
+# Columns of the ingested tables no method reads (the train stage leaves them out: io.train_input.training_columns).
 EMBEDDING_EXTRA_COLUMNS: tuple[str, ...] = EMBEDDING_IDS + EMBEDDING_LTR_FEATURES
 
 

@@ -144,3 +144,28 @@ def discover_epoch(sessions_dir: str | Path, scores: str | Path, page_features: 
     write_json(out / BIASES_FILE, identify_biases(result.graph).to_dict())
     result.graph.save(out / GRAPH_FILE)
     return result
+
+
+def _score_partition(path: str, out: str, ranker_dir: str, rows_per_batch: int) -> int:
+    """Write r̂ of every shown result of one partition to `out` (runs on a Dask worker); the rows written."""
+    from ..rankers.base import score_frame
+    from ..rankers.registry import load_ranker
+    frame = pd.read_parquet(path)
+    scores = score_frame(load_ranker(ranker_dir), frame, rows_per_batch)
+    write_parquet(out, pd.DataFrame({SESSION_ID: frame[SESSION_ID].to_numpy(), POSITION: frame[POSITION].to_numpy(),
+                                     RELEVANCE_SCORE: scores}))
+    return len(frame)
+
+
+def score_sessions(sessions_dir: Path, out: Path, ranker_dir: Path, rows_per_batch: int, client: Any) -> int:
+    """r̂ of the saved ranker at `ranker_dir` for every shown result of `sessions_dir`, as a directory `out` of
+    partitions, one per sessions partition, written by the workers themselves (a run_dir URL's working copy collects
+    them after the stage; the stage's record marks them complete); the rows scored."""
+    parts = [str(p) for p in partition_paths(sessions_dir)]
+    if out.exists():
+        import shutil
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    out.mkdir(parents=True)
+    written = client.map(_score_partition, parts, [str(out / Path(p).name) for p in parts],
+                         ranker_dir=str(ranker_dir), rows_per_batch=rows_per_batch, pure=False)
+    return int(sum(client.gather(written)))

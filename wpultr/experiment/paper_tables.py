@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..metrics import paired_test
+from ..evaluation.metrics import paired_test
 from ..rundir.files import read_json
 from ..rundir.layout import METRICS, PER_QUERY
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..metrics import evaluate as evaluate_scores
+from ..evaluation.metrics import evaluate as evaluate_scores
 from ..rankers.lightgbm import LightGBMRanker
 from ..rankers.mlp import feature_matrix
 from .base import FitResult

@@ -15,15 +15,14 @@ no click warm-up.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from ..rundir.layout import SPLIT, TRUTH_DIR, TRUTH_SESSIONS
+from ..io.split import split_test_queries
+from ..rundir.layout import TRUTH_DIR, TRUTH_SESSIONS
 from ..schema import MAX_LABEL, POSITION, SESSION_ID, query_key
 from .base import FitResult
 from .losses.lists import listwise_softmax_loss, pointwise_click_loss
@@ -52,12 +51,6 @@ def true_labels(train: pd.DataFrame, config: "RunConfig") -> np.ndarray:
         row = int(np.flatnonzero(labels.isna().to_numpy())[0])
         raise ConfigError(f"train.method: 'oracle': sessions row {row} has no true label in the simulator's truth")
     return labels.to_numpy(np.float32)
-
-
-def split_test_queries(run_root: Path) -> set[str]:
-    """The query keys (schema.query_key) of the run's test queries; empty before the split stage."""
-    path = Path(run_root) / SPLIT
-    return set(json.loads(path.read_text())["test_queries"]) if path.is_file() else set()
 
 
 def without_test_queries(train: pd.DataFrame, config: "RunConfig") -> pd.DataFrame:

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from ..metrics import evaluate as evaluate_scores
+from ..evaluation.metrics import evaluate as evaluate_scores
 from ..rankers.mlp import feature_matrix
 from ..rankers.xgboost import XGBoostRanker, import_xgboost
 from ..schema import LABEL, QUERY_ID

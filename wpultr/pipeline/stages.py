@@ -14,19 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import pandas as pd
 
 from ..config import RunConfig
-from ..io.parquet import column_names, partition_paths, read_table, row_count, table_to_pandas
-from ..rundir.files import RunDir, read_json, write_json, write_parquet
+from ..io.parquet import column_names, partition_paths, read_table, row_count
+from ..io.split import annotation_split, write_split
+from ..io.train_input import arrow_lists, read_sampled_sessions, training_columns
+from ..rundir.files import RunDir, write_json, write_parquet
+from ..rundir.tables import ingested_columns, training_tables
 from ..rundir.layout import (ANNOTATIONS, ANNOTATIONS_FILE, BIAS, BIASES_FILE, FEATURED_ANNOTATIONS,
                              FEATURED_SESSIONS_DIR, GRAPH_FILE, HELDOUT_INGEST_DIR, HELDOUT_INGESTED,
                              HELDOUT_SESSIONS_DIR, HISTORY, IDENTIFIABILITY,
                              INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANK_LOGS, RANKER_DIR,
                              REPORT, SESSIONS_DIR, SESSION_SCORES, SPLIT, TEST_SCORES, TRUTH_DIR)
-from ..schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, SESSION_ID, \
-    query_key
+from ..schema import FEATURES, query_key
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +50,9 @@ class Stage:
     outputs: Callable[[RunConfig], list[str]]
 
 
-def _needs_lexical_features(ctx_or_cfg: RunConfig, run: RunDir) -> bool:
+def _needs_lexical_features(cfg: RunConfig, run: RunDir) -> bool:
     """The dense MLP needs feature vectors; token-only logs (Baidu layout) get lexical ones."""
-    if ctx_or_cfg.ranker.backbone not in ("mlp", "lightgbm"):
-        return False
-    summary = read_json(run.path(INGEST_SUMMARY))
-    return FEATURES not in summary.get("columns", [])
+    return cfg.ranker.backbone in ("mlp", "lightgbm") and FEATURES not in ingested_columns(run)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,43 +163,18 @@ def _ingest_outputs(cfg: RunConfig) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 def featurize(ctx: StageContext) -> dict[str, Any]:
-    """Lexical features for token-only logs, fitted over all partitions in parallel and merged."""
-    from ..features.lexical import featurize_partitions
-    from distributed import wait
+    """Lexical features for token-only logs, fitted over all partitions in parallel and merged
+    (features/featurize_stage.py)."""
+    from ..features.featurize_stage import featurize_run
     if not _needs_lexical_features(ctx.config, ctx.run):
         return {"skipped": "sessions carry dense features or the backbone reads tokens"}
-    parts = [str(p) for p in partition_paths(ctx.run.path(SESSIONS_DIR))]
-    fitted = ctx.client.map(_fit_lexical_partition, parts, pure=False)
-    states = ctx.client.gather(fitted)
-    featurizer = states[0]
-    for other in states[1:]:
-        featurizer = featurizer.merge(other)
-    featurizer.save(ctx.run.path(LEXICAL_STATE))
-    out_dir = ctx.run.path(FEATURED_SESSIONS_DIR)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = ctx.client.map(featurize_partitions, [[p] for p in parts], out_dir=str(out_dir),
-                             featurizer=featurizer, pure=False)
-    wait(written)
-    ctx.client.gather(written)
-    annotations = read_table(ctx.run.path(ANNOTATIONS))
-    annotations[FEATURES] = list(featurizer.transform(annotations))
-    write_parquet(ctx.run.path(FEATURED_ANNOTATIONS), annotations)
-    return {"n_features": len(featurizer.feature_names_), "partitions": len(parts)}
-
-
-def _fit_lexical_partition(path: str):
-    from ..features.lexical import LexicalFeaturizer
-    return LexicalFeaturizer().fit(pd.read_parquet(path))
+    run = ctx.run
+    return featurize_run(run.path(SESSIONS_DIR), run.path(ANNOTATIONS), run.path(FEATURED_SESSIONS_DIR),
+                         run.path(FEATURED_ANNOTATIONS), run.path(LEXICAL_STATE), ctx.client)
 
 
 def _featurize_outputs(cfg: RunConfig) -> list[str]:
     return []  # decided at run time from the ingested columns; the completion record suffices
-
-
-def _training_tables(run: RunDir) -> tuple[Path, Path]:
-    if run.path(FEATURED_SESSIONS_DIR).exists():
-        return run.path(FEATURED_SESSIONS_DIR), run.path(FEATURED_ANNOTATIONS)
-    return run.path(SESSIONS_DIR), run.path(ANNOTATIONS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,68 +194,12 @@ def preprocess(ctx: StageContext) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-def split_queries(annotations: pd.DataFrame, valid_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(validation, test) query keys (schema.query_key): a seeded `valid_fraction` of the annotated queries validate."""
-    queries = np.sort(query_key(annotations).unique())
-    n_valid = int(round(len(queries) * valid_fraction))
-    valid = (np.sort(np.random.default_rng(seed).choice(queries, size=n_valid, replace=False)) if n_valid
-             else np.array([], dtype=object))
-    return valid, np.setdiff1d(queries, valid)
-
-
 def split(ctx: StageContext) -> dict[str, Any]:
-    """Hold out a seeded share of annotated queries (schema.query_key) for model selection; the rest is the test set."""
-    valid, test = split_queries(read_table(ctx.run.path(ANNOTATIONS)), ctx.config.data.valid_fraction, ctx.config.seed)
-    write_json(ctx.run.path(SPLIT), {"valid_queries": valid.tolist(), "test_queries": test.tolist(),
-                                     "seed": ctx.config.seed})
-    info = {"valid_queries": int(len(valid)), "test_queries": int(len(test))}
-    if ctx.config.evaluation.heldout_sessions > 0:
-        info["heldout_rows"] = hold_out_sessions(ctx.run, ctx.config.evaluation.heldout_sessions, ctx.config.seed)
-    return info
-
-
-def heldout_session_mask(session_ids: np.ndarray, fraction: float, seed: int) -> np.ndarray:
-    """Whether each session is held out: a seeded hash of its id (splitmix64) below `fraction`, so the choice
-    depends on the id alone — the same in every partition and on a rerun of a split that stopped midway."""
-    with np.errstate(over="ignore"):
-        x = np.asarray(session_ids).astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        x = x ^ (x >> np.uint64(31))
-    return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53) < fraction
-
-
-def hold_out_sessions(run: RunDir, fraction: float, seed: int) -> int:
-    """Move the held-out sessions' rows out of the sessions tables (ingested and featured) into
-    HELDOUT_SESSIONS_DIR (the training table's rows, one file per partition); the rows held out.
-
-    Each partition is rewritten only after its held-out rows are written, so a rerun finds them there."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from ..rundir.files import atomic_path
-
-    def write(path: Path, table: pa.Table) -> None:
-        with atomic_path(path) as tmp:
-            pq.write_table(table, tmp)
-
-    training, _ = _training_tables(run)
-    tables = [run.path(SESSIONS_DIR)] + ([training] if training != run.path(SESSIONS_DIR) else [])
-    heldout = run.path(HELDOUT_SESSIONS_DIR)
-    for table in reversed(tables):                              # the training table first: its rows are kept
-        for part in partition_paths(table):
-            rows = pq.read_table(part)
-            mask = heldout_session_mask(rows.column(SESSION_ID).to_numpy(), fraction, seed)
-            if not mask.any():
-                continue
-            if table == training:
-                write(heldout / part.name, rows.filter(pa.array(mask)))
-            write(part, rows.filter(pa.array(~mask)))
-    return row_count(partition_paths(heldout)) if heldout.is_dir() else 0
-
-
-def _annotation_split(run: RunDir, annotations: pd.DataFrame, which: str) -> pd.DataFrame:
-    queries = read_json(run.path(SPLIT))[f"{which}_queries"]
-    return annotations[query_key(annotations).isin(queries)].reset_index(drop=True)
+    """Hold out a seeded share of annotated queries (schema.query_key) for model selection; the rest is the test set
+    (io/split.py; with evaluation.heldout_sessions, whole sessions held out too)."""
+    cfg = ctx.config
+    return write_split(ctx.run, read_table(ctx.run.path(ANNOTATIONS)), cfg.data.valid_fraction, cfg.seed,
+                       cfg.evaluation.heldout_sessions)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,16 +216,13 @@ def _train(ctx: StageContext) -> dict[str, Any]:
     cfg, run = ctx.config, ctx.run
     from ..memory import map_large_allocations
     map_large_allocations()
-    sessions_path, annotations_path = _training_tables(run)
+    sessions_path, annotations_path = training_tables(run)
     annotations = read_table(annotations_path)
-    valid = _annotation_split(run, annotations, "valid")
+    valid = annotation_split(run, annotations, "valid")
     from ..identifiability.preflight import preflight, summary_entry
-    if cfg.train.streaming and cfg.train.method == "bal":   # BAL's own columns in memory, the ranker's streamed
-        result, identifiability, n_rows = _fit_bal_streamed(sessions_path, valid, cfg, run)
-    elif cfg.train.streaming:   # naive (checked by the config): batches streamed from the partitions
-        from ..methods.training.distributed import fit_streamed
-        result = fit_streamed(sessions_path, valid if len(valid) else None, cfg)
-        identifiability = {"checked": False, "reason": f"method {cfg.train.method!r} models no bias factor"}
+    if cfg.train.streaming:   # the method's own streamed fit (its spec's streamed_fit), or the shared trainer's
+        result, identifiability = streamed_fit(cfg.train.method)(sessions_path, valid if len(valid) else None, cfg,
+                                                                 run.root)
         n_rows = row_count(partition_paths(sessions_path))
     else:
         sessions = read_sampled_sessions(sessions_path, cfg.data.max_sessions, cfg.seed,
@@ -333,76 +247,25 @@ def _train(ctx: StageContext) -> dict[str, Any]:
             "identifiability": summary_entry(identifiability)}
 
 
-def _fit_bal_streamed(sessions_path: Path, valid: pd.DataFrame, cfg: RunConfig, run: RunDir):
-    """BAL with `train.streaming` (`BAL.fit_streamed`, out of core): the identifiability pre-flight on the columns
-    it checks, read from the partitions (text ids as codes) and then let go; BAL's rows built from the partitions
-    a few columns at a time and spilled to local disk; the ranker's features streamed."""
-    from ..bal.method import BAL
-    from ..errors import ConfigError
-    from ..identifiability.preflight import bias_factors, preflight
-    report: dict[str, Any] = {}
-
-    def checked(frame: pd.DataFrame) -> pd.DataFrame:
-        out, found = preflight(frame, cfg, run.root)
-        if len(out) != len(frame):
-            raise ConfigError(f"identifiability.on_disconnected: {cfg.identifiability.on_disconnected!r} adds "
-                              "sessions, which train.streaming cannot stream (they are not in the partitions); "
-                              "allowed values with streaming: warn, merge, fail")
-        report.update(found)
-        return out
-
-    needed = [QUERY_ID, DOC_ID, POSITION, CLICK, *(bias_factors(cfg) or [])]     # what the check reads (its
-    if cfg.identifiability.on_disconnected == "intervene":                   # intervention numbers new sessions)
-        needed.append(SESSION_ID)
-    result = BAL().fit_streamed(sessions_path, valid if len(valid) else None, cfg, prepare=checked,
-                                prepare_columns=needed)
-    return result, report, row_count(partition_paths(sessions_path))
+def streamed_fit(method: str) -> Callable[..., tuple[Any, dict[str, Any]]]:
+    """The train stage's fit of `method` with `train.streaming`: its MethodSpec's `streamed_fit` hook (BAL's rows
+    built a few columns at a time, bal/streamed.py), or the shared trainer streaming batches from the partitions."""
+    from importlib import import_module
+    from ..settings.methods import METHODS, METHODS_PACKAGE
+    target = METHODS[method].streamed_fit
+    if target is None:
+        return _shared_streamed_fit
+    module, function = target.split(":")
+    return getattr(import_module(module if module.startswith(".") else f".{module}", METHODS_PACKAGE), function)
 
 
-def training_columns(cfg: RunConfig, available: list[str]) -> list[str]:
-    """The sessions' columns the train stage hands a method: all but what no method reads — Baidu behaviour
-    columns no page feature declares and, when a dense `features` vector and a `doc_id` serve a non-BERT ranker,
-    the title and abstract token lists (Python objects per row: much of the train stage's memory). The query
-    tokens stay: they are part of the query key (schema.query_key) that keeps test queries out of training."""
-    from ..schema import (ABSTRACT_TOKENS, BAIDU_BEHAVIOUR_COLUMNS, DOC_ID, EMBEDDING_EXTRA_COLUMNS,
-                          QUERY_REFORMULATION, TITLE_TOKENS)
-    declared = set(cfg.data.declared_page_features())
-    drop = {c for c in (*BAIDU_BEHAVIOUR_COLUMNS, QUERY_REFORMULATION, *EMBEDDING_EXTRA_COLUMNS) if c not in declared}
-    if cfg.ranker.backbone != "bert" and FEATURES in available and DOC_ID in available:
-        drop |= {TITLE_TOKENS, ABSTRACT_TOKENS}
-    return [c for c in available if c not in drop]
-
-
-def arrow_lists(cfg: RunConfig) -> tuple[str, ...]:
-    """The list columns the train stage keeps as Arrow arrays (io.parquet.read_table): the dense `features`
-    (the rankers read them as one matrix, rankers.mlp.feature_matrix) and, but for BERT (which reads each
-    row's token ids), the query tokens (read only by schema.query_key, through Arrow)."""
-    from ..schema import QUERY_TOKENS
-    return (FEATURES,) if cfg.ranker.backbone == "bert" else (FEATURES, QUERY_TOKENS)
-
-
-def read_sampled_sessions(directory: Path, max_sessions: int | None, seed: int,
-                          columns: list[str] | None = None, arrow_lists: tuple[str, ...] = ()) -> pd.DataFrame:
-    """`io.parquet.sample_sessions(read_table(directory), max_sessions, seed)` without reading unsampled rows.
-
-    The session ids are chosen from the session_id column alone (same ids, same draw), then only their rows
-    are read, the choice pushed down to the Parquet scan as a filter. `columns` (None: all) are read;
-    `arrow_lists` as in `read_table`.
-    """
-    if max_sessions is None:
-        return read_table(directory, columns, arrow_lists)
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-    from ..schema import SESSION_ID
-    ids = read_table(directory, columns=[SESSION_ID])[SESSION_ID].unique()
-    if len(ids) <= max_sessions:
-        return read_table(directory, columns, arrow_lists)
-    keep = np.random.default_rng(seed).choice(ids, size=max_sessions, replace=False)
-    del ids
-    dataset = ds.dataset([str(p) for p in partition_paths(directory)], format="parquet")
-    table = dataset.to_table(columns=columns, filter=pc.field(SESSION_ID).isin(pa.array(keep)))
-    return table_to_pandas(table, arrow_lists).reset_index(drop=True)
+def _shared_streamed_fit(sessions_path: Path, valid: pd.DataFrame | None, cfg: RunConfig,
+                         run_root: Path) -> tuple[Any, dict[str, Any]]:
+    """Batches streamed from the partitions (methods/training/distributed.fit_streamed); no pre-flight: the methods
+    that stream this way (the config checks which) model no bias factor."""
+    from ..methods.training.distributed import fit_streamed
+    return fit_streamed(sessions_path, valid, cfg), {"checked": False,
+                                                     "reason": f"method {cfg.train.method!r} models no bias factor"}
 
 
 def _write_graphs(run: RunDir, result) -> None:
@@ -419,25 +282,14 @@ def _write_graphs(run: RunDir, result) -> None:
 def discover(ctx: StageContext) -> dict[str, Any]:
     """The click model's graph under the trained ranker's scores (epoch 0), unless training learned its own."""
     from ..causal.graph import graph_epochs
-    from ..causal.discover_stage import discover_epoch
+    from ..causal.discover_stage import discover_epoch, score_sessions
     cfg, run = ctx.config, ctx.run
     if graph_epochs(run.root):
         return {"skipped": f"training wrote graphs for epochs {graph_epochs(run.root)}"}
     if not cfg.evaluation.discover_graph:
         return {"skipped": "evaluation.discover_graph is false"}
-    sessions_path, _ = _training_tables(run)
-    parts = [str(p) for p in partition_paths(sessions_path)]
-    # a directory of partitions, one per sessions partition, written by the workers themselves (as featurize's
-    # are: a run_dir URL's working copy collects them after the stage); the stage's record marks them complete
-    out = run.path(SESSION_SCORES)
-    if out.exists():
-        import shutil
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
-    out.mkdir(parents=True)
-    written = ctx.client.map(_score_partition, parts, [str(out / Path(p).name) for p in parts],
-                             ranker_dir=str(run.path(RANKER_DIR)), rows_per_batch=cfg.train.batch_size * 8,
-                             pure=False)
-    scored_rows = sum(ctx.client.gather(written))
+    scored_rows = score_sessions(training_tables(run)[0], run.path(SESSION_SCORES), run.path(RANKER_DIR),
+                                 cfg.train.batch_size * 8, ctx.client)
     features = cfg.data.parsed_page_features
     result = discover_epoch(run.path(SESSIONS_DIR), run.path(SESSION_SCORES), features, cfg.discovery, run.root, 0,
                             encoder_dir=run.path(PAGE_ENCODER), client=ctx.client, seed=cfg.seed,
@@ -446,28 +298,17 @@ def discover(ctx: StageContext) -> dict[str, Any]:
             "scored_rows": int(scored_rows)}
 
 
-def _score_partition(path: str, out: str, ranker_dir: str, rows_per_batch: int) -> int:
-    """Write r̂ of every shown result of one partition to `out` (runs on a Dask worker); the rows written."""
-    from ..rankers.base import score_frame
-    from ..rankers.registry import load_ranker
-    from ..schema import POSITION, RELEVANCE_SCORE, SESSION_ID
-    frame = pd.read_parquet(path)
-    scores = score_frame(load_ranker(ranker_dir), frame, rows_per_batch)
-    write_parquet(out, pd.DataFrame({SESSION_ID: frame[SESSION_ID].to_numpy(), POSITION: frame[POSITION].to_numpy(),
-                                     RELEVANCE_SCORE: scores}))
-    return len(frame)
-
-
 # ---------------------------------------------------------------------------------------------
 def evaluate(ctx: StageContext) -> dict[str, Any]:
     """Score the held-out annotated queries with the trained ranker and compute the metrics."""
     cfg, run = ctx.config, ctx.run
-    _, annotations_path = _training_tables(run)
-    test = _annotation_split(run, read_table(annotations_path), "test")
-    from ..evaluation import evaluate_ranker
+    _, annotations_path = training_tables(run)
+    test = annotation_split(run, read_table(annotations_path), "test")
+    from ..evaluation.annotated import evaluate_ranker
     metrics, table, scores = evaluate_ranker(run.path(RANKER_DIR), test, cfg)
-    from ..identifiability.truth_metrics import truth_metrics   # MCC, click MSE (simulated logs)
-    truth = truth_metrics(run.root, _training_tables(run)[0], cfg.train.batch_size)
+    from ..evaluation.click_metrics import heldout_click_metrics
+    from ..evaluation.truth_metrics import truth_metrics   # MCC, click MSE (simulated logs)
+    truth = truth_metrics(run.root, training_tables(run)[0], cfg.train.batch_size)
     if truth is not None:
         metrics["truth"] = truth
     for heldout in (HELDOUT_SESSIONS_DIR, HELDOUT_INGESTED):     # evaluation.heldout_sessions > 0; data.heldout
@@ -477,23 +318,6 @@ def evaluate(ctx: StageContext) -> dict[str, Any]:
     write_parquet(run.path(PER_QUERY), table)
     write_json(run.path(METRICS), metrics)
     return {"test_queries": metrics["all"].get("n_queries")}
-
-
-def heldout_click_metrics(run: RunDir, heldout_path: Path, cfg: RunConfig) -> dict[str, Any]:
-    """`click_metrics.click_metrics` of the run on (a sample of) the sessions at `heldout_path`, its click models
-    fitted where they need it on a sample of the training sessions."""
-    from ..click_metrics import FIT_SESSIONS, HELDOUT_SESSIONS, click_metrics
-    training, _ = _training_tables(run)
-    lists = arrow_lists(cfg)    # dense features as Arrow buffers, not a numpy object per row
-    train = read_sampled_sessions(training, FIT_SESSIONS, cfg.seed, training_columns(cfg, column_names(training)),
-                                  lists)
-    if Path(heldout_path).is_dir():
-        heldout = read_sampled_sessions(Path(heldout_path), HELDOUT_SESSIONS, cfg.seed,
-                                        training_columns(cfg, column_names(Path(heldout_path))), lists)
-    else:
-        from ..io.parquet import sample_sessions
-        heldout = sample_sessions(read_table(heldout_path), HELDOUT_SESSIONS, cfg.seed).reset_index(drop=True)
-    return click_metrics(run.root, heldout, train, cfg.train.batch_size)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RunDirError
-from ..metrics import paired_test
+from ..evaluation.metrics import paired_test
 from ..rundir.files import atomic_path
 from ..rundir.ownership import output_of
 from ..rundir.layout import PER_QUERY

@@ -31,6 +31,9 @@ class MethodSpec:
     warmup: bool = True                      # runs the shared warm-up, whose click loss is train.loss
     streaming: bool = False
     processes: bool = False
+    streamed_fit: str | None = None          # "module:function" relative to wpultr.methods: the train stage's fit
+    #                                          with train.streaming (sessions path, valid, config, run root) ->
+    #                                          (FitResult, identifiability report); None: the shared streamed trainer
 
 
 _OWN_BOOSTER: dict[str, Any] = {"backbones": ()}   # grows its own booster: no ranker.backbone
@@ -64,7 +67,7 @@ METHODS: dict[str, MethodSpec] = {
     "xgboost_unbiased": MethodSpec("xgboost_rank:XGBoostUnbiased", warmup=False, **_OWN_BOOSTER),
     # whole-page BAL (variants: config `bal.graph`, `bal.features`)
     "bal": MethodSpec("..bal.method:BAL", ("pointwise", "listwise", "lambdarank"), (*NEURAL, "lightgbm"),
-                      streaming=True, processes=True),
+                      streaming=True, processes=True, streamed_fit="..bal.streamed:fit_streamed"),
     "lbd": MethodSpec("lbd:LBD"),                            # Lipschitz and Bernoulli decoupling, Chen et al. 2022
     # the ranker trained on the simulator's true labels (no warm-up)
     "oracle": MethodSpec("oracle:Oracle", ("pointwise", "listwise"), warmup=False),

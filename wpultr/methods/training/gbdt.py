@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...metrics import evaluate as evaluate_scores
+from ...evaluation.metrics import evaluate as evaluate_scores
 from ...rankers.lightgbm import LightGBMRanker
 from ...rankers.mlp import feature_matrix
 from ...schema import CLICK

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...metrics import evaluate as evaluate_scores
+from ...evaluation.metrics import evaluate as evaluate_scores
 from ...progress import progress
 from ...rankers.base import Inputs, Ranker, resolve_device, score_inputs, take
 from ...rankers.precision import autocast, grad_scaler, resolve_precision

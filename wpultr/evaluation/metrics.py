@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .schema import (BUCKET, DOC_ID, HIGH_BUCKETS, LABEL, MAX_LABEL, QUERY_ID, QUERY_KEY, TAIL_BUCKETS, SchemaError,
+from ..schema import (BUCKET, DOC_ID, HIGH_BUCKETS, LABEL, MAX_LABEL, QUERY_ID, QUERY_KEY, TAIL_BUCKETS, SchemaError,
                      query_key)
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)

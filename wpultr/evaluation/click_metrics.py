@@ -20,18 +20,24 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import minimize, minimize_scalar
 from scipy.special import expit
 
+from ..io.parquet import column_names, read_table, sample_sessions
+from ..io.train_input import arrow_lists, read_sampled_sessions, training_columns
 from .metrics import CLICK_PROB_EPS, click_log_likelihood, click_perplexity
-from .rundir.epochs import shipped
-from .rundir.files import read_json
-from .rundir.layout import BIAS, HISTORY, LEXICAL_STATE, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
-from .schema import CLICK, DOC_ID, FEATURES, POSITION, SESSION_ID, SchemaError
+from ..rundir.epochs import shipped
+from ..rundir.files import RunDir, read_json
+from ..rundir.layout import BIAS, HISTORY, LEXICAL_STATE, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
+from ..rundir.tables import training_tables
+from ..schema import CLICK, DOC_ID, FEATURES, POSITION, SESSION_ID, SchemaError
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
 
 TRUE_CLICK_PROB = "click_prob"                   # simulate.generate.CLICK_PROB
 POINTWISE = "pointwise"
@@ -144,11 +150,11 @@ class RunClickModels:
 
     def scores(self, frame: pd.DataFrame) -> np.ndarray:
         """r̂ of every row by the run's saved ranker (lexical features added as the run's featurize stage did)."""
-        from .rankers.base import score_frame
-        from .rankers.registry import load_ranker
+        from ..rankers.base import score_frame
+        from ..rankers.registry import load_ranker
         lexical = self.run_root / LEXICAL_STATE
         if FEATURES not in frame.columns and lexical.exists():
-            from .features.lexical import LexicalFeaturizer
+            from ..features.lexical import LexicalFeaturizer
             frame = frame.assign(**{FEATURES: list(LexicalFeaturizer.load(lexical).transform(frame))})
         return np.asarray(score_frame(load_ranker(self.run_root / RANKER_DIR), frame, self.batch_size), np.float64)
 
@@ -225,3 +231,18 @@ def perplexity_table(clicks_section: dict[str, Any]) -> pd.DataFrame:
         rows.append({"model": name, "log_likelihood": m["log_likelihood"], "perplexity": ppl["overall"],
                      **{f"@{k}": v for k, v in ppl["by_position"].items()}})
     return pd.DataFrame(rows)
+
+
+def heldout_click_metrics(run: RunDir, heldout_path: Path, cfg: "RunConfig") -> dict[str, Any]:
+    """`click_metrics` of the run on (a sample of) the sessions at `heldout_path`, its click models fitted where they
+    need it on a sample of the training sessions (the evaluate stage's and `wpultr evaluate`'s one route)."""
+    training, _ = training_tables(run)
+    lists = arrow_lists(cfg)    # dense features as Arrow buffers, not a numpy object per row
+    train = read_sampled_sessions(training, FIT_SESSIONS, cfg.seed, training_columns(cfg, column_names(training)),
+                                  lists)
+    if Path(heldout_path).is_dir():
+        heldout = read_sampled_sessions(Path(heldout_path), HELDOUT_SESSIONS, cfg.seed,
+                                        training_columns(cfg, column_names(Path(heldout_path))), lists)
+    else:
+        heldout = sample_sessions(read_table(heldout_path), HELDOUT_SESSIONS, cfg.seed).reset_index(drop=True)
+    return click_metrics(run.root, heldout, train, cfg.train.batch_size)

@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from ..io.parquet import partition_paths
-from ..methods.oracle import split_test_queries
-from ..metrics import click_mse, mcc
+from ..io.split import split_test_queries
+from .metrics import click_mse, mcc
 from ..rundir.files import read_json
 from ..rundir.layout import BIAS, IDENTIFIABILITY, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
 from ..schema import DOC_ID, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, query_key
