@@ -360,8 +360,7 @@ class BAL:
             return fixed_graph(config.bal.graph, features), None
         d = replace(config.discovery, n_bootstrap=config.bal.graph_bootstrap)
         result = discover(nodes.iloc[rows.kci].reset_index(drop=True), features, d, client=client,
-                          seed=discovery_seed(config), click_nodes=rows.click_frame(nodes), reuse=reuse,
-                          min_within_document_share=config.bal.min_within_document_share)
+                          seed=discovery_seed(config), click_nodes=rows.click_frame(nodes), reuse=reuse)
         graph = result.graph
         graph.meta["sample"] = {**graph.meta.get("sample", {}), "n_sessions_requested": d.n_sessions,
                                 "stratified": d.stratify, "rows_per": "one displayed result per sampled session",

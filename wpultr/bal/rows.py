@@ -146,7 +146,7 @@ class TrainingRows:
             del pairs
         nodes.add(RAW_POSITION, docs[POSITION].to_numpy())
         del docs
-        threshold = config.bal.min_within_document_share
+        threshold = config.discovery.min_within_document_share
         separable = unchecked(threshold, codes is not None)
         shares: dict[str, float] = {}
         encoders: dict[str, Any] = {}

@@ -9,7 +9,7 @@ type, that chance correlation is large enough for the click test to find (a page
 logs whose users ignore it). Correcting such an effect takes real relevance out of the ranker.
 
 So BAL keeps every discovered edge in the graph (what the logs show) but corrects only the separable
-features: those with at least `bal.min_within_document_share` of their variance within (query, document)
+features: those with at least `discovery.min_within_document_share` of their variance within (query, document)
 pairs. The others are recorded as set aside, with every feature's share, in `train/bias.json` (`separability`)
 and shown by `wpultr graph show`.
 """
@@ -51,7 +51,7 @@ def unchecked(threshold: float, has_documents: bool) -> Separability | None:
     """The record of a check that does not run — off (threshold 0) or no doc_id to group impressions by — or
     None when it runs."""
     if threshold <= 0.0:
-        return Separability({}, threshold, checked=False, reason="bal.min_within_document_share is 0")
+        return Separability({}, threshold, checked=False, reason="discovery.min_within_document_share is 0")
     if not has_documents:
         return Separability({}, threshold, checked=False, reason="the sessions have no doc_id")
     return None
