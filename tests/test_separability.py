@@ -56,6 +56,20 @@ def test_a_media_type_fixed_per_document_is_set_aside_and_one_varying_by_impress
     assert recorded["set_aside"] == ["media_type"] and recorded["within_document_share"]["media_type"] == 0.0
 
 
+def test_bals_training_rows_record_what_separability_measures_one_column_at_a_time():
+    """BAL's rows, built one page feature at a time (bal/rows.py, out of core), run `separability`'s own check
+    (SeparabilityCheck), not a copy of it: the same shares and set-aside features as the frame's."""
+    from wpultr.bal.rows import TrainingRows
+    logs = _logs(1.0)
+    run = RunConfig()
+    run.train.method, run.bal.graph = "bal", "all_features"
+    built = TrainingRows.build(logs, run).separable
+    assert built.to_dict() == separability(logs, run.data.parsed_page_features, 0.05).to_dict()
+    assert built.set_aside == ("media_type",)
+    run.discovery.min_within_document_share = 0.0
+    assert not TrainingRows.build(logs, run).separable.checked
+
+
 def test_nothing_is_set_aside_without_doc_ids_or_with_the_check_off():
     logs = _logs(1.0)
     off = separability(logs, BAIDU_PAGE_FEATURES, 0.0)

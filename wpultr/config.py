@@ -42,7 +42,7 @@ from .settings.dla import DLAConfig
 from .settings.evaluation import EvalConfig
 from .settings.identifiability import IdentifiabilityConfig
 from .settings.lbd import LBDConfig
-from .settings.methods import check_supported
+from .settings.methods import BACKBONES as BACKBONE_SPECS, LOSSES, METHODS, WHOLE_PAGE, check_supported
 from .settings.pairwise import PairwiseConfig
 from .settings.pairwise_debias import PairwiseDebiasConfig
 from .settings.propensity import PropensityConfig
@@ -87,11 +87,12 @@ def check_machine(cfg: "RunConfig", own_cluster: bool = True) -> "RunConfig":
         high = max(cores, default)
         require(value <= high, key, f"an integer in [1, {high}] (this machine's cores)", value)
     need, have = head_training_bytes(cfg.ranker.head), int(psutil.virtual_memory().total)
-    require(cfg.ranker.backbone == "lightgbm" or need <= have, "ranker.head", f"layer widths whose training state "
+    backbone = BACKBONE_SPECS[cfg.ranker.backbone]
+    require(backbone.boosts or need <= have, "ranker.head", f"layer widths whose training state "
             f"fits this machine's {have / 2 ** 30:.1f} GiB of memory (this head needs {need / 2 ** 30:.1f} GiB)",
             cfg.ranker.head)
     bert = cfg.ranker.bert
-    if cfg.ranker.backbone == "bert" and bert.path is None:    # a checkpoint's size is its own config's
+    if backbone.reads_tokens and bert.path is None:    # a checkpoint's size is its own config's
         need = bert_training_bytes(bert)
         require(need <= have, "ranker.bert", f"hidden_size, num_hidden_layers and intermediate_size whose training "
                 f"state fits this machine's {have / 2 ** 30:.1f} GiB of memory (hidden_size {bert.hidden_size}, "
@@ -152,24 +153,31 @@ class RunConfig:
             raise ConfigError("bal.graph: 'position' needs the page feature 'position' among bal.features")
         t = self.train
         check_supported(t.method, t.loss, self.ranker.backbone, t.streaming, t.processes, t.warmup_epochs)
-        if t.loss == "lambdarank" and self.ranker.backbone != "lightgbm":
-            raise ConfigError("train.loss: 'lambdarank' (LambdaMART's λ-gradients as the booster's objective) needs "
-                              "ranker.backbone 'lightgbm'; allowed values here: 'pointwise', 'listwise' (got backbone "
-                              f"{self.ranker.backbone!r})")
-        if self.train.streaming and self.ranker.backbone != "mlp":
-            raise ConfigError(f"ranker.backbone: train.streaming: true trains the 'mlp' backbone only (its "
-                              f"standardisation merges over partitions), got {self.ranker.backbone!r}; allowed values "
-                              "with streaming: 'mlp' (or set train.streaming: false)")
-        if self.ranker.backbone == "lightgbm" and self.train.processes > 1:   # (the embedding ranker's ranks
+        backbone = BACKBONE_SPECS[self.ranker.backbone]
+        if LOSSES[t.loss].boosted_only and not backbone.boosts:
+            boosters = [n for n, b in BACKBONE_SPECS.items() if b.boosts]
+            per_row = [n for n, loss in LOSSES.items() if not loss.boosted_only]
+            raise ConfigError(f"train.loss: {t.loss!r} (LambdaMART's λ-gradients as the booster's objective) needs "
+                              f"ranker.backbone {' or '.join(map(repr, boosters))}; allowed values here: "
+                              f"{', '.join(map(repr, per_row))} (got backbone {self.ranker.backbone!r})")
+        if self.train.streaming and not backbone.streams:
+            streams = [n for n, b in BACKBONE_SPECS.items() if b.streams]
+            listed = ", ".join(map(repr, streams))
+            raise ConfigError(f"ranker.backbone: train.streaming: true trains the {' or '.join(map(repr, streams))} "
+                              f"backbone only (its standardisation merges over partitions), got "
+                              f"{self.ranker.backbone!r}; allowed values with streaming: {listed} "
+                              "(or set train.streaming: false)")
+        if backbone.boosts and self.train.processes > 1:   # (the embedding ranker's ranks
             #   each read the whole table in memory, so each builds the one document vocabulary)
-            raise ConfigError(f"ranker.backbone: 'lightgbm' trains with lightgbm.dask on the run's cluster instead, "
-                              f"got train.processes {self.train.processes}; allowed values with train.processes > 1: "
-                              "'mlp', 'bert', 'embedding' (or set train.processes: 1)")
+            ranks = [n for n, b in BACKBONE_SPECS.items() if not b.boosts]
+            raise ConfigError(f"ranker.backbone: {self.ranker.backbone!r} trains with lightgbm.dask on the run's "
+                              f"cluster instead, got train.processes {self.train.processes}; allowed values with "
+                              f"train.processes > 1: {', '.join(map(repr, ranks))} (or set train.processes: 1)")
         if self.train.streaming and self.data.max_sessions is not None:
             raise ConfigError(f"data.max_sessions: must be null with train.streaming: true (every session of the "
                               f"partitions is streamed), got {self.data.max_sessions!r}; to train on a sample, add "
                               f"--set train.streaming=false (or drop data.max_sessions to stream them all)")
-        if self.train.method == "bal" and self.train.loss in ("listwise", "lambdarank") \
+        if METHODS[t.method].click_model == WHOLE_PAGE and LOSSES[t.loss].per_list \
                 and self.bal.click_model.form != "multiplicative":
             raise ConfigError(f"bal.click_model.form: BAL's {self.train.loss} ranker step (train.loss) divides each "
                               "click by the page's examination σ(v), which only the multiplicative form has; allowed "

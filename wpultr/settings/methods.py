@@ -50,6 +50,7 @@ NEURAL = tuple(name for name, b in BACKBONES.items() if not b.boosts)   # what t
 DEFAULT_LOSS, DEFAULT_BACKBONE = "pointwise", "mlp"    # train.loss and ranker.backbone when a config names neither
 WARMUP_LOSSES = ("pointwise", "listwise")              # the shared warm-up's click losses (warmup.warm_up)
 BIAS_FACTORS = ("none", "position", "graph")           # MethodSpec.bias_factors
+WHOLE_PAGE = "bal"      # MethodSpec.click_model of σ(u)·σ(v) (`bal.click_model`): its name in the click metrics
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ METHODS: dict[str, MethodSpec] = {
     "xgboost_unbiased": MethodSpec("xgboost_rank:XGBoostUnbiased", warmup=False, **_OWN_BOOSTER, **_POSITION),
     # whole-page BAL (variants: config `bal.graph`, `bal.features`)
     "bal": MethodSpec("..bal.method:BAL", LOSS_NAMES, BACKBONE_NAMES, streaming=True, processes=True,
-                      bias_factors="graph", learns_graph=True, click_model="bal",
+                      bias_factors="graph", learns_graph=True, click_model=WHOLE_PAGE,
                       streamed_fit="..bal.streamed:fit_streamed"),
     "lbd": MethodSpec("lbd:LBD", **_POSITION),               # Lipschitz and Bernoulli decoupling, Chen et al. 2022
     # the ranker trained on the simulator's true labels (no warm-up)
