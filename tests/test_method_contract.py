@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ OWN: dict[str, dict[str, Any]] = {
             "discovery": {"ci_test": "fisherz", "n_sessions": 100, "n_bootstrap": 0, "max_depth": 1}},
 }
 RUN_STAGES = tuple(s for s in STAGES if s.name != "report")   # the report's figures are no part of a method's contract
+PREFIX = RUN_STAGES[:[s.name for s in RUN_STAGES].index("train")]
 DOMAINS: dict[str, tuple[Any, ...]] = {"train.loss": TRAIN_LOSSES, "ranker.backbone": BACKBONES,
                                        "train.streaming": (False, True), "train.processes": (False, True)}
 
@@ -73,14 +75,24 @@ def tmp(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("contract")
 
 
+@pytest.fixture(scope="module")
+def shared_log(tmp, dask_client) -> Path:
+    """The one log every method trains on: a run directory through the stages before train (ingest, featurize,
+    preprocess, split — none depends on the method), which each method's run starts from a copy of."""
+    cfg = config_from_dict(run_config(tmp, "naive") | {"name": "shared"})
+    return run_pipeline(cfg, client=dask_client, stages=PREFIX).run_dir
+
+
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_a_method_fits_exports_loads_scores_as_its_run_and_resumes_without_work(method, tmp, dask_client,
+def test_a_method_fits_exports_loads_scores_as_its_run_and_resumes_without_work(method, tmp, shared_log, dask_client,
                                                                                  one_torch_thread):
     needs_extra(method)
     cfg = config_from_dict(run_config(tmp, method))
+    shutil.copytree(shared_log, cfg.resolved_run_dir, ignore=shutil.ignore_patterns(L.CONFIG_FILE))
     run = run_pipeline(cfg, client=dask_client, stages=RUN_STAGES).run_dir
     for stage in RUN_STAGES:
         assert (run / "stages" / f"{stage.name}.json").is_file(), stage.name
+    assert (run / L.RANKER_DIR).is_dir() and (run / L.HISTORY).is_file()
 
     # export, load through the registry, score the test queries: the run's own scores, row for row, bit for bit
     theirs = pd.read_parquet(run / L.TEST_SCORES)
