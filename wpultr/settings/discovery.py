@@ -97,7 +97,7 @@ class DiscoveryConfig:
     click_knots: int = 5                   # hybrid: spline knots per numeric variable of the click model
     # a page feature with less of its variance within (query, document) pairs has no within-document click test
     # (no edge into click) and is not corrected: its effect cannot be told from relevance (bal/separability; 0 tests
-    # and corrects every feature). Was bal.min_within_document_share
+    # and corrects every feature; the key moved here from `bal`: config.MOVED_KEYS)
     min_within_document_share: float = 0.05
     near_deterministic: float = 0.9        # d(B | A) from which B counts as a proxy of A (near_determinism)
     alpha: float = 0.05

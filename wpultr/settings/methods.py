@@ -70,9 +70,9 @@ class MethodSpec:
     click model it fits itself from its history (σ(u)·σ(v): "bal"); None when it has none or its bias.json's
     propensities give a position-based one. `streamed_fit`: "module:function" (relative to wpultr.methods, like
     `target`; `streamed_fit(name)` imports it) that fits the method from the partitions when `train.streaming` is on,
-    preparing its own rows — the train stage calls `function(sessions_path, valid, cfg, run)` and gets back
-    `(MethodResult, identifiability record, rows trained on)`; None: the shared streaming trainer feeds its ranker
-    step (methods/training/distributed.fit_streamed).
+    preparing its own rows — the train stage calls `function(sessions_path, valid, cfg, run_root)` and gets back
+    `(FitResult, identifiability report)`; None: the shared streaming trainer feeds its ranker step
+    (methods/training/distributed.fit_streamed).
     """
 
     target: str                              # "module:Class" relative to wpultr.methods, imported on first use
