@@ -80,6 +80,7 @@ def test_two_ranks_train_the_one_process_model(logs):
 @pytest.mark.e2e
 def test_two_ranks_streaming_partitions_train_the_one_process_model(logs, tmp_path):
     parts = tmp_path / "parts"
+    parts.mkdir()
     writer = SessionPartitionWriter(parts, 0, 200)
     writer.write(to_arrow(logs.sessions.sort_values(SESSION_ID, kind="stable")))
     writer.close()

@@ -52,10 +52,10 @@ def build_ranker(cfg: Any, train: Any) -> Ranker:
     name = cfg.ranker.backbone
     if BACKBONES[name].boosts:   # a booster has no parameters for the shared trainer: its methods boost it
         from ..settings.methods import METHODS
-        boosting = [m for m, s in METHODS.items() if name in s.backbones]
+        boosting = sorted(m for m, s in METHODS.items() if name in s.backbones)
         raise ConfigError(f"ranker.backbone: {name!r} trains with train.method {' or '.join(map(repr, boosting))} "
                           f"only, got train.method {cfg.train.method!r}; use a backbone of "
-                          f"{', '.join(repr(n) for n in BUILDERS)} for it")
+                          f"{', '.join(repr(n) for n in BACKBONES if n in BUILDERS)} for it")
     torch.manual_seed(cfg.seed)
     return BUILDERS[name](cfg.ranker, train)
 
