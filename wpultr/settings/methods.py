@@ -32,6 +32,11 @@ class BackboneSpec:
     reads_tokens: bool = False   # scores the query and document tokens (BERT), not the dense features
     document_only: bool = False  # scores a document by its doc_id alone (one learned score per document)
 
+    @property
+    def reads_features(self) -> bool:
+        """Scores the dense feature vector (`features`, lexical ones made from tokens when a log has none)."""
+        return not (self.reads_tokens or self.document_only)
+
 
 LOSSES: dict[str, LossSpec] = {
     "pointwise": LossSpec(),                                   # σ(score) fitted to clicks, row by row
