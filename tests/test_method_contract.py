@@ -29,8 +29,6 @@ from wpultr.rankers.registry import load_ranker
 from wpultr.rundir import layout as L
 from wpultr.settings.methods import EXTRAS, METHODS, supported
 
-pytestmark = pytest.mark.e2e
-
 # one small log for every method: 30 queries, 300 sessions, every page feature of the default world
 SIM = {"n_queries": 30, "n_sessions": 300, "n_annotated_queries": 16}
 BOOSTER = {"rounds": 5, "rounds_per_epoch": 3, "min_data_in_leaf": 2, "num_threads": 1}
@@ -83,6 +81,7 @@ def shared_log(tmp, dask_client) -> Path:
     return run_pipeline(cfg, client=dask_client, stages=PREFIX).run_dir
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_a_method_fits_exports_loads_scores_as_its_run_and_resumes_without_work(method, tmp, shared_log, dask_client,
                                                                                  one_torch_thread):
