@@ -156,7 +156,7 @@ BAD: dict[str, typing.Any] = {
     "prs.weighting": "dcg", "prs.clip": 0.0, "ranker.lightgbm.distributed": "yes",
     "bal.graph": "learned", "bal.features": [], "bal.estimator_rows": 0, "bal.graph_bootstrap": -1,
     "bal.pair_weights": "none", "bal.cpu_threads": 0,
-    "bal.min_within_document_share": 1.0,
+    "discovery.min_within_document_share": 1.0,
     "bal.click_model.form": "linear", "bal.click_model.hidden": [0], "bal.click_model.embedding_dim": 0,
     "bal.click_model.epochs": 0, "bal.click_model.learning_rate": 0.0, "bal.click_model.batch_size": 0,
     "bal.click_model.max_rows": 0, "bal.click_model.document_effects": "yes", "bal.click_model.document_ridge": 0.0,
@@ -243,6 +243,8 @@ def test_each_method_has_its_own_validated_section_and_an_old_baselines_key_says
     assert config_from_dict({"ranker": {"lightgbm": {"rounds": 7}}}).ranker.lightgbm == LightGBMConfig(rounds=7)
     assert config_from_dict({"dla": {"max_weight": 5}}).dla.max_weight == 5.0
     for old, new in MOVED_KEYS.items():
+        if not old.startswith("baselines."):
+            continue                   # a key moved out of a section that still exists: test_separability
         with pytest.raises(ConfigError) as err:
             config_from_dict({"baselines": {old.split(".", 1)[1]: 1}})
         assert str(err.value) == f"{old}: moved to {new} (the baselines section is split per method)"
@@ -381,7 +383,7 @@ def test_sizes_beyond_export_and_this_machine_are_refused_at_load(tmp_path, over
 
 
 def test_the_config_bounds_are_the_ones_a_saved_ranker_is_checked_against():
-    from wpultr import config as C
+    from wpultr.settings import ranker as C
     from wpultr.rankers import bert, mlp
     assert mlp.MLPRanker.ARGS["hidden"].high == C.MAX_WIDTH and mlp.MLPRanker.ARGS["hidden"].max_items == C.MAX_LAYERS
     assert bert.BERT_CONFIG_ARGS["hidden_size"].high == C.MAX_BERT_HIDDEN
@@ -418,7 +420,7 @@ def test_page_features_are_parsed_once_where_the_data_section_is_set():
              for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
              == "page_features_from_config"]
-    assert calls == ["config.py"]
+    assert calls == ["settings/data.py"]
 
 
 def test_a_run_directory_written_before_the_baselines_split_still_loads(tmp_path):

@@ -17,6 +17,7 @@ from wpultr.errors import ConfigError, WpultrError
 from wpultr.rankers.registry import load_ranker
 from wpultr.io.tables import SessionPartitionWriter, to_arrow
 from wpultr.methods.naive import Naive
+from wpultr.methods.training.ranks import keep_rank_logs
 from wpultr.methods.training.distributed import click_normaliser, fit_data_parallel, fit_streamed, shard, shard_masking
 from wpultr.methods.training.streaming import PartitionSessions, streaming_ranker
 from wpultr.methods.training.trainer import SessionLists, batches, build_ranker, list_scores
@@ -78,11 +79,19 @@ def test_two_ranks_train_the_one_process_model(logs):
 
 @pytest.mark.e2e
 def test_two_ranks_streaming_partitions_train_the_one_process_model(logs, tmp_path):
-    writer = SessionPartitionWriter(tmp_path, 0, 200)
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    writer = SessionPartitionWriter(parts, 0, 200)
     writer.write(to_arrow(logs.sessions.sort_values(SESSION_ID, kind="stable")))
     writer.close()
-    one = fit_streamed(tmp_path, logs.annotations, config("listwise", 1, streaming=True))
-    two = fit_streamed(tmp_path, logs.annotations, config("listwise", 2, streaming=True))
+    with keep_rank_logs(tmp_path / "one"):
+        one = fit_streamed(parts, logs.annotations, config("listwise", 1, streaming=True))
+    with keep_rank_logs(tmp_path / "two"):
+        two = fit_streamed(parts, logs.annotations, config("listwise", 2, streaming=True))
+    # two ranks ran, each leaving its log; one process starts none (a fit that quietly ran in one would leave none)
+    assert not (tmp_path / "one").exists()
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["rank0.log", "rank1.log"]
+    # and together they learned the one-process model
     assert_same_model(one, two, skip={"net.2.bias"})   # listwise: blind to a shift of the scores (test_streaming)
 
 

@@ -108,6 +108,16 @@ def test_every_train_loss_is_in_the_one_table_and_no_name_is_defined_twice():
         click_loss("lambdarank", SCORES, CLICKS, MASK)
 
 
+def test_the_torch_free_loss_table_is_the_click_losses_table():
+    """`train.loss` is validated without torch (settings.methods.LOSSES, config.TRAIN_LOSSES from it): the same names,
+    in the same order, as the losses that implement them, and a booster-only loss is one with no form over list
+    tensors."""
+    from wpultr.settings.methods import LOSSES
+    assert tuple(LOSSES) == TRAIN_LOSSES == tuple(CLICK_LOSSES)
+    assert {n for n, spec in LOSSES.items() if spec.boosted_only} == {n for n, c in CLICK_LOSSES.items()
+                                                                      if c.naive is None}
+
+
 # pointwise weighted is IPW's target c·ω (lists only): a booster has no such form
 @pytest.mark.parametrize("name, weighted", [("pointwise", False), ("listwise", False), ("listwise", True)])
 def test_the_numpy_form_is_the_torch_form_summed(name, weighted):

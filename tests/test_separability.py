@@ -56,6 +56,20 @@ def test_a_media_type_fixed_per_document_is_set_aside_and_one_varying_by_impress
     assert recorded["set_aside"] == ["media_type"] and recorded["within_document_share"]["media_type"] == 0.0
 
 
+def test_bals_training_rows_record_what_separability_measures_one_column_at_a_time():
+    """BAL's rows, built one page feature at a time (bal/rows.py, out of core), run `separability`'s own check
+    (SeparabilityCheck), not a copy of it: the same shares and set-aside features as the frame's."""
+    from wpultr.bal.rows import TrainingRows
+    logs = _logs(1.0)
+    run = RunConfig()
+    run.train.method, run.bal.graph = "bal", "all_features"
+    built = TrainingRows.build(logs, run).separable
+    assert built.to_dict() == separability(logs, run.data.parsed_page_features, 0.05).to_dict()
+    assert built.set_aside == ("media_type",)
+    run.discovery.min_within_document_share = 0.0
+    assert not TrainingRows.build(logs, run).separable.checked
+
+
 def test_nothing_is_set_aside_without_doc_ids_or_with_the_check_off():
     logs = _logs(1.0)
     off = separability(logs, BAIDU_PAGE_FEATURES, 0.0)
@@ -64,10 +78,19 @@ def test_nothing_is_set_aside_without_doc_ids_or_with_the_check_off():
     assert not blind.checked and blind.set_aside == () and "doc_id" in blind.reason
 
 
-def test_min_within_document_share_is_validated():
-    with pytest.raises(ConfigError, match="bal.min_within_document_share"):
-        config_from_dict({"bal": {"min_within_document_share": 1.0}})
-    assert config_from_dict({"bal": {"min_within_document_share": 0}}).bal.min_within_document_share == 0
+def test_min_within_document_share_is_discoverys_and_the_old_bal_key_still_loads_with_a_note(caplog):
+    """Issue 46: the click tests' threshold is a discovery setting; `bal.min_within_document_share` is read there
+    through config.MOVED_KEYS, with a note, and both given differently is one error naming both."""
+    with pytest.raises(ConfigError, match="discovery.min_within_document_share"):
+        config_from_dict({"discovery": {"min_within_document_share": 1.0}})
+    assert config_from_dict({"discovery": {"min_within_document_share": 0}}).discovery.min_within_document_share == 0
+    assert not hasattr(config_from_dict({}).bal, "min_within_document_share")
+    with caplog.at_level("WARNING", logger="wpultr.config"):
+        old = config_from_dict({"bal": {"min_within_document_share": 0.2}})
+    assert old.discovery.min_within_document_share == 0.2
+    assert "bal.min_within_document_share moved to discovery.min_within_document_share" in caplog.text
+    with pytest.raises(ConfigError, match=r"^bal.min_within_document_share: moved to discovery\..*both are given"):
+        config_from_dict({"bal": {"min_within_document_share": 0.2}, "discovery": {"min_within_document_share": 0.1}})
 
 
 def test_a_report_without_a_feature_no_longer_corrects_it_but_keeps_it_as_a_conditioning_parent():

@@ -1,12 +1,12 @@
 """One validated config describes a whole run (allRank's habit): dataclasses with defaults.
 
-Every section is a dataclass that checks its own keys when it is built (`__post_init__`, raising
-ConfigError with the dotted key from its `KEY` and the allowed values); the sections of other
-packages (`data.simulate`, `discovery`, `bal`) do the same in their own modules. This module only
-composes them, checks what spans sections (RunConfig), and reads YAML: `load_config(path)` parses it
-with the safe loader, bounded in nesting and alias expansion (`safe_yaml`), rejects unknown keys and wrong types,
-and checks what the run asks of this machine (`check_machine`); `to_dict` gives back the resolved config written
-beside a run, `changed_keys` what differs between two in what they compute (`cluster.*` aside).
+Every section is a dataclass in `wpultr/settings/` (one module per section) that checks its own keys when it
+is built (`__post_init__`, raising ConfigError with the dotted key from its `KEY` and the allowed values). This
+module only composes them, checks what spans sections (RunConfig), migrates moved keys (MOVED_KEYS) and reads
+YAML: `load_config(path)` parses it with the safe loader, bounded in nesting and alias expansion (`safe_yaml`),
+rejects unknown keys and wrong types, and checks what the run asks of this machine (`check_machine`); `to_dict`
+gives back the resolved config written beside a run, `changed_keys` what differs between two in what they compute
+(`cluster.*` aside).
 
 Paths (`data.train`, `data.annotations`, `data.simulate.letor_path`, `ranker.bert.path`, `run_dir`):
 a relative path written in a YAML config file is relative to that file's directory, so
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import os
 import re
 import string
@@ -30,238 +31,42 @@ from typing import Any, ClassVar, Literal, Mapping
 
 import yaml
 
-from .errors import ConfigError, SchemaError, brief, cut, require
-from .schema import BAIDU_PAGE_FEATURES, EMBEDDING_PAGE_FEATURES, PageFeature, page_features_from_config
+from .errors import ConfigError, brief, cut, require
+from .rundir.safe_yaml import MAX_YAML_DEPTH, MAX_YAML_NODES, safe_yaml
 from .settings.bal import BalConfig
-from .settings.checks import finite as _finite, int_at_least as _int_at_least, int_in as _int_in
+from .settings.checks import int_at_least as _int_at_least
+from .settings.cluster import ClusterConfig
+from .settings.data import SOURCES, DataConfig
 from .settings.discovery import DiscoveryConfig
 from .settings.dla import DLAConfig
+from .settings.evaluation import EvalConfig
 from .settings.identifiability import IdentifiabilityConfig
 from .settings.lbd import LBDConfig
-from .settings.lightgbm import LightGBMConfig
-from .settings.methods import DEFAULT_BACKBONE, DEFAULT_LOSS, METHODS, check_installed, check_supported
+from .settings.methods import BACKBONES as BACKBONE_SPECS, LOSSES, METHODS, WHOLE_PAGE, check_supported
 from .settings.pairwise import PairwiseConfig
 from .settings.pairwise_debias import PairwiseDebiasConfig
 from .settings.propensity import PropensityConfig
 from .settings.prs import PRSConfig
+from .settings.ranker import (BACKBONES, BERT_SPECIAL_TOKENS, MAX_LAYERS, MAX_WIDTH, BertConfig, RankerConfig,
+                              bert_training_bytes, head_training_bytes)
 from .settings.regression_em import RegressionEMConfig
-from .settings.embeddings import EmbeddingsConfig
-from .settings.simulate import SimulateConfig
+from .settings.train import TRAIN_LOSSES, TrainConfig
 from .settings.xgboost import XGBoostConfig
-from .rundir.safe_yaml import MAX_YAML_DEPTH, MAX_YAML_NODES, safe_yaml
 from .storage import check_url, is_url, normalised, working_copy_dir
 
-__all__ = ["BERT_SPECIAL_TOKENS", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
-           "EvalConfig", "MOVED_KEYS", "RankerConfig", "RunConfig", "TrainConfig", "changed_keys", "check_machine",
-           "config_from_dict", "dump_config", "from_mapping", "load_config", "parse_overrides", "read_yaml_mapping",
-           "results_config", "safe_yaml", "set_dotted", "to_dict", "MAX_YAML_DEPTH", "MAX_YAML_NODES"]
+__all__ = ["BACKBONES", "BERT_SPECIAL_TOKENS", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
+           "EvalConfig", "MAX_LAYERS", "MAX_WIDTH", "MOVED_KEYS", "RankerConfig", "RunConfig", "SOURCES",
+           "TRAIN_LOSSES", "TrainConfig", "bert_training_bytes", "changed_keys", "check_machine", "config_from_dict",
+           "dump_config", "from_mapping", "head_training_bytes", "load_config", "parse_overrides",
+           "read_yaml_mapping", "results_config", "safe_yaml", "set_dotted", "to_dict", "MAX_YAML_DEPTH",
+           "MAX_YAML_NODES"]
 
-BERT_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask", "unk")   # ids a BERT checkpoint's vocabulary must give
 MAX_NAME_LENGTH = 128
-# What a saved ranker may declare (rankers.mlp / rankers.bert check a loaded config.json against the same numbers),
-# so a run never trains what export, evaluate and score would refuse.
-MAX_WIDTH = 65_536                     # width of one hidden layer (an MLP head's, BERT's intermediate size)
-MAX_LAYERS = 32                        # hidden layers of an MLP head
-MAX_TOKENS = 8192                      # tokens per (query, document) input of BERT
-MAX_BERT_HIDDEN = 8192                 # a BERT encoder's hidden size
-MAX_BERT_LAYERS = 96                   # a BERT encoder's layers
-MAX_BERT_HEADS = 256                   # a BERT encoder's attention heads
-TRAINING_BYTES_PER_PARAMETER = 16      # float32 weight, its gradient and Adam's two moments
 # A config is a few hundred values: YAML beyond MAX_YAML_NODES / MAX_YAML_DEPTH (rundir/safe_yaml.py) is refused.
 EXECUTION_SECTIONS = ("cluster",)      # where a run executes, not what it computes: a resume may change them
 RUN_DIR_FIELDS = ("name", "seed")                          # the placeholders run_dir may hold
-TRAIN_LOSSES = ("pointwise", "listwise", "lambdarank")    # train.loss; lambdarank: the LightGBM backbone only
-# ranker.backbone; embedding: one learned score per doc_id (rankers/embedding.py)
-BACKBONES = ("mlp", "bert", "lightgbm", "embedding")
-_HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)"
-_SCHEDULER = re.compile(rf"((tcp|tls|ws|wss|ucx)://)?{_HOST}:(?P<port>[0-9]{{1,5}})/?|inproc://\S+")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-_METRIC = re.compile(r"(DCG|ERR|nDCG)@[1-9][0-9]*|MAP")
-
-
-@dataclass
-class ClusterConfig:
-    KEY: ClassVar[str] = "cluster"
-
-    scheduler: str | None = None          # address of an existing Dask scheduler; None = LocalCluster
-    n_workers: int = 2
-    threads_per_worker: int = 1
-    memory_limit: str = "4GiB"            # per LocalCluster worker: a size ("4GiB", "500MB") or "auto"
-    connect_timeout: float = 10.0         # seconds to reach `scheduler` before giving up
-    no_worker_timeout: float = 60.0       # seconds a stage may wait on a cluster with no workers
-    rank_workers: list[str] | None = None  # with `scheduler`: the workers (names or addresses) DDP ranks may run on
-    rank_resources: dict[str, float] | None = None  # with `scheduler`: what a rank's worker must hold, e.g. {GPU: 1}
-    worker_profiling: bool = False        # Dask's statistical profiler on the LocalCluster's workers (it samples every
-    #                                       thread's stack each 10 ms: about a sixth of an ingest's CPU); true for the
-    #                                       dashboard's profile page. An external cluster's workers keep their own
-    #                                       setting
-
-    def __post_init__(self) -> None:
-        k = self.KEY
-        require(self.scheduler is None or _scheduler_address(self.scheduler), f"{k}.scheduler",
-                "null (a LocalCluster) or a scheduler address: tcp://host:port, tls://host:port, host:port "
-                "or inproc://…", self.scheduler)
-        require(_int_at_least(self.n_workers, 1), f"{k}.n_workers", "an integer >= 1", self.n_workers)
-        require(_int_at_least(self.threads_per_worker, 1), f"{k}.threads_per_worker", "an integer >= 1",
-                self.threads_per_worker)
-        require(self.memory_limit == "auto" or _size(self.memory_limit) > 0, f"{k}.memory_limit",
-                "a size such as '4GiB' or '500MB', or 'auto'", self.memory_limit)
-        require(_finite(self.connect_timeout, 0, low_open=True), f"{k}.connect_timeout", "a number of seconds > 0",
-                self.connect_timeout)
-        require(_finite(self.no_worker_timeout, 0, low_open=True), f"{k}.no_worker_timeout",
-                "a number of seconds > 0", self.no_worker_timeout)
-        require(self.rank_workers is None or (isinstance(self.rank_workers, list) and self.rank_workers
-                                               and all(isinstance(w, str) and w for w in self.rank_workers)),
-                f"{k}.rank_workers", "null or a list of Dask worker names or addresses", self.rank_workers)
-        require(self.rank_resources is None or (isinstance(self.rank_resources, dict) and all(
-            isinstance(n, str) and _finite(v, 0, low_open=True) for n, v in self.rank_resources.items())),
-                f"{k}.rank_resources", "null or a mapping of Dask worker resource names to amounts > 0, e.g. {GPU: 1}",
-                self.rank_resources)
-
-
-def _scheduler_address(address: str) -> bool:
-    """`address` looks like a Dask scheduler address (checked by its form only: no network call)."""
-    match = _SCHEDULER.fullmatch(address.strip())
-    return bool(match) and (match.group("port") is None or 1 <= int(match.group("port")) <= 65535)
-
-
-def _size(text: Any) -> int:
-    """Bytes of a size string ('4GiB'); 0 when it is not one."""
-    from dask.utils import parse_bytes      # here: the config (and the rankers that read its bounds) load without Dask
-    try:
-        return int(parse_bytes(text)) if isinstance(text, str) else 0
-    except (ValueError, TypeError):
-        return 0
-
-
-SOURCES = ("simulate", "baidu", "baidu_embeddings", "parquet")   # data.source: where the sessions come from
-_BAIDU_DEFAULT_PAGE_FEATURES = {f.name: f.kind.value for f in BAIDU_PAGE_FEATURES}
-
-
-@dataclass
-class DataConfig:
-    KEY: ClassVar[str] = "data"
-
-    source: Literal[SOURCES] = "simulate"
-    train: list[str] = field(default_factory=list)        # files / globs of session logs
-    annotations: str | None = None                       # annotation file (Baidu) or table
-    heldout: list[str] = field(default_factory=list)      # baidu_embeddings: session files kept out of training,
-    #                                                       scored label-free (metrics.json "clicks"; study: part 0)
-    valid_fraction: float = 0.1                          # of annotated queries, held out for model selection
-    page_features: dict[str, str] = field(
-        default_factory=lambda: {f.name: f.kind.value for f in BAIDU_PAGE_FEATURES})
-    max_sessions: int | None = None                      # read at most this many sessions (None: all)
-    partition_rows: int = 200_000                        # rows per Parquet partition written by ingest
-    simulate: SimulateConfig = field(default_factory=SimulateConfig)
-    embeddings: EmbeddingsConfig = field(default_factory=EmbeddingsConfig)
-    # source simulate: "unbiased" redraws every click with no bias (each shown result examined, clicked for its
-    # relevance: simulate/unbiased.py), the unbiased-click ceiling an experiment sets beside the debiasers
-    clicks: Literal["logged", "unbiased"] = "logged"
-
-    def __post_init__(self) -> None:
-        k = self.KEY
-        require(self.source in SOURCES, f"{k}.source", f"one of {', '.join(map(repr, SOURCES))}", self.source)
-        require(all(isinstance(t, str) and t.strip() for t in self.train), f"{k}.train",
-                "a list of non-empty file paths or globs", self.train)
-        require(self.source == "simulate" or bool(self.train), f"{k}.train",
-                f"at least one log path for source {self.source!r}", self.train)
-        require(self.annotations is None or (isinstance(self.annotations, str) and self.annotations.strip() != ""),
-                f"{k}.annotations", "null or a file path", self.annotations)
-        if self.source == "baidu_embeddings" and self.page_features == _BAIDU_DEFAULT_PAGE_FEATURES:
-            # the gzip logs' default names serp_max_show_height, which the embedding datasets do not carry
-            self.page_features = {f.name: f.kind.value for f in EMBEDDING_PAGE_FEATURES}
-        for source in ("baidu", "baidu_embeddings"):
-            require(self.source != source or self.annotations is not None, f"{k}.annotations",
-                    f"the annotation file for source {source!r}", self.annotations)
-        require(all(isinstance(t, str) and t.strip() for t in self.heldout), f"{k}.heldout",
-                "a list of non-empty file paths or globs", self.heldout)
-        require(not self.heldout or self.source == "baidu_embeddings", f"{k}.heldout",
-                "[] unless data.source is 'baidu_embeddings' (other sources hold sessions out with "
-                "evaluation.heldout_sessions)", self.heldout)
-        for key, path in ([(f"{k}.train", t) for t in self.train] + [(f"{k}.heldout", t) for t in self.heldout]
-                          + [(f"{k}.annotations", self.annotations)]):
-            if is_url(path):   # fsspec URL: a known protocol whose package is installed
-                check_url(path, key)
-        require(_finite(self.valid_fraction, 0.0, 1.0), f"{k}.valid_fraction", "in [0, 1)", self.valid_fraction)
-        require(self.max_sessions is None or _int_at_least(self.max_sessions, 1), f"{k}.max_sessions",
-                "null (every session) or an integer >= 1", self.max_sessions)
-        require(_int_at_least(self.partition_rows, 1), f"{k}.partition_rows", "an integer >= 1",
-                self.partition_rows)
-        require(self.clicks in ("logged", "unbiased"), f"{k}.clicks", "'logged' or 'unbiased'", self.clicks)
-        require(self.clicks == "logged" or self.source == "simulate", f"{k}.clicks",
-                "'logged' unless data.source is 'simulate' (unbiased clicks are drawn from the simulator's truth)",
-                self.clicks)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        """Setting `page_features` parses it, there and only there: every reader takes `parsed_page_features`."""
-        if name == "page_features":
-            try:
-                parsed = page_features_from_config(value, f"{self.KEY}.page_features")
-            except SchemaError as e:
-                raise ConfigError(str(e)) from None
-            object.__setattr__(self, "parsed_page_features", parsed)
-        object.__setattr__(self, name, value)
-
-    parsed_page_features: ClassVar[tuple[PageFeature, ...]]   # set with page_features (not a config key)
-
-    def declared_page_features(self) -> list[str]:
-        """Names of the declared page features."""
-        return [f.name for f in self.parsed_page_features]
-
-
-@dataclass
-class BertConfig:
-    KEY: ClassVar[str] = "ranker.bert"
-
-    path: str | None = None               # local config or checkpoint directory (never a hub name)
-    max_length: int = 64
-    freeze_encoder: bool = False
-    cache_embeddings: bool = False        # frozen encoder; each query-document encoded once, head trained on the cache
-    special_tokens: dict[str, int] | None = None   # pad/cls/sep/mask/unk ids of a checkpoint's vocabulary
-    # used only when `path` is None: a tiny config built in process, for tests and CPU demos
-    hidden_size: int = 32
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 2
-    intermediate_size: int = 64
-
-    def __post_init__(self) -> None:
-        k = self.KEY
-        require(self.path is None or (isinstance(self.path, str) and self.path.strip() != ""), f"{k}.path",
-                "null (a tiny encoder built in process) or a local directory", self.path)
-        # [CLS] q [SEP] t [SEP] a [SEP]: four special tokens and at least one query token
-        require(_int_in(self.max_length, 5, MAX_TOKENS), f"{k}.max_length", f"an integer in [5, {MAX_TOKENS}]",
-                self.max_length)
-        tokens = self.special_tokens
-        require(tokens is None or (set(tokens) == set(BERT_SPECIAL_TOKENS)
-                                   and all(_int_at_least(v, 0) for v in tokens.values())
-                                   and len(set(tokens.values())) == len(tokens)),
-                f"{k}.special_tokens", f"null or distinct ids >= 0 for exactly {', '.join(BERT_SPECIAL_TOKENS)}",
-                tokens)
-        for name, high in (("hidden_size", MAX_BERT_HIDDEN), ("num_hidden_layers", MAX_BERT_LAYERS),
-                           ("num_attention_heads", MAX_BERT_HEADS), ("intermediate_size", MAX_WIDTH)):
-            require(_int_in(getattr(self, name), 1, high), f"{k}.{name}", f"an integer in [1, {high}]",
-                    getattr(self, name))
-        require(self.hidden_size % self.num_attention_heads == 0, f"{k}.hidden_size",
-                f"a multiple of num_attention_heads ({self.num_attention_heads})", self.hidden_size)
-
-
-@dataclass
-class RankerConfig:
-    KEY: ClassVar[str] = "ranker"
-
-    backbone: Literal[BACKBONES] = DEFAULT_BACKBONE   # lightgbm: a booster (the methods whose spec says so)
-    head: list[int] = field(default_factory=lambda: [512, 256, 128])   # BAL §4.1: MLP 512-256-128
-    dropout: float = 0.1
-    bert: BertConfig = field(default_factory=BertConfig)
-    lightgbm: LightGBMConfig = field(default_factory=LightGBMConfig)
-
-    def __post_init__(self) -> None:
-        k = self.KEY
-        require(self.backbone in BACKBONES, f"{k}.backbone", f"one of {', '.join(map(repr, BACKBONES))}",
-                self.backbone)
-        require(len(self.head) <= MAX_LAYERS and all(_int_in(h, 1, MAX_WIDTH) for h in self.head), f"{k}.head",
-                f"a list of at most {MAX_LAYERS} layer widths in [1, {MAX_WIDTH}] (empty: a linear head)", self.head)
-        require(_finite(self.dropout, 0.0, 1.0), f"{k}.dropout", "in [0, 1)", self.dropout)
+log = logging.getLogger(__name__)
 
 
 def check_machine(cfg: "RunConfig", own_cluster: bool = True) -> "RunConfig":
@@ -282,11 +87,12 @@ def check_machine(cfg: "RunConfig", own_cluster: bool = True) -> "RunConfig":
         high = max(cores, default)
         require(value <= high, key, f"an integer in [1, {high}] (this machine's cores)", value)
     need, have = head_training_bytes(cfg.ranker.head), int(psutil.virtual_memory().total)
-    require(cfg.ranker.backbone == "lightgbm" or need <= have, "ranker.head", f"layer widths whose training state "
+    backbone = BACKBONE_SPECS[cfg.ranker.backbone]
+    require(backbone.boosts or need <= have, "ranker.head", f"layer widths whose training state "
             f"fits this machine's {have / 2 ** 30:.1f} GiB of memory (this head needs {need / 2 ** 30:.1f} GiB)",
             cfg.ranker.head)
     bert = cfg.ranker.bert
-    if cfg.ranker.backbone == "bert" and bert.path is None:    # a checkpoint's size is its own config's
+    if backbone.reads_tokens and bert.path is None:    # a checkpoint's size is its own config's
         need = bert_training_bytes(bert)
         require(need <= have, "ranker.bert", f"hidden_size, num_hidden_layers and intermediate_size whose training "
                 f"state fits this machine's {have / 2 ** 30:.1f} GiB of memory (hidden_size {bert.hidden_size}, "
@@ -294,85 +100,6 @@ def check_machine(cfg: "RunConfig", own_cluster: bool = True) -> "RunConfig":
                 f"{need / 2 ** 30:.1f} GiB)", f"{bert.hidden_size}/{bert.num_hidden_layers}/{bert.intermediate_size}")
     return cfg
 
-
-def bert_training_bytes(bert: BertConfig) -> int:
-    """Bytes the in-process BERT encoder's weights take in training (weights, gradients, Adam's moments): per layer
-    self-attention (4 h² + 4 h), the feed-forward pair (2 h i + i + h) and two layer norms (4 h), plus the position
-    embeddings; the token embeddings (vocabulary × h) aside, so this is a lower bound."""
-    h, i = bert.hidden_size, bert.intermediate_size
-    layer = 4 * h * h + 4 * h + 2 * h * i + i + h + 4 * h
-    return TRAINING_BYTES_PER_PARAMETER * (bert.num_hidden_layers * layer + (bert.max_length + 2) * h)
-
-
-def head_training_bytes(head: list[int]) -> int:
-    """Bytes an MLP head's weights take in training (weights, gradients, Adam's moments), its input layer aside."""
-    widths = [*head, 1]
-    return TRAINING_BYTES_PER_PARAMETER * sum(a * b + b for a, b in zip(widths, widths[1:]))
-
-
-@dataclass
-class TrainConfig:
-    KEY: ClassVar[str] = "train"
-
-    method: str = "naive"                 # a name of wpultr.settings.methods.METHODS
-    loss: Literal["pointwise", "listwise", "lambdarank"] = DEFAULT_LOSS   # lambdarank: LightGBM backbone only
-    epochs: int = 3
-    warmup_epochs: int = 0                # BAL §4.1 warm-up: naive click loss (+ masked LM for BERT)
-    mlm_probability: float = 0.15
-    mlm_weight: float = 1.0
-    select_metric: str = "DCG@10"         # validation metric that picks the epoch kept
-    batch_size: int = 256
-    learning_rate: float = 1e-3
-    weight_decay: float = 0.0
-    device: Literal["cpu", "cuda", "auto"] = "auto"
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"   # the ranker's passes (rankers/precision): auto is
-    #                                       bf16 on a CUDA device that supports it, fp32 elsewhere; fp16 (with a
-    #                                       gradient scaler) needs CUDA
-    streaming: bool = False               # batches streamed from the sessions' Parquet partitions
-    #                                       (methods/training/streaming; the methods whose spec says so,
-    #                                       settings.methods, with the mlp backbone)
-    processes: int = 1                    # > 1: data-parallel DDP ranks on loopback (methods/training/distributed;
-    #                                       the methods whose spec says so)
-
-    def __post_init__(self) -> None:
-        k = self.KEY
-        require(_int_at_least(self.processes, 1), f"{k}.processes", "an integer >= 1", self.processes)
-        require(self.method in METHODS, f"{k}.method", f"one of {', '.join(map(repr, sorted(METHODS)))}",
-                self.method)
-        check_installed(self.method)      # a method of an optional extra: the pip command when it is missing
-        require(self.loss in TRAIN_LOSSES, f"{k}.loss", ", ".join(map(repr, TRAIN_LOSSES)), self.loss)
-        require(_int_at_least(self.epochs, 1), f"{k}.epochs", "> 0", self.epochs)
-        require(_int_at_least(self.warmup_epochs, 0), f"{k}.warmup_epochs", ">= 0", self.warmup_epochs)
-        require(_finite(self.mlm_probability, 0.0, 1.0, low_open=True), f"{k}.mlm_probability", "in (0, 1)",
-                self.mlm_probability)
-        require(_finite(self.mlm_weight, 0.0), f"{k}.mlm_weight", "a finite number >= 0", self.mlm_weight)
-        require(isinstance(self.select_metric, str) and bool(_METRIC.fullmatch(self.select_metric)),
-                f"{k}.select_metric", "DCG@k, ERR@k or nDCG@k with k in evaluation.ks, or MAP", self.select_metric)
-        require(_int_at_least(self.batch_size, 1), f"{k}.batch_size", "> 0", self.batch_size)
-        require(_finite(self.learning_rate, 0.0, low_open=True), f"{k}.learning_rate", "a finite number > 0",
-                self.learning_rate)
-        require(_finite(self.weight_decay, 0.0), f"{k}.weight_decay", "a finite number >= 0", self.weight_decay)
-        require(self.device in ("cpu", "cuda", "auto"), f"{k}.device", "one of 'cpu', 'cuda', 'auto'", self.device)
-        require(self.precision in ("auto", "fp32", "bf16", "fp16"), f"{k}.precision",
-                "one of 'auto', 'fp32', 'bf16', 'fp16'", self.precision)
-        require(not (self.precision == "fp16" and self.device == "cpu"), f"{k}.precision",
-                "'auto', 'fp32' or 'bf16' with train.device 'cpu' ('fp16' needs a CUDA device)", self.precision)
-
-
-@dataclass
-class EvalConfig:
-    KEY: ClassVar[str] = "evaluation"
-
-    ks: list[int] = field(default_factory=lambda: [1, 3, 5, 10])
-    discover_graph: bool = True           # discover the click graph under the trained ranker (methods that learn none)
-    heldout_sessions: float = 0.0         # share of sessions the split stage holds out of training for the label-free
-                                          # click metrics (metrics.json "clicks"); 0: none, training as before
-
-    def __post_init__(self) -> None:
-        require(bool(self.ks) and all(_int_at_least(k, 1) for k in self.ks) and len(set(self.ks)) == len(self.ks),
-                f"{self.KEY}.ks", "a non-empty list of distinct cutoffs >= 1", self.ks)
-        require(_finite(self.heldout_sessions, 0.0, 0.5), f"{self.KEY}.heldout_sessions",
-                "a share of sessions in [0, 0.5)", self.heldout_sessions)
 
 
 @dataclass
@@ -426,24 +153,31 @@ class RunConfig:
             raise ConfigError("bal.graph: 'position' needs the page feature 'position' among bal.features")
         t = self.train
         check_supported(t.method, t.loss, self.ranker.backbone, t.streaming, t.processes, t.warmup_epochs)
-        if t.loss == "lambdarank" and self.ranker.backbone != "lightgbm":
-            raise ConfigError("train.loss: 'lambdarank' (LambdaMART's λ-gradients as the booster's objective) needs "
-                              "ranker.backbone 'lightgbm'; allowed values here: 'pointwise', 'listwise' (got backbone "
-                              f"{self.ranker.backbone!r})")
-        if self.train.streaming and self.ranker.backbone != "mlp":
-            raise ConfigError(f"ranker.backbone: train.streaming: true trains the 'mlp' backbone only (its "
-                              f"standardisation merges over partitions), got {self.ranker.backbone!r}; allowed values "
-                              "with streaming: 'mlp' (or set train.streaming: false)")
-        if self.ranker.backbone == "lightgbm" and self.train.processes > 1:   # (the embedding ranker's ranks
+        backbone = BACKBONE_SPECS[self.ranker.backbone]
+        if LOSSES[t.loss].boosted_only and not backbone.boosts:
+            boosters = [n for n, b in BACKBONE_SPECS.items() if b.boosts]
+            per_row = [n for n, loss in LOSSES.items() if not loss.boosted_only]
+            raise ConfigError(f"train.loss: {t.loss!r} (LambdaMART's λ-gradients as the booster's objective) needs "
+                              f"ranker.backbone {' or '.join(map(repr, boosters))}; allowed values here: "
+                              f"{', '.join(map(repr, per_row))} (got backbone {self.ranker.backbone!r})")
+        if self.train.streaming and not backbone.streams:
+            streams = [n for n, b in BACKBONE_SPECS.items() if b.streams]
+            listed = ", ".join(map(repr, streams))
+            raise ConfigError(f"ranker.backbone: train.streaming: true trains the {' or '.join(map(repr, streams))} "
+                              f"backbone only (its standardisation merges over partitions), got "
+                              f"{self.ranker.backbone!r}; allowed values with streaming: {listed} "
+                              "(or set train.streaming: false)")
+        if backbone.boosts and self.train.processes > 1:   # (the embedding ranker's ranks
             #   each read the whole table in memory, so each builds the one document vocabulary)
-            raise ConfigError(f"ranker.backbone: 'lightgbm' trains with lightgbm.dask on the run's cluster instead, "
-                              f"got train.processes {self.train.processes}; allowed values with train.processes > 1: "
-                              "'mlp', 'bert', 'embedding' (or set train.processes: 1)")
+            ranks = [n for n, b in BACKBONE_SPECS.items() if not b.boosts]
+            raise ConfigError(f"ranker.backbone: {self.ranker.backbone!r} trains with lightgbm.dask on the run's "
+                              f"cluster instead, got train.processes {self.train.processes}; allowed values with "
+                              f"train.processes > 1: {', '.join(map(repr, ranks))} (or set train.processes: 1)")
         if self.train.streaming and self.data.max_sessions is not None:
             raise ConfigError(f"data.max_sessions: must be null with train.streaming: true (every session of the "
                               f"partitions is streamed), got {self.data.max_sessions!r}; to train on a sample, add "
                               f"--set train.streaming=false (or drop data.max_sessions to stream them all)")
-        if self.train.method == "bal" and self.train.loss in ("listwise", "lambdarank") \
+        if METHODS[t.method].click_model == WHOLE_PAGE and LOSSES[t.loss].per_list \
                 and self.bal.click_model.form != "multiplicative":
             raise ConfigError(f"bal.click_model.form: BAL's {self.train.loss} ranker step (train.loss) divides each "
                               "click by the page's examination σ(v), which only the multiplicative form has; allowed "
@@ -600,8 +334,12 @@ def absolute_paths(cfg: RunConfig, base: str | Path | None = None) -> RunConfig:
 # ---------------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------------
-# The flat `baselines` section split per method (issue 33): old dotted key -> where it lives now.
+# Keys that moved: old dotted key -> where it lives now. The flat `baselines` section split per method (issue 33): a
+# user's config naming one fails with where it went (check_moved_keys), a saved run's is translated
+# (moved_keys_translated). A key moved out of a section that still exists (issue 46: the click tests' threshold is
+# discovery's) still loads where it lives now, with a note (moved_keys_read).
 MOVED_KEYS: dict[str, str] = {
+    "bal.min_within_document_share": "discovery.min_within_document_share",
     **{f"baselines.propensity_{k}": f"propensity.{k}" for k in ("source", "table", "clip")},
     **{f"baselines.{k}": f"propensity.{k}" for k in ("randomisation_sessions", "harvest_iterations")},
     **{f"baselines.rem_{k}": f"regression_em.{k}" for k in ("step_size", "sample_labels")},
@@ -612,6 +350,45 @@ MOVED_KEYS: dict[str, str] = {
         "eval_points", "distributed")},
     "baselines.pair_weighting": "prs.weighting", "baselines.prs_clip": "prs.clip",
 }
+
+
+def _pop_dotted(values: dict[str, Any], dotted: str) -> tuple[bool, Any]:
+    """(found, value) of `dotted` in the nested mapping `values`, removed from it when found."""
+    *parents, leaf = dotted.split(".")
+    node: Any = values
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or leaf not in node:
+        return False, None
+    return True, node.pop(leaf)
+
+
+def _get_dotted(values: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
+    node: Any = values
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def moved_keys_read(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with each key that moved out of a section that still exists read where it lives now, and a note on
+    stderr saying so; ConfigError when both places are given different values."""
+    out = copy.deepcopy(dict(values))
+    for old, new in MOVED_KEYS.items():
+        if old.startswith("baselines."):
+            continue
+        found, value = _pop_dotted(out, old)
+        if not found:
+            continue
+        present, current = _get_dotted(out, new)
+        if present and current != value:
+            raise ConfigError(f"{old}: moved to {new}, and both are given ({brief(value)} and {brief(current)}); "
+                              f"keep {new} only")
+        set_dotted(out, new, value)
+        log.warning("note: %s moved to %s (read there; rename it in the config)", old, new)
+    return out
 
 
 def check_moved_keys(values: Mapping[str, Any]) -> None:
@@ -660,8 +437,9 @@ def saved_config(path: str | Path) -> RunConfig:
 
 def config_from_dict(values: Mapping[str, Any] | None) -> RunConfig:
     """A validated RunConfig from a mapping, its relative paths made absolute against the working directory."""
-    check_moved_keys(values or {})
-    return absolute_paths(from_mapping(RunConfig, values or {}))
+    values = moved_keys_read(values or {})
+    check_moved_keys(values)
+    return absolute_paths(from_mapping(RunConfig, values))
 
 
 def read_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:

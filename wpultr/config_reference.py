@@ -8,8 +8,10 @@ import inspect
 import io
 import re
 import tokenize
+import types
+import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .errors import ConfigError
 from .tables import table
@@ -52,7 +54,16 @@ def _comments(cls: type) -> dict[str, str]:
     return {name: " ".join(t for t in texts if t) for name, texts in found.items()}
 
 
-def _allowed(annotation: Any) -> str:
+def _allowed(annotation: Any, resolved: Any = None) -> str:
+    """The allowed values as a person reads them: a Literal's values (a named tuple of them resolved, so `SOURCES`
+    reads as its values), else the type's name."""
+    if typing.get_origin(resolved) is Literal:
+        return " | ".join(map(str, typing.get_args(resolved)))
+    args = typing.get_args(resolved)
+    if typing.get_origin(resolved) in (typing.Union, types.UnionType) and type(None) in args and len(args) == 2:
+        inner = next(a for a in args if a is not type(None))
+        if typing.get_origin(inner) is Literal:
+            return _allowed(None, inner) + " | null"
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
     literal = re.fullmatch(r"Literal\[(.*)\](\s*\|\s*None)?", text)
     if literal:
@@ -76,6 +87,10 @@ def keys(cls: type | None = None, prefix: str = "") -> list[Key]:
         from .config import RunConfig
         cls = RunConfig
     comments = _comments(cls)
+    try:
+        hints = typing.get_type_hints(cls)
+    except (NameError, TypeError):    # an annotation this Python cannot evaluate: read as written
+        hints = {}
     out: list[Key] = []
     for f in dataclasses.fields(cls):
         default = _default(f)
@@ -83,7 +98,7 @@ def keys(cls: type | None = None, prefix: str = "") -> list[Key]:
         if dataclasses.is_dataclass(default):
             out += keys(type(default), f"{key}.")
             continue
-        out.append(Key(key, default, _allowed(f.type), comments.get(f.name, "")))
+        out.append(Key(key, default, _allowed(f.type, hints.get(f.name)), comments.get(f.name, "")))
     return out
 
 

@@ -49,7 +49,9 @@ from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
 from ..methods.base import FitResult
 from ..methods.losses import click_loss_named
 from ..methods.training.trainer import Trainer, build_ranker
+from ..rundir.epochs import GRAPH_EPOCH, is_graph_epoch
 from ..rankers.base import resolve_device
+from ..settings.methods import BACKBONES, LOSSES
 from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature
 from .click_model import ClickModel, examination_table, page_inputs, ranker_loss, skipped_irrelevance
 from .cpu_threads import torch_threads
@@ -93,7 +95,8 @@ def fixed_graph(kind: str, features: Sequence[PageFeature]) -> DiscoveredGraph:
 def scoring_rows(config: "RunConfig") -> int:
     """Rows scored per forward pass when r̂ is computed for every shown result: large for the MLP (a few
     thousand calls instead of a million rows' worth of small ones), the training batch × 8 for BERT."""
-    return config.train.batch_size * 8 if config.ranker.backbone == "bert" else max(config.train.batch_size * 8, 16384)
+    batch = config.train.batch_size * 8
+    return batch if BACKBONES[config.ranker.backbone].reads_tokens else max(batch, 16384)
 
 
 def click_model_rows(n_rows: int, max_rows: int | None, seed: int) -> np.ndarray:
@@ -120,9 +123,9 @@ def click_side_weights(loss: str, pair_weights: str, weights: np.ndarray, page_l
     """What each click weighs in a click-reweighting ranker step (`train.loss` listwise or lambdarank): the click's
     ω = w/σ(v) (`listwise_click_weights`; lambdarank with `bal.pair_weights` click or both), its importance weight
     w alone (skip: the skipped side carries the page's bias) or 1 (posterior: the skipped side carries all of it)."""
-    if loss == "lambdarank" and pair_weights == "posterior":
+    if LOSSES[loss].boosted_only and pair_weights == "posterior":
         return np.ones(len(weights))
-    if loss == "lambdarank" and pair_weights == "skip":
+    if LOSSES[loss].boosted_only and pair_weights == "skip":
         return np.asarray(weights, np.float64)
     return listwise_click_weights(weights, page_logits, max_weight)
 
@@ -167,7 +170,7 @@ class BAL:
         if config.train.processes > 1:       # DDP ranks, each scoring, weighting and stepping on its share
             from ..methods.training.distributed import fit_data_parallel
             return fit_data_parallel(train, valid, config)
-        if config.ranker.backbone == "lightgbm":
+        if BACKBONES[config.ranker.backbone].boosts:
             trainer = self.booster_trainer(train, valid, config)
             trainer.warm_up()
         else:
@@ -229,7 +232,7 @@ class BAL:
         the graph and the influence estimators and sends them to the others (`on_rank0`), the scores are each
         rank's share summed over the ranks, and the click model and the ranker step as DDP."""
         features, kinds, n_categories, separable = rows.features, rows.kinds, rows.n_categories, rows.separable
-        boosted = config.ranker.backbone == "lightgbm"
+        boosted = BACKBONES[config.ranker.backbone].boosts
         once: Callable[[Callable[[], Any]], Any] = lambda fit: fit()   # noqa: E731
         if ranks is not None:
             from ..methods.training.distributed import on_rank0 as once
@@ -262,8 +265,8 @@ class BAL:
                 cm_stats["examination"] = examination_table(click_model, r, page_logits, weights, rows)  # + intervals
                 cm_stats["examination_by_position"] = examination_by_position(cm_stats["examination"])
                 clock.lap("click_model")
-            reweighted = config.train.loss in ("listwise", "lambdarank")    # a click-reweighting ranker step
-            lambdarank, pair_weights = config.train.loss == "lambdarank", config.bal.pair_weights  # (a booster's)
+            reweighted = LOSSES[config.train.loss].per_list          # a click-reweighting ranker step
+            lambdarank, pair_weights = LOSSES[config.train.loss].boosted_only, config.bal.pair_weights  # a booster's
             skip = None
             if lambdarank and pair_weights != "click":
                 skip = skipped_irrelevance(click_model.relevance_logits(r, page_logits, rows.clicks, weights,
@@ -287,7 +290,7 @@ class BAL:
                                                                b.extras[WEIGHTS], b.mask), extras)
             clock.lap("ranker")
             graphs.append(graph)
-            trainer.record(len(trainer.history), {**stats, **cm_stats}, time.perf_counter() - start, phase="bal",
+            trainer.record(len(trainer.history), {**stats, **cm_stats}, time.perf_counter() - start, phase=GRAPH_EPOCH,
                            bal_epoch=k, biases=biases.to_dict(), weights=weight_info, step_seconds=clock.laps,
                            graph_edges=[f"{e.source} {e.arrow()} {e.target}" for e in graph.edges])
         ranker = trainer.finish()
@@ -297,7 +300,7 @@ class BAL:
                 "separability": separable.to_dict(),
                 "epochs": [{"epoch": e["bal_epoch"], "biases": e["biases"], "weights": e["weights"],
                             "examination_by_position": e["train"].get("examination_by_position")}
-                           for e in trainer.history if e.get("phase") == "bal"]}
+                           for e in trainer.history if is_graph_epoch(e)]}
         return FitResult(ranker, trainer.history, bias, graphs)
 
     # ----------------------------------------------------------------------------------------
@@ -327,11 +330,11 @@ class BAL:
         irrelevance.
         """
         from ..methods.losses import boosted as obj
-        if loss == "lambdarank":
+        if LOSSES[loss].boosted_only:                   # LambdaMART's λ-gradients
             order = trainer.in_dataset_order
             return trainer.boost(*trainer.lambda_objective(order(np.asarray(weights, np.float64)),
                                                            None if skip is None else order(skip)))
-        if loss == "listwise":
+        if LOSSES[loss].per_list:                       # the IPW softmax over each session
             omega, c, sizes = (trainer.in_dataset_order(np.asarray(weights, np.float64)), trainer.clicks,
                                trainer.group_sizes)
             step = click_loss_named(loss)
@@ -360,8 +363,7 @@ class BAL:
             return fixed_graph(config.bal.graph, features), None
         d = replace(config.discovery, n_bootstrap=config.bal.graph_bootstrap)
         result = discover(nodes.iloc[rows.kci].reset_index(drop=True), features, d, client=client,
-                          seed=discovery_seed(config), click_nodes=rows.click_frame(nodes), reuse=reuse,
-                          min_within_document_share=config.bal.min_within_document_share)
+                          seed=discovery_seed(config), click_nodes=rows.click_frame(nodes), reuse=reuse)
         graph = result.graph
         graph.meta["sample"] = {**graph.meta.get("sample", {}), "n_sessions_requested": d.n_sessions,
                                 "stratified": d.stratify, "rows_per": "one displayed result per sampled session",

@@ -23,7 +23,7 @@ from ..schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, 
     query_document_pairs
 from .column_sources import ColumnSource, as_column_source
 from .node_columns import NodeColumns
-from .separability import Separability, unchecked, within_document_share
+from .separability import Separability, SeparabilityCheck
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -146,27 +146,24 @@ class TrainingRows:
             del pairs
         nodes.add(RAW_POSITION, docs[POSITION].to_numpy())
         del docs
-        threshold = config.bal.min_within_document_share
-        separable = unchecked(threshold, codes is not None)
-        shares: dict[str, float] = {}
+        separable = SeparabilityCheck(config.discovery.min_within_document_share, codes)
         encoders: dict[str, Any] = {}
         for f in features:                                            # one feature's columns at a time
             frame = source.load([SESSION_ID, POSITION, f.name] if f.kind is FeatureKind.ORDINAL else [f.name])
             encoder = PageFeatureEncoder((f,), config.discovery.preprocess).fit(frame, spans=spans)
             encoders[f.name] = encoder.encoders_[f.name]
-            if separable is None:
-                shares[f.name] = within_document_share(codes, frame[f.name].to_numpy(),
-                                                       f.kind is FeatureKind.CATEGORICAL)
+            separable.add(f, frame[f.name].to_numpy())
             nodes.add_all(encoder.transform_columns(frame, drop=True))
             del frame
         del codes
+        separable.pairs = None                                        # the codes' memory goes with them
         nodes.set_scores(np.zeros(n, np.float32))                     # r̂: replaced every epoch
         nodes.add(CLICK, source.load([CLICK])[CLICK].to_numpy(np.float32))
         return cls(features, {f.name: f.kind.value for f in features},
                    {name: len(enc.vocabulary_) + 1 for name, enc in encoders.items()
                     if isinstance(enc, CategoricalEncoder)},
                    nodes, graph_rows, document_effects,
-                   Separability(shares, threshold) if separable is None else separable)
+                   separable.result())
 
     @property
     def clicks(self) -> np.ndarray:

@@ -221,8 +221,7 @@ def discover_command(
             fit_page_encoder(sessions, features, cfg.discovery.preprocess, encoder_dir, client)
             typer.echo(f"fitted page-feature encoder: {encoder_dir}")
         result = discover_epoch(sessions, scores, features, cfg.discovery, out, epoch, encoder_dir=encoder_dir,
-                                client=client, seed=cfg.seed,
-                                min_within_document_share=cfg.bal.min_within_document_share)
+                                client=client, seed=cfg.seed)
     if not any(is_run_dir(parent) for parent in target.parents):   # in a run directory its marker proves it
         record(target, DISCOVER)
     typer.echo(f"epoch {epoch}\n{to_text(result.graph)}")

@@ -24,7 +24,7 @@ from ..rundir.layout import BIASES_FILE, GRAPH_FILE, SAMPLE_FILE
 from ..schema import (CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, PageFeature, SchemaError,
                       query_document_pairs)
 from .biases import identify_biases
-from .discovery import (DEFAULT_MIN_SHARE, DiscoveryConfig, DiscoveryResult, discover, draw_discovery_sessions,
+from .discovery import (DiscoveryConfig, DiscoveryResult, discover, draw_discovery_sessions,
                         one_row_per_session)
 from .graph import epoch_dir
 from .within_document_ci import DOCUMENT_CODE
@@ -124,16 +124,14 @@ def click_nodes_of(whole: pd.DataFrame, encoder: PageFeatureEncoder) -> pd.DataF
 
 def discover_epoch(sessions_dir: str | Path, scores: str | Path, page_features: Sequence[PageFeature],
                    cfg: DiscoveryConfig, run_dir: str | Path, epoch: int, *, encoder_dir: str | Path,
-                   client: Any = None, seed: int = 0,
-                   min_within_document_share: float = DEFAULT_MIN_SHARE) -> DiscoveryResult:
-    """Sample, encode, run PC (+ bootstrap) and write epoch_<epoch>/{sample.parquet, biases.json, graph.json};
-    `min_within_document_share` is `bal.min_within_document_share` (a feature under it is not testable)."""
+                   client: Any = None, seed: int = 0) -> DiscoveryResult:
+    """Sample, encode, run PC (+ bootstrap) and write epoch_<epoch>/{sample.parquet, biases.json, graph.json}."""
     sample_seed = seed + cfg.seed_offset + epoch
     rows, whole = sample_rows(sessions_dir, scores, page_features, cfg, sample_seed)
     encoder = PageFeatureEncoder.load(encoder_dir)
     click_nodes = None if whole is None else click_nodes_of(whole, encoder)
     result = discover(_nodes(rows, encoder), page_features, cfg, client=client, seed=sample_seed,
-                      click_nodes=click_nodes, min_within_document_share=min_within_document_share)
+                      click_nodes=click_nodes)
     result.graph.meta["sample"] = {
         "n_rows": int(len(rows)), "n_sessions_requested": cfg.n_sessions, "stratified": cfg.stratify,
         "n_strata": cfg.n_strata, "n_queries": int(rows[QUERY_ID].nunique()), "seed": sample_seed,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -41,7 +41,6 @@ from causallearn.graph.GraphNode import GraphNode
 from causallearn.utils.PCUtils.BackgroundKnowledge import BackgroundKnowledge
 
 from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature, SchemaError
-from ..settings.bal import BalConfig
 from ..settings.discovery import DiscoveryConfig, validate_discovery_config
 from .click_ci import ClickCITest
 from .click_evidence import click_evidence, decide_per_graph
@@ -54,7 +53,6 @@ from .parallel_pc import PCRun, CITestSpec, p_values_without, parallel_pc, test_
 from .within_document_ci import DOCUMENT_CODE, within_document_share
 
 log = logging.getLogger(__name__)
-DEFAULT_MIN_SHARE = next(f.default for f in fields(BalConfig) if f.name == "min_within_document_share")
 
 
 def base_test_options(cfg: DiscoveryConfig) -> dict[str, Any]:
@@ -345,7 +343,7 @@ def _click_block(click_nodes: pd.DataFrame | None, sample: np.ndarray, wanted: l
 def untestable_features(click_rows: np.ndarray, documents: np.ndarray, names: Sequence[str], features: Sequence[str],
                         categorical: Sequence[int], min_share: float) -> dict[str, float]:
     """Each page feature's within-document share on the click rows; those under `min_share` cannot be tested
-    within documents (the separability rule, `bal.min_within_document_share`)."""
+    within documents (the separability rule, `discovery.min_within_document_share`)."""
     codes = np.unique(documents, return_inverse=True)[1].ravel()
     return {f: within_document_share(codes, click_rows[:, names.index(f)], names.index(f) in categorical)
             for f in features}
@@ -371,8 +369,7 @@ def _click_test_meta(cfg: DiscoveryConfig, within: bool, shares: dict[str, float
 
 def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: DiscoveryConfig, *,
              client: Any = None, seed: int = 0, timeout: float | None = None,
-             click_nodes: pd.DataFrame | None = None, reuse: ReusableTests | None = None,
-             min_within_document_share: float = DEFAULT_MIN_SHARE) -> DiscoveryResult:
+             click_nodes: pd.DataFrame | None = None, reuse: ReusableTests | None = None) -> DiscoveryResult:
     """PC over r̂, the page features and c (one row per sampled result), plus bootstrap stabilities.
 
     `nodes` holds the encoded columns: relevance_score, each page feature (categorical ones as
@@ -380,8 +377,8 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
     With `ci_test: hybrid`, `click_nodes` (the same columns plus session_id, every shown result of
     whole sessions) feeds the tests of edges into click; without it those tests use `nodes`. With a
     `DOCUMENT_CODE` column too (each row's (query, document) code) and `cfg.click_test: within_document`, a page
-    feature's click test compares impressions of the same document, and one with under `min_within_document_share`
-    of its variance within documents is not testable (no edge into click; `bal.min_within_document_share`).
+    feature's click test compares impressions of the same document, and one with under
+    `cfg.min_within_document_share` of its variance within documents is not testable (no edge into click).
     `timeout` (seconds) makes PC raise TimeoutError when passed (see `parallel_pc`).
     `reuse` (an earlier `DiscoveryResult.reusable_p_values()` on the SAME rows and seed, only r̂ changed)
     skips the tests it holds when the node order matches; it applies to the main run, not to resamples.
@@ -409,6 +406,7 @@ def discover(nodes: pd.DataFrame, page_features: Sequence[PageFeature], cfg: Dis
     if hybrid and cfg.click_test == "within_document" and documents is None:
         log.warning("discovery: the click rows carry no (query, document) codes (no doc_id): page-feature click "
                     "tests condition on r̂ instead of the document")
+    min_within_document_share = cfg.min_within_document_share
     shares = untestable_features(click_rows, documents, names, feature_names, categorical,
                                  min_within_document_share) if within else {}
     untestable = sorted(names.index(f) for f, share in shares.items() if share < min_within_document_share)

@@ -25,7 +25,7 @@ logs):
 * r̂ is constant within a document: the strata absorb it, so it takes no part here.
 
 `within_document_share` (the separability rule's measure) says how much of a feature varies within
-documents; one below `bal.min_within_document_share` is "not testable within documents".
+documents; one below `discovery.min_within_document_share` is "not testable within documents".
 """
 from __future__ import annotations
 

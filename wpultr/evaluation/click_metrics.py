@@ -30,11 +30,12 @@ from scipy.special import expit
 from ..io.parquet import column_names, read_table, sample_sessions
 from ..io.train_input import arrow_lists, read_sampled_sessions, training_columns
 from .metrics import CLICK_PROB_EPS, click_log_likelihood, click_perplexity
-from ..rundir.epochs import shipped
+from ..rundir.epochs import is_graph_epoch, shipped
 from ..rundir.files import RunDir, read_json
 from ..rundir.layout import BIAS, HISTORY, LEXICAL_STATE, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
 from ..rundir.tables import training_tables
 from ..schema import CLICK, DOC_ID, FEATURES, POSITION, SESSION_ID, SchemaError
+from ..settings.methods import METHODS, WHOLE_PAGE
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -99,7 +100,7 @@ def fit_logistic_calibration(clicks: np.ndarray, exam: np.ndarray, scores: np.nd
 def _bal_click_model(run_root: Path) -> dict[str, Any] | None:
     """α, β and the relative examination by position of the BAL epoch whose ranker step gave the saved ranker."""
     history = read_json(run_root / HISTORY).get("epochs", [])
-    bal = [e for e in history if e.get("phase") == "bal" and "relevance_scale" in e.get("train", {})]
+    bal = [e for e in history if is_graph_epoch(e) and "relevance_scale" in e.get("train", {})]
     if not bal:
         return None
     bias = read_json(run_root / BIAS)
@@ -126,13 +127,14 @@ class RunClickModels:
         bias = read_json(self.run_root / BIAS) if (self.run_root / BIAS).exists() else {}
         self.method = bias.get("method")
         self.kind, self.params = None, {}
-        bal = _bal_click_model(self.run_root) if self.method == "bal" else None
+        own = METHODS[self.method].click_model if self.method in METHODS else None   # its spec's click model
+        bal = _bal_click_model(self.run_root) if own == WHOLE_PAGE else None
         propensities = bias.get("propensities")
         if bal is None and not propensities:
             return                                             # naive, LightGBM, …: no click model of their own
         scores = self.scores(train)
         if bal is not None:
-            self.kind, self.params = "bal", bal
+            self.kind, self.params = WHOLE_PAGE, bal
             exam = by_position(bal["examination"], positions)
             bal["level"] = fit_examination_level(clicks, exam, expit(bal["alpha"] * scores + bal["beta"]))
             return
@@ -165,9 +167,9 @@ class RunClickModels:
         if self.kind is None:
             return out
         scores = self.scores(frame)
-        if self.kind == "bal":
+        if self.kind == WHOLE_PAGE:
             exam = self.params["level"] * by_position(self.params["examination"], positions)
-            out["bal"] = exam * expit(self.params["alpha"] * scores + self.params["beta"])
+            out[WHOLE_PAGE] = exam * expit(self.params["alpha"] * scores + self.params["beta"])
         elif "calibration" in self.params:
             calibration = self.params["calibration"]
             out["position_based"] = by_position(self.params["propensities"], positions) * expit(

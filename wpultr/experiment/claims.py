@@ -26,6 +26,7 @@ import numpy as np
 
 from ..rundir.files import read_json
 from ..rundir.layout import BIAS
+from ..settings.methods import learns_graph
 from .paper_tables import Column, SettingResults, significance_rows
 from .spec import Experiment
 
@@ -97,7 +98,7 @@ def ceiling_reference(exp: Experiment, setting: str, ceiling: str) -> str | None
 
 def is_headline_bal(config: dict[str, Any] | None) -> bool:
     """BAL as the paper runs it: the discovered graph over every page feature, on the logged clicks."""
-    return (bool(config) and config["train"]["method"] == "bal" and not is_ceiling(config)
+    return (bool(config) and learns_graph(config["train"]["method"]) and not is_ceiling(config)
             and config["bal"]["graph"] == "discovered" and not config["bal"].get("features"))
 
 
@@ -185,7 +186,7 @@ def setting_claims(exp: Experiment, setting: str, results: SettingResults, table
 
     rows = [label for label in table1 if results.has(label) and not is_ceiling(configs.get(label))]
     for label in [r for r in rows if is_headline_bal(configs.get(r))]:
-        baselines = [r for r in rows if configs.get(r) and configs[r]["train"]["method"] != "bal"]
+        baselines = [r for r in rows if configs.get(r) and not learns_graph(configs[r]["train"]["method"])]
         if not baselines:
             continue
         means = {r: _mean(results, r) for r in baselines}

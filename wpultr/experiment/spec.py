@@ -42,6 +42,7 @@ from ..config import (PATH_KEYS, ConfigError, config_from_dict, file_relative_pa
                       set_dotted, to_dict)
 
 from ..rundir.ownership import output_of, output_path
+from ..settings.methods import learns_graph
 
 EXPERIMENT_FILE = "experiment.yaml"     # the resolved experiment, written beside its runs
 # what an experiment's files in out_dir may replace: only what `wpultr experiment` wrote there (its manifest)
@@ -157,7 +158,7 @@ class Experiment:
             return list(chosen)
         if which == "fig3":
             return [r.label for r in self.runs_of(self.settings[0])
-                    if r.config and r.config["train"]["method"] == "bal" and r.seed == self.spec.seeds[0]]
+                    if r.config and learns_graph(r.config["train"]["method"]) and r.seed == self.spec.seeds[0]]
         return self.labels
 
     def runs_of(self, setting: str) -> list[RunSpec]:

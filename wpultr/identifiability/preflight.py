@@ -18,6 +18,7 @@ import pandas as pd
 from ..errors import ConfigError, WpultrError
 from ..rundir.layout import IDENTIFIABILITY_FIGURE
 from ..schema import POSITION, SESSION_ID
+from ..settings.methods import BACKBONES, METHODS
 from .factor_graph import IdentifiabilityGraph, build_graph
 from .repair import apply_merges, mapping_table, merged_mapping, plan_interventions, plan_merges
 
@@ -26,10 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-POSITION_METHODS = frozenset({"ipw", "regression_em", "dla", "pairwise_debias", "lightgbm_position", "lbd",
-                              "propensity_pairs", "propensity_lambdamart", "pairwise_framework",
-                              "robust_lambdamart", "unbiased_lambdamart",
-                              "xgboost_unbiased"})   # each learns or uses position propensities
 MAX_NODES_SHOWN = 8
 
 
@@ -45,21 +42,21 @@ def bias_factors(cfg: "RunConfig") -> list[str] | None:
     """The bias factor columns the configured method models (None: it models none, no check)."""
     if cfg.identifiability.factors:
         return list(cfg.identifiability.factors)
-    method = cfg.train.method
-    if method == "bal":
+    factors = METHODS[cfg.train.method].bias_factors     # its spec's: none, position or its graph's
+    if factors == "graph":
         if cfg.bal.graph == "position":            # PB-BAL: position -> click only
             return [POSITION]
         kinds = factor_kinds(cfg)
         seen = cfg.bal.features or list(kinds)
         others = [f for f in seen if f != POSITION and kinds.get(f) == "categorical"]
         return ([POSITION] if POSITION in seen else []) + others or None
-    return [POSITION] if method in POSITION_METHODS else None
+    return [POSITION] if factors == "position" else None
 
 
 def reads_document_only(cfg: "RunConfig") -> bool:
     """The ranker scores a document by its doc_id alone (`ranker.backbone: embedding`): the IG's features are
     documents, whichever queries show them, as the paper's one-hot documents are (§5.1)."""
-    return cfg.ranker.backbone == "embedding"
+    return BACKBONES[cfg.ranker.backbone].document_only
 
 
 def describe_components(ig: IdentifiabilityGraph) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from ..settings.methods import BACKBONES
 from .base import FitResult
 from .losses import click_loss
 
@@ -24,10 +25,11 @@ class Naive:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         from ..errors import ConfigError
-        if config.ranker.backbone == "lightgbm" and config.train.processes > 1:
+        boosts = BACKBONES[config.ranker.backbone].boosts
+        if boosts and config.train.processes > 1:
             raise ConfigError("train.processes: DDP ranks train the neural backbones ('mlp', 'bert'); a LightGBM "
                               "booster trains with lightgbm.dask on the run's cluster instead: set it to 1")
-        if config.ranker.backbone == "lightgbm":
+        if boosts:
             return self.fit_booster(train, valid, config)
         if config.train.streaming:
             raise ConfigError("train.streaming: true streams the sessions' partitions (methods.training.distributed."

@@ -292,8 +292,7 @@ def discover(ctx: StageContext) -> dict[str, Any]:
                                  cfg.train.batch_size * 8, ctx.client)
     features = cfg.data.parsed_page_features
     result = discover_epoch(run.path(SESSIONS_DIR), run.path(SESSION_SCORES), features, cfg.discovery, run.root, 0,
-                            encoder_dir=run.path(PAGE_ENCODER), client=ctx.client, seed=cfg.seed,
-                            min_within_document_share=cfg.bal.min_within_document_share)
+                            encoder_dir=run.path(PAGE_ENCODER), client=ctx.client, seed=cfg.seed)
     return {"edges": [f"{e.source} {e.arrow()} {e.target}" for e in result.graph.edges],
             "scored_rows": int(scored_rows)}
 

@@ -26,7 +26,7 @@ import torch
 from transformers import BertConfig as HFBertConfig
 from transformers import BertForMaskedLM
 
-from ..config import BERT_SPECIAL_TOKENS, MAX_BERT_HEADS, MAX_BERT_HIDDEN, MAX_BERT_LAYERS, MAX_TOKENS
+from ..settings.ranker import BERT_SPECIAL_TOKENS, MAX_BERT_HEADS, MAX_BERT_HIDDEN, MAX_BERT_LAYERS, MAX_TOKENS
 from ..errors import ExportError
 from ..memory import large_blocks_kept
 from ..schema import ABSTRACT_TOKENS, QUERY_TOKENS, TITLE_TOKENS, SchemaError

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ..config import MAX_LAYERS, MAX_WIDTH    # the bounds a run's config is checked against at load, too
+from ..settings.ranker import MAX_LAYERS, MAX_WIDTH    # the bounds a run's config is checked against at load, too
 from ..errors import ExportError
 from ..schema import FEATURES, SchemaError
 from .base import Arg, Inputs, Ranker

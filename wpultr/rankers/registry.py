@@ -6,12 +6,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors.torch import load_file
 
-from ..errors import ExportError
+from ..errors import ConfigError, ExportError
+from ..settings.methods import BACKBONES
 from .base import (CONFIG_FILE, MAX_CONFIG_BYTES, RANKER_FORMAT, SAFETENSORS_DTYPES, WEIGHTS_FILE, Ranker, brief,
                    read_json_bounded, read_safetensors_header)
 from .bert import BertRanker
@@ -25,6 +26,38 @@ def ranker_classes() -> dict[str, type[Ranker]]:
     """Every ranker kind by name."""
     return {MLPRanker.kind: MLPRanker, BertRanker.kind: BertRanker, LightGBMRanker.kind: LightGBMRanker,
             XGBoostRanker.kind: XGBoostRanker, EmbeddingRanker.kind: EmbeddingRanker}
+
+
+def _bert(r: Any, train: Any) -> Ranker:
+    b = r.bert
+    tiny = {"hidden_size": b.hidden_size, "num_hidden_layers": b.num_hidden_layers,
+            "num_attention_heads": b.num_attention_heads, "intermediate_size": b.intermediate_size}
+    return BertRanker.build(train, path=b.path, head=r.head, dropout=r.dropout, max_length=b.max_length,
+                            freeze_encoder=b.freeze_encoder, cache_embeddings=b.cache_embeddings,
+                            special_tokens=b.special_tokens, tiny=tiny)
+
+
+# ranker.backbone -> how the shared trainer builds it from the `ranker` section and the training table; a backbone
+# that boosts (settings.methods.BACKBONES) has none: the methods that boost it grow it themselves
+BUILDERS: dict[str, Callable[[Any, Any], Ranker]] = {
+    MLPRanker.kind: lambda r, train: MLPRanker.for_table(train, r.head, r.dropout),
+    EmbeddingRanker.kind: lambda r, train: EmbeddingRanker.for_table(train),
+    BertRanker.kind: _bert,
+}
+
+
+def build_ranker(cfg: Any, train: Any) -> Ranker:
+    """The ranker `ranker.backbone` names, sized for (and standardised on) the training table `train`, its initial
+    weights drawn from the run's seed."""
+    name = cfg.ranker.backbone
+    if BACKBONES[name].boosts:   # a booster has no parameters for the shared trainer: its methods boost it
+        from ..settings.methods import METHODS
+        boosting = sorted(m for m, s in METHODS.items() if name in s.backbones)
+        raise ConfigError(f"ranker.backbone: {name!r} trains with train.method {' or '.join(map(repr, boosting))} "
+                          f"only, got train.method {cfg.train.method!r}; use a backbone of "
+                          f"{', '.join(repr(n) for n in BACKBONES if n in BUILDERS)} for it")
+    torch.manual_seed(cfg.seed)
+    return BUILDERS[name](cfg.ranker, train)
 
 
 def read_ranker_config(directory: str | Path) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..rundir import layout as L
-from ..rundir.epochs import epoch_label, history_entries, shipped_graph_epoch
+from ..rundir.epochs import epoch_label, history_entries, is_graph_epoch, shipped_graph_epoch
 from ..rundir.files import read_json
 from .plots import colors, new_figure, png_bytes
 
@@ -52,7 +52,7 @@ def _json(root: Path, rel: str) -> Any:
 
 def _bal_epochs(root: Path) -> list[dict[str, Any]]:
     """The history's BAL epochs (phase "bal"), in order, in the one numbering; [] for another method or no history."""
-    return [e for e in history_entries(root) if e.get("phase") == "bal"]
+    return [e for e in history_entries(root) if is_graph_epoch(e)]
 
 
 def _shipped_epoch(root: Path) -> int | None:

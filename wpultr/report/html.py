@@ -10,6 +10,7 @@ from ..rundir import layout as L
 from .page import PAGE_STYLE, _cell, _table, page, png_img  # noqa: F401 - the page shell, as every page imports it
 from ..rundir.epochs import epoch_label, history_entries
 from ..rundir.files import RunDir, read_json, write_text
+from ..settings.methods import learns_graph
 
 if TYPE_CHECKING:
     from .figures import Figure
@@ -152,7 +153,7 @@ def config_html(text: str) -> str:
     if not isinstance(values, dict):
         return f"<pre>{html.escape(text)}</pre>"
     method = str((values.get("train") or {}).get("method", ""))
-    used = set(_RUN_SECTIONS) | {method} | ({"discovery"} if method == "bal" or (values.get("evaluation") or {})
+    used = set(_RUN_SECTIONS) | {method} | ({"discovery"} if learns_graph(method) or (values.get("evaluation") or {})
                                               .get("discover_graph", True) else set())
     mine = {k: v for k, v in values.items() if k in used}
     others = {k: v for k, v in values.items() if k not in used}

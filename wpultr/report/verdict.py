@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..rundir import layout as L
-from ..rundir.epochs import shipped, shipped_graph_epoch, shipped_line
+from ..rundir.epochs import is_graph_epoch, shipped, shipped_graph_epoch, shipped_line
 from ..rundir.files import read_json
+from ..settings.methods import learns_graph
 from ..tables import fixed, pvalue, table
 
 HEADLINE = ("DCG@10", "nDCG@10", "ERR@10")
@@ -106,7 +107,7 @@ def _biases(root: Path, bias: dict[str, Any], record: dict[str, Any] | None, v: 
         rows.append([e["node"], verdict_, effect, pvalue(deciding_p(e))])     # p of the test that decided the edge
         if verdict_ == "edge":
             found.append(e["node"])
-    history = [e for e in (_json(root, L.HISTORY) or {}).get("epochs", []) if e.get("phase") == "bal"]
+    history = [e for e in (_json(root, L.HISTORY) or {}).get("epochs", []) if is_graph_epoch(e)]
     entry = next((e for e in history if e.get("bal_epoch") == k), None)
     corrected = list(((entry or {}).get("biases") or {}).get("page_feature_biases") or [])
     set_aside = list((bias.get("separability") or {}).get("set_aside") or [])
@@ -114,7 +115,7 @@ def _biases(root: Path, bias: dict[str, Any], record: dict[str, Any] | None, v: 
     if rows:
         v.tables.append((f"page feature -> click in epoch {k}'s graph (within-document click-rate ratio, 95% "
                          "interval)", ["page feature", "decision", "effect", "p (decided)"], rows, 2))
-    if bias.get("method") == "bal":
+    if learns_graph(bias.get("method")):
         text = f"corrected: {', '.join(corrected) or 'nothing (no page-feature bias found)'}"
         if set_aside:
             text += (f"; not corrected: {', '.join(set_aside)} (fixed for the same document, so its effect on clicks "

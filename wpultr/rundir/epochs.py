@@ -14,11 +14,17 @@ from . import layout as L
 from .files import read_json
 
 WARMUP = "warmup"
+GRAPH_EPOCH = "bal"      # the phase of an epoch that discovered its own graph (BAL's epoch_<k>/)
 DEFAULT_METRIC = "DCG@10"
 
 
 def is_warmup(entry: dict[str, Any]) -> bool:
     return entry.get("phase") == WARMUP
+
+
+def is_graph_epoch(entry: dict[str, Any]) -> bool:
+    """A history entry of an epoch that discovered its own graph (BAL's)."""
+    return entry.get("phase") == GRAPH_EPOCH
 
 
 def epoch_label(entry: dict[str, Any]) -> str:
@@ -119,9 +125,9 @@ def history_entries(root: str | Path) -> list[dict[str, Any]]:
 
 
 def shipped_graph_epoch(root: str | Path) -> int | None:
-    """The epoch_<k>/ whose graph belongs to the shipped ranker: BAL's shipped epoch (a graph per epoch); None for
-    a method whose graph the discover stage learned once, after training."""
-    path = Path(root) / L.BIAS
-    if not path.exists() or read_json(path).get("method") != "bal":
+    """The epoch_<k>/ whose graph belongs to the shipped ranker: BAL's shipped epoch (a graph per epoch: its history
+    holds GRAPH_EPOCH epochs); None for a method whose graph the discover stage learned once, after training."""
+    path = Path(root) / L.HISTORY
+    if not path.exists() or not any(is_graph_epoch(e) for e in read_json(path).get("epochs", [])):
         return None
     return (shipped(root) or {}).get("epoch")

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import time
@@ -37,6 +38,19 @@ __all__ = ["OWNED_FILE", "Replaces", "RunDir", "atomic_path", "check_output", "f
 MARKER_FORMAT = 1
 _PACKAGES = ("wpultr", "numpy", "pandas", "pyarrow", "dask", "distributed", "causal-learn", "torch",
              "transformers", "safetensors", "scikit-learn", "scipy", "pyyaml", "typer")
+_REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def version_packages() -> tuple[str, ...]:
+    """The packages whose versions a run records: those above, then every package wpultr requires as installed
+    (its metadata; an optional extra's too — xgboost —, the test tools aside), so LightGBM, numba and the rest
+    are named without a list kept by hand."""
+    try:
+        requires = metadata.requires("wpultr") or []
+    except metadata.PackageNotFoundError:      # run from a source tree that is not installed
+        return _PACKAGES
+    names = [m.group(0) for r in requires if 'extra == "test"' not in r and (m := _REQUIREMENT_NAME.match(r))]
+    return tuple(dict.fromkeys([*_PACKAGES, *names]))
 
 
 @contextlib.contextmanager
@@ -234,7 +248,7 @@ def _json_default(obj: Any) -> Any:
 def package_versions() -> dict[str, Any]:
     """Versions of Python, the platform and every package a run's numbers depend on."""
     versions: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform()}
-    for name in _PACKAGES:
+    for name in version_packages():
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -78,9 +78,6 @@ class BalConfig:
     estimator_rows: int = 20_000               # rows sampled to fit the influence estimators each epoch
     graph_bootstrap: int = 0                   # resamples behind each epoch graph's edge stabilities
     #                                            (each costs a PC run)
-    min_within_document_share: float = 0.05   # a page feature with less of its variance within (query, document)
-    #                                            pairs is not corrected: its effect cannot be told from relevance
-    #                                            (`separability`; 0 corrects every discovered bias)
     # LightGBM backbone with train.loss lambdarank: what weights a clicked-over-skipped pair (`bal.pair_weights`):
     # posterior = the chance, under the click model, that the skipped result was skipped for being irrelevant
     # rather than unseen, the click side weighing 1 (the step bench/bal.py's Oracle-skip-GBDT runs); skip = that
@@ -101,8 +98,6 @@ class BalConfig:
                 self.features)
         require(self.estimator_rows > 0, f"{self.KEY}.estimator_rows", "> 0", self.estimator_rows)
         require(self.graph_bootstrap >= 0, f"{self.KEY}.graph_bootstrap", ">= 0", self.graph_bootstrap)
-        require(0.0 <= self.min_within_document_share < 1.0, f"{self.KEY}.min_within_document_share",
-                "a share in [0, 1)", self.min_within_document_share)
         threads = self.cpu_threads
         require(threads is None or (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1),
                 f"{self.KEY}.cpu_threads", "null (torch's default) or an integer >= 1", self.cpu_threads)

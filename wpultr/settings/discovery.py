@@ -95,6 +95,10 @@ class DiscoveryConfig:
     # parents are read as one claim); per_edge: each edge's own test at alpha
     click_error: Literal["per_graph", "per_edge"] = "per_graph"
     click_knots: int = 5                   # hybrid: spline knots per numeric variable of the click model
+    # a page feature with less of its variance within (query, document) pairs has no within-document click test
+    # (no edge into click) and is not corrected: its effect cannot be told from relevance (bal/separability; 0 tests
+    # and corrects every feature; the key moved here from `bal`: config.MOVED_KEYS)
+    min_within_document_share: float = 0.05
     near_deterministic: float = 0.9        # d(B | A) from which B counts as a proxy of A (near_determinism)
     alpha: float = 0.05
     max_depth: int | None = None           # largest conditioning-set size PC tries (None: no limit)
@@ -118,6 +122,8 @@ class DiscoveryConfig:
         require(self.click_error in ("per_graph", "per_edge"), f"{k}.click_error", "'per_graph' or 'per_edge'",
                 self.click_error)
         require(self.click_knots >= 3, f"{k}.click_knots", ">= 3", self.click_knots)
+        require(0.0 <= self.min_within_document_share < 1.0, f"{k}.min_within_document_share", "a share in [0, 1)",
+                self.min_within_document_share)
         require(0.0 < self.near_deterministic <= 1.0, f"{k}.near_deterministic", "in (0, 1]",
                 self.near_deterministic)
         require(0.0 < self.alpha < 1.0, f"{k}.alpha", "in (0, 1)", self.alpha)

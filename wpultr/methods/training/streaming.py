@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import torch
 
 from ...errors import ConfigError
+from ...settings.methods import BACKBONES
 from ...io.parquet import partition_paths, row_count, table_to_pandas
 from ...rankers.base import Ranker, score_inputs, take
 from ...schema import CLICK, FEATURES, POSITION, SESSION_ID
@@ -194,7 +195,7 @@ def feature_moments(paths: Sequence[str | Path]) -> tuple[int, np.ndarray, np.nd
 
 def streaming_ranker(cfg: "RunConfig", directory: str | Path) -> Ranker:
     """The MLP ranker `build_ranker` makes for the whole table, standardised by moments merged over partitions."""
-    if cfg.ranker.backbone != "mlp":
+    if not BACKBONES[cfg.ranker.backbone].streams:     # the config refuses it at load; a changed config here
         raise ConfigError(f"train.streaming: true trains ranker.backbone 'mlp' only (its standardisation merges "
                           f"over partitions), got {cfg.ranker.backbone!r}; set train.streaming: false")
     from ...rankers.mlp import MLPRanker

@@ -18,6 +18,7 @@ import torch
 
 from ...evaluation.metrics import evaluate as evaluate_scores
 from ...progress import progress
+from ...rankers import registry
 from ...rankers.base import Inputs, Ranker, resolve_device, score_inputs, take
 from ...rankers.precision import autocast, grad_scaler, resolve_precision
 from ...schema import CLICK, POSITION, SESSION_ID, SchemaError
@@ -116,26 +117,9 @@ def list_scores(ranker: Ranker, inputs: Inputs, batch: ListBatch) -> torch.Tenso
 
 # ---------------------------------------------------------------------------------------------
 def build_ranker(cfg: "RunConfig", train: pd.DataFrame) -> Ranker:
-    """The ranker `ranker.backbone` names, sized for (and standardised on) the training table."""
-    torch.manual_seed(cfg.seed)
-    r = cfg.ranker
-    if r.backbone == "mlp":
-        from ...rankers.mlp import MLPRanker
-        return MLPRanker.for_table(train, r.head, r.dropout)
-    if r.backbone == "embedding":
-        from ...rankers.embedding import EmbeddingRanker
-        return EmbeddingRanker.for_table(train)
-    if r.backbone == "lightgbm":   # a booster has no parameters for this trainer: bal and naive boost it instead
-        from ...errors import ConfigError
-        raise ConfigError(f"ranker.backbone: 'lightgbm' trains with train.method 'bal' or 'naive' only, got "
-                          f"train.method {cfg.train.method!r}; use backbone 'mlp' or 'bert' for it")
-    from ...rankers.bert import BertRanker
-    b = r.bert
-    tiny = {"hidden_size": b.hidden_size, "num_hidden_layers": b.num_hidden_layers,
-            "num_attention_heads": b.num_attention_heads, "intermediate_size": b.intermediate_size}
-    return BertRanker.build(train, path=b.path, head=r.head, dropout=r.dropout, max_length=b.max_length,
-                            freeze_encoder=b.freeze_encoder, cache_embeddings=b.cache_embeddings,
-                            special_tokens=b.special_tokens, tiny=tiny)
+    """The ranker `ranker.backbone` names, sized for (and standardised on) the training table
+    (rankers.registry.build_ranker: every kind built in one place)."""
+    return registry.build_ranker(cfg, train)
 
 
 LossFn = Callable[[torch.Tensor, ListBatch], "torch.Tensor | tuple[torch.Tensor, dict[str, float]]"]
