@@ -39,7 +39,7 @@ def as_trec(df: pd.DataFrame) -> tuple[dict, dict]:
     names = [f"d{len(df) - row:07d}" for row in range(len(df))]
     qrels: dict = {}
     run: dict = {}
-    for name, query, label, score in zip(names, df[QUERY_ID], df[LABEL], df["score"]):
+    for name, query, label, score in zip(names, df[QUERY_ID], df[LABEL], df["score"], strict=True):
         qrels.setdefault(str(query), {})[name] = int(label)
         run.setdefault(str(query), {})[name] = float(score)
     return qrels, run
@@ -151,7 +151,7 @@ def test_map_and_ndcg_match_trec_eval_with_ties(threshold):
     ap = by_query(results, AP(rel=threshold))
     queries = sorted(ap)
     np.testing.assert_allclose(ours.loc[queries, "MAP"], [ap[q] for q in queries], atol=1e-12)
-    for k, measure in zip(KS, ndcg):
+    for k, measure in zip(KS, ndcg, strict=True):
         got = by_query(results, measure)
         np.testing.assert_allclose(ours.loc[queries, f"nDCG@{k}"], [got[q] for q in queries], atol=1e-12)
 

@@ -57,7 +57,7 @@ def gather(client: Any, futures: Sequence[Any], *, desc: str, unit: str = "task"
     if not progress_enabled():
         return client.gather(futures)
     from distributed import as_completed
-    weight_of = {id(f): w for f, w in zip(futures, weights)} if weights is not None else {}
+    weight_of = {id(f): w for f, w in zip(futures, weights, strict=True)} if weights is not None else {}
     total = sum(weights) if weights is not None else len(futures)
     finished: list[Any] = []
     with progress(total=total, desc=desc, unit=unit) as bar:

@@ -187,7 +187,7 @@ def _included(rel: str, include: list[tuple[str, ...]] | None) -> bool:
     if include is None:
         return True
     parts = rel.split("/")
-    return any(len(parts) >= len(p) and all(fnmatchcase(a, b) for a, b in zip(parts, p)) for p in include)
+    return any(len(parts) >= len(p) and all(fnmatchcase(a, b) for a, b in zip(parts, p, strict=False)) for p in include)
 
 
 def _synced(rel: str) -> bool:

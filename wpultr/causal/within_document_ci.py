@@ -75,7 +75,7 @@ def within_document_share(pairs: np.ndarray, values: np.ndarray, categorical: bo
                 cells += np.bincount(cell, minlength=n_pairs * k)
             else:                                      # too many (pair, level) cells for a dense count
                 found, c = np.unique(cell, return_counts=True)
-                for key, count in zip(found.tolist(), c.tolist()):
+                for key, count in zip(found.tolist(), c.tolist(), strict=True):
                     cells[key] = cells.get(key, 0) + count
         if isinstance(cells, np.ndarray):
             cell_ids = np.flatnonzero(cells)

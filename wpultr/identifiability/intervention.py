@@ -48,7 +48,8 @@ def simulate_interventions(cfg: SimulateConfig, seed: int, swaps: Sequence[Swap]
     engine = simulation_engine(cfg, seed)
     corpus = engine.corpus
     rngs = {name: np.random.default_rng(s)
-            for name, s in zip(_STREAMS, np.random.SeedSequence([seed, _INTERVENTION_SALT]).spawn(len(_STREAMS)))}
+            for name, s in zip(_STREAMS, np.random.SeedSequence([seed, _INTERVENTION_SALT]).spawn(len(_STREAMS)),
+                               strict=True)}
     query_index = {str(q): i for i, q in enumerate(corpus.query_ids)}
     tables = []
     next_session = first_session

@@ -581,7 +581,7 @@ class _SessionLogParser:
         _flag(reasons, rows, bad | (click > 1), "bad_click")
         behaviour = {}
         parsed = lines.floats(rows, [_RESULT_COLUMN[name] for name in BAIDU_BEHAVIOUR_COLUMNS])
-        for name, (values, bad) in zip(BAIDU_BEHAVIOUR_COLUMNS, parsed):
+        for name, (values, bad) in zip(BAIDU_BEHAVIOUR_COLUMNS, parsed, strict=True):
             behaviour[name] = values
             _flag(reasons, rows, bad, "bad_number")
         session = session_of_line[r_lines]
@@ -800,7 +800,7 @@ def ingest_baidu(paths: Sequence[str | Path], out_dir: str | Path, client, parti
 def _doc_ids(title: pa.Array, abstract: pa.Array) -> pa.Array:
     """Stable document ids: md5 of the title and abstract token text as written in the file."""
     return pa.array([hashlib.md5(f"{t}\t{a}".encode()).hexdigest()
-                     for t, a in zip(title.to_pylist(), abstract.to_pylist())], type=pa.string())
+                     for t, a in zip(title.to_pylist(), abstract.to_pylist(), strict=True)], type=pa.string())
 
 
 def _parse_annotation_block(path: str, block: _Block

@@ -651,7 +651,7 @@ def ingest_embedding_sessions(paths: Sequence[str | Path], out_dir: str | Path, 
             [s for s, _ in finished], seconds), sessions_dir=str(output.sessions),
             quarantine_dir=str(output.quarantine), partition_rows=partition_rows, width=width,
             ltr_features=tuple(ltr_features), batch_rows=batch_rows)
-        written = [(f, cols) for f, (_, cols) in zip(files, done) if cols]
+        written = [(f, cols) for f, (_, cols) in zip(files, done, strict=True) if cols]
         for f, cols in written[1:]:
             if cols != written[0][1]:
                 raise SchemaError(f"{f}: gives the columns {cols}, {written[0][0]} gives {written[0][1]}; the "

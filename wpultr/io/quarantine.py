@@ -96,8 +96,8 @@ def quarantine_table(records: Iterable[QuarantineRecord]) -> pa.Table:
     for record in records:
         if record.reason not in REASONS:
             raise ValueError(f"{record.file}:{record.line}: unknown quarantine reason {record.reason!r}")
-    columns = list(zip(*records)) if records else [[] for _ in QUARANTINE_SCHEMA.names]
-    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, QUARANTINE_SCHEMA)],
+    columns = list(zip(*records, strict=True)) if records else [[] for _ in QUARANTINE_SCHEMA.names]
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, QUARANTINE_SCHEMA, strict=True)],
                                 schema=QUARANTINE_SCHEMA)
 
 

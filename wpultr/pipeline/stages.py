@@ -216,7 +216,7 @@ def preprocess(ctx: StageContext) -> dict[str, Any]:
     for name, fitted in encoder.encoders_.items():
         if hasattr(fitted, "score_table"):   # ordinal: the Bradley–Terry score of each level
             info[f"{name}_scores"] = {f"{level:g}": round(float(score), 4)
-                                      for level, score in zip(fitted.levels_, fitted.scores_)}
+                                      for level, score in zip(fitted.levels_, fitted.scores_, strict=True)}
     return info
 
 

@@ -329,6 +329,6 @@ def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict
 def true_position_examination(truth_sessions: pd.DataFrame, column: str = "examination_prob") -> dict[str, float]:
     """The simulator's mean examination probability by position, relative to position 1."""
     means = truth_sessions.groupby(POSITION)[column].mean().sort_index()
-    return as_table(dict(zip(means.index.astype(int), relative_to_first(means.to_numpy()))))
+    return as_table(dict(zip(means.index.astype(int), relative_to_first(means.to_numpy()), strict=True)))
 
 

@@ -159,7 +159,7 @@ class DataParallelTrainer(Trainer):
         if self.stream is not None:
             out = np.zeros(self.stream.rows, dtype=np.float32)
             units = shard_sessions(len(self.stream.units), self.rank, self.world)
-            for unit, offset in zip(self.stream.units[units], self.stream.offsets[units]):
+            for unit, offset in zip(self.stream.units[units], self.stream.offsets[units], strict=True):
                 frame = self.stream.read_unit(unit)
                 out[offset: offset + len(frame)] = score_inputs(self.ranker, self.ranker.prepare(frame), rows_per_pass)
         else:
