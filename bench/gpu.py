@@ -126,7 +126,7 @@ def ranker_figures(sizes: dict[str, Any], device: torch.device, precisions: list
         params = sum(p.numel() for m in modules.values() for p in m.parameters())
         tokens = [0]
 
-        def count(module, args, kwargs):       # the encoder's input ids of a batch (up to its longest input)
+        def count(module, args, kwargs, tokens=tokens):   # the encoder's input ids of a batch (up to its longest)
             tokens[0] += (kwargs["input_ids"] if "input_ids" in kwargs else args[0]).numel()
         hook = ranker.encoder.bert.embeddings.register_forward_pre_hook(count, with_kwargs=True)
         warm = Trainer(ranker, frame.iloc[: 2 * sizes["batch"] * bt.RESULTS], None, cfg)

@@ -203,7 +203,7 @@ def test_reproduce_config_is_the_papers_setup():
     exp = load_experiment(Path(__file__).parents[1] / "pipelines" / "reproduce" / "prs.yaml")
     assert all(r.config for r in exp.runs) and len(exp.spec.seeds) >= 5
     run = {(r.setting, r.label): r.config for r in exp.runs if r.seed == exp.spec.seeds[0]}
-    for (setting, label), c in run.items():
+    for (_setting, label), c in run.items():
         sim, base = c["data"]["simulate"], c["propensity"]
         assert sim["user_model"] == "prs" and base["source"] == "table"
         eta = sim["user_model_params"]["eta"]
