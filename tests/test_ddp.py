@@ -204,7 +204,8 @@ def test_a_failed_rank_keeps_its_traceback_where_the_error_says(logs, tmp_path):
     assert "\n" not in message
     kept = message.rsplit("its log: ", 1)[1].rstrip(")")
     assert kept.startswith(str(tmp_path / "ranks" / "rank"))
-    text = open(kept).read()
+    with open(kept) as handle:
+        text = handle.read()
     assert "Traceback (most recent call last)" in text and "needs a dense 'features' column" in text
 
 

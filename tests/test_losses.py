@@ -120,8 +120,6 @@ def test_the_numpy_form_is_the_torch_form_summed(name, weighted):
     f, c, ww = (t.flatten()[flat].double().numpy() for t in (SCORES, CLICKS, w))
     sizes = MASK.sum(dim=1).numpy()
     total = entry.weighted_total if weighted else entry.total
-    if weighted:                                # the weighted softmax divides by Σ c·ω of the whole batch
-        scale = float((CLICKS * w * MASK).sum())
-    else:
-        scale = entry.normaliser(CLICKS, MASK)
+    # the weighted softmax divides by Σ c·ω of the whole batch
+    scale = float((CLICKS * w * MASK).sum()) if weighted else entry.normaliser(CLICKS, MASK)
     assert total(f, c, sizes, ww) == pytest.approx(float(mean) * scale, rel=1e-6)

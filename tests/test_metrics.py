@@ -116,7 +116,7 @@ def test_dcg_and_ndcg_match_ranx_burges():
     names = [f"{m}@{k}" for m in ("dcg_burges", "ndcg_burges") for k in KS]
     ours = metrics.per_query(df, "score").set_index(QUERY_ID)
     theirs = evaluate(Qrels.from_dict(qrels), Run.from_dict(run), names, return_mean=False, make_comparable=True)
-    order = [int(q) for q in Run.from_dict(run).keys()]
+    order = [int(q) for q in Run.from_dict(run).get_query_ids()]
     for k in KS:
         np.testing.assert_allclose(ours.loc[order, f"DCG@{k}"], theirs[f"dcg_burges@{k}"], rtol=1e-9)
         np.testing.assert_allclose(ours.loc[order, f"nDCG@{k}"], theirs[f"ndcg_burges@{k}"], rtol=1e-9, atol=1e-12)

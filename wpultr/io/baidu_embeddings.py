@@ -334,9 +334,7 @@ def _session_unit(path: str, table: pa.Table, first_record: int, layout: Layout)
     columns: dict[str, Any] = {}
     for name in table.column_names:
         column = _combined(table.column(name))
-        if name == EMBEDDING_COLUMN:
-            columns[name] = column.flatten()
-        elif name in per_result:
+        if name == EMBEDDING_COLUMN or name in per_result:
             columns[name] = column.flatten()
         else:
             columns[name] = column.take(take)

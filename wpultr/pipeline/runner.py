@@ -99,7 +99,7 @@ def _cluster_used(cfg: RunConfig, client: Any) -> dict[str, Any]:
 def _workers(client: Any) -> int | None:
     try:
         return n_workers(client)
-    except Exception:  # noqa: BLE001 - a record of where it ran, not a reason to fail a finished stage
+    except Exception:  # a record of where it ran, not a reason to fail a finished stage
         return None
 
 

@@ -288,7 +288,7 @@ def training_figure(root: Path, metric: str = VALID_METRIC) -> Figure:
     right.plot(x, valid, marker="o", markersize=3, color="#1f4e79", label=f"validation {metric}")
     chosen = _shipped_epoch(root)
     for xi, e in zip(x, epochs, strict=True):
-        if not e.get("phase") == "warmup" and e.get("epoch") == chosen and np.isfinite(valid[int(xi)]):
+        if e.get("phase") != "warmup" and e.get("epoch") == chosen and np.isfinite(valid[int(xi)]):
             right.plot([xi], [valid[int(xi)]], marker="*", markersize=12, color="#a23b3b", linestyle="none",
                        label="shipped")
     for ax in (left, right):

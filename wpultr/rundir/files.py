@@ -263,10 +263,9 @@ class RunDir:
         checked and written, not its spelling (`victim/new/..` is `victim`, whether or not `new` exists yet).
         """
         root = cls.checked_root(root)
-        if root.is_dir() and not (root / MARKER).is_file() and any(root.iterdir()):
-            if not _unmarked_run(root):
-                raise RunDirError(f"{root}: exists, is not empty and holds no wpultr run (no {MARKER}); "
-                                  f"choose another run_dir or name")
+        if root.is_dir() and not (root / MARKER).is_file() and any(root.iterdir()) and not _unmarked_run(root):
+            raise RunDirError(f"{root}: exists, is not empty and holds no wpultr run (no {MARKER}); "
+                              f"choose another run_dir or name")
         root.mkdir(parents=True, exist_ok=True)
         if not (root / MARKER).is_file():
             write_json(root / MARKER, {"wpultr_run": MARKER_FORMAT,

@@ -294,9 +294,8 @@ def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict
     if source == "auto":
         if table:
             source = "table"
-        elif RANDPAIR in train.columns and (train[RANDPAIR] > 0).any():
-            source = "randomisation"
-        elif getattr(getattr(config, "data", None), "source", None) == "simulate":
+        elif ((RANDPAIR in train.columns and (train[RANDPAIR] > 0).any())
+              or getattr(getattr(config, "data", None), "source", None) == "simulate"):
             source = "randomisation"
         else:
             source = "harvest"
