@@ -13,7 +13,8 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
 
 from .config import ClusterConfig
 from .errors import ClusterError

@@ -22,7 +22,8 @@ et al. 2009, the same as TREC's gdeval.pl). Conventions, chosen once for all met
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -38,7 +38,8 @@ import socket
 import tempfile
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any
+from collections.abc import Iterable, Iterator
 
 from .errors import ConfigError, RunDirError, WpultrError
 from .rundir.files import Replaces, atomic_path

@@ -37,7 +37,8 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd

@@ -25,7 +25,8 @@ rows clipped and per-feature log-weight summaries.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd

@@ -14,7 +14,8 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from causallearn.graph.Endpoint import Endpoint
 

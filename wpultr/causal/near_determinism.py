@@ -14,7 +14,8 @@ Determination of A by B, d(A | B) in [0, 1] (B grouped by its levels, or by quan
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -34,7 +34,8 @@ import weakref
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from causallearn.graph.GraphClass import CausalGraph

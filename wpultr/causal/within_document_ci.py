@@ -30,7 +30,8 @@ documents; one below `bal.min_within_document_share` is "not testable within doc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

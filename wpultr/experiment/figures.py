@@ -25,7 +25,8 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -13,7 +13,8 @@ import time
 import traceback
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import yaml
 

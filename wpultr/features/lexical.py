@@ -26,7 +26,8 @@ import os
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -10,7 +10,8 @@ document–node incidence graph (a document joins every node it appears under), 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -9,7 +9,7 @@ own (seeded from the run's seed), so the logs they are added to are unchanged.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

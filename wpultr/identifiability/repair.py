@@ -32,7 +32,8 @@ impressions, clipped to [0.001, 1].
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd

@@ -53,7 +53,8 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Sequence
+from typing import BinaryIO
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd

@@ -10,7 +10,8 @@ import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Iterable
 
 import pandas as pd
 import pyarrow as pa

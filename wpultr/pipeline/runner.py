@@ -14,7 +14,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
+from collections.abc import Iterator, Sequence
 
 
 from ..cluster import (WorkerWatch, dask_messages_to, n_workers, open_client, release_worker_memory,

@@ -22,7 +22,8 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
 
 if TYPE_CHECKING:    # only an annotation here: the read-only commands start without pandas
     import pandas as pd

@@ -15,7 +15,7 @@ import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -22,7 +22,8 @@ What lives here:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd

@@ -39,7 +39,8 @@ import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd

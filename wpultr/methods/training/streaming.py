@@ -19,7 +19,8 @@ as one unit here. Session ids are unique across input files (ingest numbers them
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
