@@ -278,7 +278,7 @@ def epoch_seconds(result: Any) -> float:
 
 def round_ratios(rounds: dict[str, list[float]], label: str) -> list[float]:
     """`label`'s seconds per epoch over Naive's, timing round by timing round (empty without Naive)."""
-    return [a / b for a, b in zip(rounds[label], rounds.get("Naive", []))]
+    return [a / b for a, b in zip(rounds[label], rounds.get("Naive", []), strict=False)]
 
 
 def one_seed(world: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:

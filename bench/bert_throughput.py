@@ -32,7 +32,9 @@ import statistics
 import time
 from pathlib import Path
 
-import wpultr  # noqa: F401,I001  first, as in `wpultr run`: its OpenMP wait policy is read when torch loads
+import wpultr  # noqa: F401  first, as in `wpultr run`: its OpenMP wait policy is read when torch loads
+
+# isort: split
 import numpy as np
 import pandas as pd
 import torch
@@ -202,7 +204,7 @@ def main() -> None:
         bare_s.append(timed(lambda: bare_epoch(bare, optimizer, batches, device), device))
         print(f"round {round_}: {figures('product', product_s[-1], rows)}  {figures('bare', bare_s[-1], rows)}  "
               f"ratio {bare_s[-1][0] / product_s[-1][0]:.2f}")
-    p, b = (tuple(statistics.median(values) for values in zip(*runs)) for runs in (product_s, bare_s))
+    p, b = (tuple(statistics.median(values) for values in zip(*runs, strict=True)) for runs in (product_s, bare_s))
     print(f"median: product {rows / p[0]:.0f} rows/s ({sessions / p[0]:.1f} sessions/s), bare {rows / b[0]:.0f} "
           f"rows/s ({sessions / b[0]:.1f} sessions/s), ratio product/bare {b[0] / p[0]:.2f} (target >= 0.7); per CPU "
           f"second {rows / p[1]:.0f} and {rows / b[1]:.0f} rows, ratio {b[1] / p[1]:.2f}")

@@ -14,7 +14,9 @@ import os
 import resource
 import time
 
-import wpultr  # noqa: F401,I001  first, as in `wpultr run`: its OpenMP wait policy is read when torch loads
+import wpultr  # noqa: F401  first, as in `wpultr run`: its OpenMP wait policy is read when torch loads
+
+# isort: split
 import numpy as np
 import pandas as pd
 import torch

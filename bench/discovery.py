@@ -154,7 +154,7 @@ def make_sample(seed: int, n_rows: int, click_rows: int = 0) -> Sample:
 
 
 def _load() -> str:
-    return "load average (1 min) {:.1f} on {} cores".format(os.getloadavg()[0], os.cpu_count())
+    return f"load average (1 min) {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
 
 
 def _cold(client) -> None:

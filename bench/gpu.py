@@ -41,7 +41,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import wpultr  # noqa: F401,I001  first, as in `wpultr run`: its OpenMP wait policy is read when torch loads
+import wpultr  # noqa: F401  first, as in `wpultr run`: its OpenMP wait policy is read when torch loads
+
+# isort: split
 import torch
 
 import bert_throughput as bt   # bench/bert_throughput.py (the script's folder is on the path): sessions and config
@@ -126,7 +128,7 @@ def ranker_figures(sizes: dict[str, Any], device: torch.device, precisions: list
         params = sum(p.numel() for m in modules.values() for p in m.parameters())
         tokens = [0]
 
-        def count(module, args, kwargs):       # the encoder's input ids of a batch (up to its longest input)
+        def count(module, args, kwargs, tokens=tokens):   # the encoder's input ids of a batch (up to its longest)
             tokens[0] += (kwargs["input_ids"] if "input_ids" in kwargs else args[0]).numel()
         hook = ranker.encoder.bert.embeddings.register_forward_pre_hook(count, with_kwargs=True)
         warm = Trainer(ranker, frame.iloc[: 2 * sizes["batch"] * bt.RESULTS], None, cfg)
@@ -329,7 +331,7 @@ def guarded(part: str, results: dict[str, Any], run) -> bool:
         return True
     except Timeout:
         raise
-    except Exception as error:            # noqa: BLE001  a bench reports every part it can
+    except Exception as error:            # a bench reports every part it can
         traceback.print_exc()
         hint = "; try a smaller --batch" if isinstance(error, torch.cuda.OutOfMemoryError) else ""
         say(f"    part {part} failed: {type(error).__name__}: {str(error)[:300]}{hint}")

@@ -407,27 +407,27 @@ def _child_embedding_costs(spec: dict) -> dict:
 
     for path in spec["paths"]:
         reader = _FileReader(path, 0, CLICKS, 768, (), 32_768)
-        units = timed(COST_STEPS[0], lambda: [unit for unit, _ in reader.units()])
+        units = timed(COST_STEPS[0], lambda reader=reader: [unit for unit, _ in reader.units()])
         table = pa.concat_tables(units)
         features, others = out / "features.parquet", out / "others.parquet"
         for name, part, target in ((COST_STEPS[2], table.select([FEATURES]), features),
                                    (COST_STEPS[3], table.drop_columns([FEATURES]), others)):
-            timed(name, lambda: write(part, target, **sessions_parquet_options(part.schema)))  # noqa: B023 (called now)
-        timed(COST_STEPS[4], lambda: (digest(features), digest(others)))
+            timed(name, lambda part=part, target=target: write(part, target, **sessions_parquet_options(part.schema)))
+        timed(COST_STEPS[4], lambda features=features, others=others: (digest(features), digest(others)))
         units = table = part = None
         import pyarrow.feather as feather
         column = feather.read_table(path, columns=[EMBEDDING_COLUMN]).column(0).combine_chunks()
         values = column.flatten()
-        timed(COST_STEPS[1], lambda: values.to_numpy().astype(np.float32))
+        timed(COST_STEPS[1], lambda values=values: values.to_numpy().astype(np.float32))
         half = pa.table({FEATURES: column})
-        timed(COST_STEPS[5], lambda: write(half, out / "half.parquet", compression="none", use_dictionary=False,
-                                          write_statistics=False))
+        timed(COST_STEPS[5], lambda half=half: write(half, out / "half.parquet", compression="none",
+                                                    use_dictionary=False, write_statistics=False))
         width = len(column[0])
         raw = pa.py_buffer(values.to_numpy().tobytes()) if values.offset else values.buffers()[1]
         binary = pa.table({FEATURES: pa.FixedSizeBinaryArray.from_buffers(pa.binary(2 * width), len(column),
                                                                           [None, raw])})
-        timed(COST_STEPS[6], lambda: write(binary, out / "binary.parquet", compression="none", use_dictionary=False,
-                                          write_statistics=False))
+        timed(COST_STEPS[6], lambda binary=binary: write(binary, out / "binary.parquet", compression="none",
+                                                        use_dictionary=False, write_statistics=False))
     return {"costs": costs}
 
 

@@ -79,8 +79,9 @@ def one_log(setting: str, lists: int, seed: int, args: argparse.Namespace) -> di
                                     "seconds": round(seconds, 1),
                                     "best_epoch": result.bias.get("best_epoch"),
                                     **({"t_minus": result.bias["t_minus"]} if "t_minus" in result.bias else {})}
-    record["per_query"] = {label: dict(zip(t[QUERY_KEY].astype(str), t["nDCG@10"].round(6))) if QUERY_KEY in t
-                           else {} for label, t in tables.items()}     # to pair runs of one log afterwards
+    record["per_query"] = {label: (dict(zip(t[QUERY_KEY].astype(str), t["nDCG@10"].round(6), strict=True))
+                                   if QUERY_KEY in t else {})
+                           for label, t in tables.items()}     # to pair runs of one log afterwards
     record["paired"] = {f"{b} - {a}": seed_tables.paired_entry(tables[b], tables[a])
                         for a, b in itertools.combinations(configs, 2)}
     return record

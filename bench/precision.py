@@ -18,7 +18,9 @@ import statistics
 import time
 from pathlib import Path
 
-import wpultr  # noqa: F401,I001  first, as in `wpultr run`: its OpenMP wait policy is read when torch loads
+import wpultr  # noqa: F401  first, as in `wpultr run`: its OpenMP wait policy is read when torch loads
+
+# isort: split
 import numpy as np
 import torch
 

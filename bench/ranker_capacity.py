@@ -25,7 +25,8 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import lightgbm as lgb
 import numpy as np

@@ -22,6 +22,7 @@ holds them all in memory; the annotation file is the simulator's for the same wo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -81,10 +82,8 @@ def build_logs(directory: Path, n_sessions: int) -> Path:
 def _tree_rss(process: psutil.Process) -> int:
     total = 0
     for p in [process, *process.children(recursive=True)]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):   # ended, or not ours to read
             total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
     return total
 
 

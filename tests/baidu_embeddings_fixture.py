@@ -144,8 +144,8 @@ def _result_columns(corpus: Corpus, q: np.ndarray, d: np.ndarray) -> dict[str, p
     cols = {
         "url_md5": pa.array(corpus.url_md5[q, d].tolist(), pa.string()),
         "text_md5": pa.array(corpus.text_md5[q, d].tolist(), pa.string()),
-        "title": _token_lists([corpus.title[a][b] for a, b in zip(q, d)]),
-        "abstract": _token_lists([corpus.abstract[a][b] for a, b in zip(q, d)]),
+        "title": _token_lists([corpus.title[a][b] for a, b in zip(q, d, strict=True)]),
+        "abstract": _token_lists([corpus.abstract[a][b] for a, b in zip(q, d, strict=True)]),
         "query_document_embedding": _embedding_rows(corpus.embedding[q, d]),
     }
     for name in LTR:

@@ -164,9 +164,8 @@ def test_large_blocks_kept_sets_the_policy_once_and_restores_dasks(monkeypatch):
             pass
         assert libc.calls == [("mallopt", -3, 32 << 20), ("mallopt", -1, 256 << 20)]   # not restored yet
     assert libc.calls[2:] == [("mallopt", -3, 128 << 10), ("mallopt", -1, 65536), ("malloc_trim", 0)]
-    with pytest.raises(RuntimeError):               # restored when the parse fails too
-        with allocator.large_blocks_kept():
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), allocator.large_blocks_kept():      # restored when the parse fails too
+        raise RuntimeError("boom")
     assert libc.calls[-1] == ("malloc_trim", 0) and allocator._active == 0
 
 

@@ -58,7 +58,7 @@ def assert_same_bal(one, two):
     for name, value in one.ranker.state_dict().items():
         torch.testing.assert_close(two.ranker.state_dict()[name], value, rtol=1e-4, atol=1e-5)
     assert [e.get("phase") for e in two.history] == [e.get("phase") for e in one.history]
-    for a, b in zip(one.history, two.history):
+    for a, b in zip(one.history, two.history, strict=True):
         assert b["train"]["loss"] == pytest.approx(a["train"]["loss"], rel=1e-4)
         if a.get("phase") == "bal":
             assert b["graph_edges"] == a["graph_edges"]

@@ -56,4 +56,5 @@ def test_timing_rounds_fit_again_in_reversed_order_and_average_the_seconds(monke
         assert len(out["rounds"][label]) == 3 and all(s > 0 for s in out["rounds"][label])
         assert out["seconds"][label] == sum(out["rounds"][label]) / 3
     assert bench.round_ratios(out["rounds"], "Naive-list") == [a / b for a, b in zip(out["rounds"]["Naive-list"],
-                                                                                     out["rounds"]["Naive"])]
+                                                                                     out["rounds"]["Naive"],
+                                                                                     strict=True)]

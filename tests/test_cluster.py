@@ -46,10 +46,9 @@ class ExternalCluster:
                                   "--no-dashboard"])
 
     def _spawn(self, name, args):
-        log = open(self.workdir / f"{name}.log", "wb")
-        self.procs[name] = subprocess.Popen([sys.executable, "-m", "dask", *args], cwd=self.workdir, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
+        with open(self.workdir / f"{name}.log", "wb") as log:     # the child writes through its own descriptor
+            self.procs[name] = subprocess.Popen([sys.executable, "-m", "dask", *args], cwd=self.workdir, stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True)
 
     def add_workers(self, *names):
         for name in names:
@@ -137,7 +136,7 @@ def test_losing_the_only_worker_is_a_cluster_error(tmp_path, external_cluster):
     def target():
         try:
             run_pipeline(cfg, stages=killing_a_worker_mid("ingest", external_cluster, []))
-        except BaseException as e:   # noqa: BLE001 - handed to the test thread
+        except BaseException as e:   # handed to the test thread
             outcome.append(e)
 
     thread = threading.Thread(target=target, daemon=True)

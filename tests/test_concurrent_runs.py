@@ -33,7 +33,7 @@ def test_two_runs_trained_at_once_in_one_process_match(tmp_path, dask_client):
             cfg = config_from_dict(_config(str(directory)))
             start.wait()
             run_pipeline(cfg, client=dask_client)
-        except BaseException as e:   # noqa: BLE001 - re-raised in the test's thread
+        except BaseException as e:   # re-raised in the test's thread
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(d,)) for d in dirs]

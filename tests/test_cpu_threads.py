@@ -17,9 +17,8 @@ def test_threads_are_capped_inside_the_block_and_restored_after_it():
     with torch_threads(1) as used:
         assert used == 1 == torch.get_num_threads()
     assert torch.get_num_threads() == before
-    with pytest.raises(RuntimeError):
-        with torch_threads(1):
-            raise RuntimeError("a failed fit")
+    with pytest.raises(RuntimeError), torch_threads(1):
+        raise RuntimeError("a failed fit")
     assert torch.get_num_threads() == before          # restored on an exception too
     with torch_threads(None) as used:
         assert used == before == torch.get_num_threads()

@@ -133,7 +133,8 @@ def test_the_global_batch_masking_cut_to_shards_is_the_one_process_masked_lm(log
             total = total + ranker.mlm_loss_sum(take(inputs, part.rows[part.rows >= 0]), masking.ids,
                                                 masking.labels) / masking.global_count
         torch.testing.assert_close(total, one)
-        for got, want in zip(torch.autograd.grad(total, list(ranker.parameters()), allow_unused=True), expected):
+        for got, want in zip(torch.autograd.grad(total, list(ranker.parameters()), allow_unused=True), expected,
+                             strict=True):
             assert (got is None) == (want is None)
             if want is not None:
                 torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
@@ -212,7 +213,8 @@ def test_a_failed_rank_keeps_its_traceback_where_the_error_says(logs, tmp_path):
     assert "\n" not in message
     kept = message.rsplit("its log: ", 1)[1].rstrip(")")
     assert kept.startswith(str(tmp_path / "ranks" / "rank"))
-    text = open(kept).read()
+    with open(kept) as handle:
+        text = handle.read()
     assert "Traceback (most recent call last)" in text and "needs a dense 'features' column" in text
 
 

@@ -163,7 +163,7 @@ def test_parallel_pc_equals_causallearn_builtin_tests_on_several_datasets(dask_c
     datasets = [linear_dag_data(400, 8, seed) for seed in range(3)]
     names = [f"x{i}" for i in range(8)]
     runs = parallel_pc(datasets, names, 0.05, CITestSpec("fisherz"), client=dask_client)
-    for data, run in zip(datasets, runs):
+    for data, run in zip(datasets, runs, strict=True):
         assert same_pc_result(run.graph, pc(data, 0.05, "fisherz", show_progress=False, node_names=names))
         assert run.final_pass_tests == 0
     assert max(len(r.levels) for r in runs) >= 3

@@ -99,7 +99,7 @@ def as_lists(sizes):
     k = int(sizes.max())
     rows = np.full((len(sizes), k), -1)
     starts = np.r_[0, np.cumsum(sizes)[:-1]]
-    for s, (start, size) in enumerate(zip(starts, sizes)):
+    for s, (start, size) in enumerate(zip(starts, sizes, strict=True)):
         rows[s, :size] = np.arange(start, start + size)
     mask = rows >= 0
 

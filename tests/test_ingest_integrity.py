@@ -171,7 +171,8 @@ def test_sixteen_flipped_bytes_drop_the_unverified_member_and_say_so(tmp_path, d
     assert summary.lines == summary.sessions + summary.results + summary.quarantined + summary.unverified_lines
     assert summary.file_reasons == {"corrupt_gzip": 1} and summary.damaged_files == [str(damaged)]
     records = pd.read_parquet(tmp_path / "out" / "quarantine" / "part-00000.parquet")
-    assert list(zip(records["file"], records["line"], records["reason"])) == [(str(damaged), 1, "corrupt_gzip")]
+    assert list(zip(records["file"], records["line"], records["reason"], strict=True)) == [
+        (str(damaged), 1, "corrupt_gzip")]
     assert f"lines 1-{summary.unverified_lines} dropped ({summary.unverified_rows} rows" in records["text"].iloc[0]
 
 
@@ -210,7 +211,7 @@ def test_duplicate_and_conflicting_annotations_are_quarantined_with_reasons(tmp_
     summary = ingest_baidu_annotations(path, tmp_path / "out")
     table = pd.read_parquet(tmp_path / "out" / "annotations.parquet")
     records = pd.read_parquet(tmp_path / "out" / "quarantine" / "annotations.parquet")
-    assert list(zip(records["line"], records["reason"])) == [
+    assert list(zip(records["line"], records["reason"], strict=True)) == [
         (2, "duplicate_annotation"), (3, "conflicting_label"), (4, "conflicting_label"), (6, "wrong_field_count")]
     assert records["text"].iloc[0] == lines[1]
     assert len(table) == 2 and list(table["label"]) == [4, 0]             # lines 1 and 5
@@ -253,7 +254,8 @@ def test_the_run_stage_writes_quarantined_annotation_lines(tmp_path, dask_client
 def test_non_finite_behaviour_numbers_are_quarantined_at_their_line(tmp_path, value):
     path = write_gz(tmp_path / "log.gz", [query(1), result(1, serp_height=value), result(2)])
     sessions, bad = read_baidu_sessions(path)
-    assert list(zip(bad["line"], bad["reason"])) == [(2, "bad_number")] and list(sessions["position"]) == [2]
+    assert list(zip(bad["line"], bad["reason"], strict=True)) == [(2, "bad_number")]
+    assert list(sessions["position"]) == [2]
 
 
 @pytest.mark.e2e
@@ -272,7 +274,7 @@ def test_a_query_line_of_17_to_31_fields_never_lends_its_results_to_the_previous
     path = write_gz(tmp_path / "log.gz", [query(1), result(1), wide, result(2, doc="x"), result(3, doc="y")])
     sessions, bad = read_baidu_sessions(path)
     assert list(sessions["query_id"]) == ["1"] and list(sessions["position"]) == [1]
-    assert list(zip(bad["line"], bad["reason"])) == [(3, "wrong_field_count"), (4, "broken_query_line"),
+    assert list(zip(bad["line"], bad["reason"], strict=True)) == [(3, "wrong_field_count"), (4, "broken_query_line"),
                                                      (5, "broken_query_line")]
 
 

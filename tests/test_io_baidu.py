@@ -87,7 +87,7 @@ def hand_log(tmp_path) -> Path:
 def test_hand_written_log_exact(hand_log, chunk_bytes):
     sessions, bad = read_baidu_sessions(hand_log, file_index=3, chunk_bytes=chunk_bytes)
     expected_bad = [(i + 1, reason) for i, (_, reason) in enumerate(HAND_LOG) if reason]
-    assert list(zip(bad["line"], bad["reason"])) == expected_bad
+    assert list(zip(bad["line"], bad["reason"], strict=True)) == expected_bad
     assert set(bad["file"]) == {str(hand_log)}
     assert bad.loc[bad["line"] == 21, "text"].item() == result(1, doc="b\\xff")  # raw text, escaped
     # kept rows: the good results around every bad line, in file order
@@ -141,13 +141,13 @@ def test_damaged_gzip_keeps_what_was_read(tmp_path):
     path = tmp_path / "junk.gz"
     path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0) + b"not gzip at all")
     sessions, bad = read_baidu_sessions(path)
-    assert list(zip(bad["line"], bad["reason"])) == [(4, "corrupt_gzip")] and len(sessions) == 2
+    assert list(zip(bad["line"], bad["reason"], strict=True)) == [(4, "corrupt_gzip")] and len(sessions) == 2
 
 
 def test_overlong_line_is_skipped_not_held(tmp_path):
     path = write_gz(tmp_path / "long.gz", [query(1), result(1), "x" * (MAX_LINE_BYTES + 10), result(2)])
     sessions, bad = read_baidu_sessions(path, chunk_bytes=1 << 16)
-    assert list(zip(bad["line"], bad["reason"])) == [(3, "line_too_long")]
+    assert list(zip(bad["line"], bad["reason"], strict=True)) == [(3, "line_too_long")]
     assert len(bad["text"].iloc[0]) < 10_000 and list(sessions[POSITION]) == [1, 2]
 
 
@@ -159,7 +159,7 @@ def test_only_a_line_longer_than_the_limit_is_too_long(tmp_path, chunk_bytes):
     n = MAX_LINE_BYTES // sum(len(line) + 1 for line in session) + 2   # the sessions before it exceed the limit
     lines = session * n + ["x" * (MAX_LINE_BYTES + 10)] + session * n
     sessions, bad = read_baidu_sessions(write_gz(tmp_path / "long.gz", lines), chunk_bytes=chunk_bytes)
-    assert list(zip(bad["line"], bad["reason"])) == [(11 * n + 1, "line_too_long")]
+    assert list(zip(bad["line"], bad["reason"], strict=True)) == [(11 * n + 1, "line_too_long")]
     assert len(sessions) == 20 * n and sessions[SESSION_ID].nunique() == 2 * n
 
 
@@ -320,7 +320,8 @@ def test_annotations_bad_lines_quarantined_and_doc_ids_stable(tmp_path):
     path = tmp_path / "annotations.tsv.gz"
     path.write_bytes(gzip.compress(("\n".join(rows) + "\n").encode(), mtime=0))
     df, bad = read_baidu_annotations(path)
-    assert list(zip(bad["line"], bad["reason"])) == [(3, "bad_label"), (4, "bad_bucket"), (5, "wrong_field_count")]
+    assert list(zip(bad["line"], bad["reason"], strict=True)) == [(3, "bad_label"), (4, "bad_bucket"),
+                                                                  (5, "wrong_field_count")]
     assert list(df[QUERY_ID]) == ["1", "1", "4"] and list(df["label"]) == [4, 0, 3] and list(df["bucket"]) == [0, 0, 9]
     assert df[DOC_ID].iloc[0] != df[DOC_ID].iloc[1] and df[DOC_ID].iloc[0] == df[DOC_ID].iloc[2]
     again, _ = read_baidu_annotations(path, chunk_bytes=8)
@@ -341,7 +342,7 @@ def test_query_ids_are_kept_exactly_as_written(tmp_path):
     lines += [query("1" * 65), result(1), query("-5"), result(1)]
     sessions, bad = read_baidu_sessions(write_gz(tmp_path / "ids.gz", lines))
     assert list(sessions[QUERY_ID]) == ids
-    assert list(zip(bad["line"], bad["reason"])) == [(9, "bad_query_id"), (10, "broken_query_line"),
+    assert list(zip(bad["line"], bad["reason"], strict=True)) == [(9, "bad_query_id"), (10, "broken_query_line"),
                                                      (11, "bad_query_id"), (12, "broken_query_line")]
     write_baidu_sessions(sessions, tmp_path / "again.gz")              # the writer keeps them too
     again, _ = read_baidu_sessions(tmp_path / "again.gz")
@@ -388,7 +389,7 @@ def test_results_after_a_broken_query_line_are_quarantined(tmp_path, chunk_bytes
     sessions, bad = read_baidu_sessions(write_gz(tmp_path / "broken.gz", lines), chunk_bytes=chunk_bytes)
     assert list(sessions[DOC_ID]) == ["a1", "a2", "a3", "c1", "c2"]
     assert list(sessions[QUERY_ID]) == ["1"] * 3 + ["3"] * 2 and sessions[SESSION_ID].nunique() == 2
-    assert list(zip(bad["line"], bad["reason"])) == [(5, "wrong_field_count")] + [
+    assert list(zip(bad["line"], bad["reason"], strict=True)) == [(5, "wrong_field_count")] + [
         (line, "broken_query_line") for line in (6, 7, 8)] + [(9, "wrong_field_count"), (12, "wrong_field_count")]
 
 
@@ -398,7 +399,7 @@ def test_a_session_never_holds_a_position_twice(tmp_path, chunk_bytes):
              result(2, doc="e"), result(3, doc="f"), query(2), result(1, doc="g")]
     sessions, bad = read_baidu_sessions(write_gz(tmp_path / "dup.gz", lines), chunk_bytes=chunk_bytes)
     assert list(sessions[DOC_ID]) == ["a", "c", "f", "g"]       # the first kept result of a position stays
-    assert list(zip(bad["line"], bad["reason"])) == [(3, "bad_click"), (5, "duplicate_position"),
+    assert list(zip(bad["line"], bad["reason"], strict=True)) == [(3, "bad_click"), (5, "duplicate_position"),
                                                      (6, "duplicate_position")]
     assert "duplicate_position" in REASONS
 
@@ -415,7 +416,8 @@ def test_gzip_damaged_in_the_middle_keeps_nothing_of_the_unverified_member(tmp_p
     path.write_bytes(bytes(data))
     sessions, bad = read_baidu_sessions(path)
     assert sessions.empty                                        # one member, its check failed: nothing is known intact
-    assert list(zip(bad["line"], bad["reason"])) == [(1, "corrupt_gzip")] and "dropped" in bad["text"].iloc[0]
+    assert list(zip(bad["line"], bad["reason"], strict=True)) == [(1, "corrupt_gzip")]
+    assert "dropped" in bad["text"].iloc[0]
 
 
 @pytest.mark.e2e
@@ -432,7 +434,7 @@ def test_empty_binary_and_misnamed_files_are_reported_once(tmp_path, dask_client
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
         sessions, bad = read_baidu_sessions(tmp_path / name)
-        assert sessions.empty and list(zip(bad["line"], bad["reason"])) == [(0, expected[name])], name
+        assert sessions.empty and list(zip(bad["line"], bad["reason"], strict=True)) == [(0, expected[name])], name
     summary = ingest_baidu([tmp_path / n for n in files] + [write_gz(tmp_path / "ok.gz", [query(1), result(1)])],
                            tmp_path / "out", dask_client)
     assert summary.file_reasons == {"empty_file": 3, "not_gzip": 4}
@@ -510,9 +512,9 @@ def test_session_boundaries_follow_the_documented_rules(tmp_path, log, chunk_byt
     # every input line is a session, a row or a quarantine record
     assert sessions[SESSION_ID].nunique() + len(sessions) + len(bad) == len(lines)
     # results attach to the right query: the reference's session ordinal, query id and position, in order
-    got = list(zip(sessions[SESSION_ID], sessions[QUERY_ID], sessions[POSITION], sessions[DOC_ID]))
+    got = list(zip(sessions[SESSION_ID], sessions[QUERY_ID], sessions[POSITION], sessions[DOC_ID], strict=True))
     assert got == rows
-    assert sorted(zip(bad["line"], bad["reason"])) == records
+    assert sorted(zip(bad["line"], bad["reason"], strict=True)) == records
 
 
 # ---------------------------------------------------------------------------------------------
@@ -527,8 +529,8 @@ def test_sample_damage_is_quarantined_where_the_manifest_says():
     train = sorted(f["path"] for f in manifest["files"] if f["path"].startswith("train/"))
     read = [read_baidu_sessions(SAMPLE / path, file_index=i) for i, path in enumerate(train)]
     sessions = pd.concat([s for s, _ in read], ignore_index=True)
-    bad = pd.concat([b.assign(file=path) for (_, b), path in zip(read, train)], ignore_index=True)
-    got = {(f, line): reason for f, line, reason in zip(bad["file"], bad["line"], bad["reason"])}
+    bad = pd.concat([b.assign(file=path) for (_, b), path in zip(read, train, strict=True)], ignore_index=True)
+    got = {(f, line): reason for f, line, reason in zip(bad["file"], bad["line"], bad["reason"], strict=True)}
     for c in manifest["corruptions"]:
         assert got[(c["file"], c["line"])] == c["reader_reason"], c
         followers = [got.get((c["file"], c["line"] + k)) for k in range(1, c["quarantined_lines"])]

@@ -60,7 +60,7 @@ def _assert_same_rows(a: pd.DataFrame, b: pd.DataFrame) -> None:
     for column in a.columns:
         left, right = a[column].to_numpy(), b[column].to_numpy()
         if left.dtype == object and len(left) and isinstance(left[0], np.ndarray):
-            assert all(np.array_equal(x, y) for x, y in zip(left, right)), column
+            assert all(np.array_equal(x, y) for x, y in zip(left, right, strict=True)), column
         else:
             assert np.array_equal(left, right, equal_nan=left.dtype.kind == "f"), column
 
@@ -100,9 +100,9 @@ def test_every_value_is_the_generators(tmp_path, world):
         assert np.array_equal(got[column].to_numpy(), expected), column
     assert got["position"].dtype == np.int16 and got["click"].dtype == np.int8
     assert got["serp_height"].dtype == got["displayed_time"].dtype == np.float64
-    assert all(np.array_equal(t, corpus.query_tokens[i]) for t, i in zip(got["query_tokens"], q))
-    assert all(np.array_equal(t, corpus.title[i][j]) for t, i, j in zip(got["title_tokens"], q, d))
-    assert all(np.array_equal(t, corpus.abstract[i][j]) for t, i, j in zip(got["abstract_tokens"], q, d))
+    assert all(np.array_equal(t, corpus.query_tokens[i]) for t, i in zip(got["query_tokens"], q, strict=True))
+    assert all(np.array_equal(t, corpus.title[i][j]) for t, i, j in zip(got["title_tokens"], q, d, strict=True))
+    assert all(np.array_equal(t, corpus.abstract[i][j]) for t, i, j in zip(got["abstract_tokens"], q, d, strict=True))
     for name in LTR:
         assert np.array_equal(got[name].to_numpy(), corpus.ltr[name][q, d].astype(np.float32)), name
 
@@ -132,7 +132,7 @@ def _set_list(table: pa.Table, column: str, row: int, value) -> pa.Table:
 
 
 def _records(quarantine: pd.DataFrame) -> list[tuple[int, str]]:
-    return list(zip(quarantine["line"], quarantine["reason"]))
+    return list(zip(quarantine["line"], quarantine["reason"], strict=True))
 
 
 def test_a_session_whose_lists_disagree_with_n_is_dropped_whole(tmp_path, world):

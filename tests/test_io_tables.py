@@ -49,7 +49,7 @@ def assert_same_table(got: pd.DataFrame, expected: pd.DataFrame) -> None:
     assert list(got.columns) == list(expected.columns)
     for column in expected.columns:
         if column in LIST_COLUMNS:
-            for a, b in zip(got[column], expected[column]):
+            for a, b in zip(got[column], expected[column], strict=True):
                 np.testing.assert_allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=1e-6)
         elif column == "query_id":  # the exact decimal text of each id (the schema's contract)
             assert list(got[column]) == [str(v) for v in expected[column]]
@@ -108,7 +108,7 @@ def test_partition_writer_streams_whole_sessions(tmp_path_factory, lengths, part
     directory = tmp_path_factory.mktemp("parts")
     writer = SessionPartitionWriter(directory, 3, partition_rows)
     bounds = [0, *sorted(c for c in cuts if c < len(ids)), len(ids)]
-    for low, high in zip(bounds, bounds[1:]):  # the stream arrives in arbitrary pieces, some empty
+    for low, high in zip(bounds, bounds[1:], strict=False):  # the stream arrives in arbitrary pieces, some empty
         writer.write(table.slice(low, high - low))
         held = writer._held.num_rows if writer._held is not None else 0
         assert held <= max(lengths)  # never more than one session waits, whatever partition_rows

@@ -48,7 +48,7 @@ def test_gradient_penalty_matches_the_closed_form_of_a_linear_sigmoid_and_is_dif
     # create_graph=True: the penalty's gradient in the parameters is the closed form's gradient
     got = torch.autograd.grad(penalty.sum(), [layer.weight, layer.bias])
     want = torch.autograd.grad(closed_form(layer.weight, layer.bias).sum(), [layer.weight, layer.bias])
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
 
 

@@ -105,7 +105,7 @@ def _spot_rows(path: Path, n: int) -> tuple[list[int], list[dict[int, float]]]:
     """Labels and {fid: value} of the first n lines, parsed independently of the reader."""
     labels, rows = [], []
     with open(path) as f:
-        for _, line in zip(range(n), f):
+        for _, line in zip(range(n), f, strict=False):
             label, *pairs = line.split()
             labels.append(int(label))
             rows.append({int(p.split(":")[0]): float(p.split(":")[1]) for p in pairs})

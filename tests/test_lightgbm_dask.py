@@ -32,7 +32,7 @@ def test_session_partitions_never_split_a_session_and_balance_rows():
     sizes = np.array([3, 1, 4, 1, 5, 9, 2, 6])
     bounds = session_partitions(sizes, 3)
     assert bounds[0][0] == 0 and bounds[-1][1] == len(sizes)
-    assert all(a < b for a, b in bounds) and all(b == c for (_, b), (c, _) in zip(bounds, bounds[1:]))
+    assert all(a < b for a, b in bounds) and all(b == c for (_, b), (c, _) in zip(bounds, bounds[1:], strict=False))
     rows = [int(sizes[a:b].sum()) for a, b in bounds]
     assert len(bounds) == 3 and max(rows) - min(rows) <= sizes.max()    # no partition far from a third
     assert session_partitions(np.array([4, 4]), 5) == [(0, 1), (1, 2)]  # never more partitions than sessions
@@ -97,4 +97,4 @@ def test_the_exported_booster_carries_no_cluster_settings(dask_client):
     text = LightGBMLambdaRank()._fit_dask(dask_client, x, y, np.full(600, 8), None, cfg).ranker.model_string()
     assert "[machines: " not in text and "[local_listen_port: " not in text
     infos = next(line for line in text.splitlines() if line.startswith("feature_infos=")).split("=")[1].split(" ")
-    assert infos == [f"[{lo:.17g}:{hi:.17g}]" for lo, hi in zip(x.min(axis=0), x.max(axis=0))]
+    assert infos == [f"[{lo:.17g}:{hi:.17g}]" for lo, hi in zip(x.min(axis=0), x.max(axis=0), strict=True)]

@@ -24,7 +24,7 @@ def test_linear_logger_shows_each_query_one_fixed_list_in_score_order():
     cfg = SimulateConfig(**SMALL, n_sessions=600, logging_ranker="linear", logging_ranker_queries=6, logging_noise=0.0)
     logs = simulate(cfg, seed=3)
     corpus = simulation_engine(cfg, seed=3).corpus
-    score = dict(zip(corpus.doc_ids, corpus.logging_score))
+    score = dict(zip(corpus.doc_ids, corpus.logging_score, strict=True))
     sessions = logs.sessions.sort_values(["session_id", "position"])
     lists = sessions.groupby("session_id").agg(query=("query_id", "first"), docs=("doc_id", tuple))
     assert lists.groupby("query")["docs"].nunique().eq(1).all()          # the same list every time it is shown

@@ -63,7 +63,7 @@ def test_weighted_softmax_keeps_each_clicks_weight_across_lists():
 def test_pair_terms_pair_each_click_with_each_shown_skip():
     loss, pos_i, pos_j = pair_terms(SCORES, CLICKS, MASK, POSITIONS)
     # list 1: click at 1 vs skips at 2, 3; list 2: click at 2 vs skip at 1 (slot 3 is padding, not a skip)
-    assert list(zip(pos_i.tolist(), pos_j.tolist())) == [(1, 2), (1, 3), (2, 1)]
+    assert list(zip(pos_i.tolist(), pos_j.tolist(), strict=True)) == [(1, 2), (1, 3), (2, 1)]
     by_hand = [softplus(-(0.0 - LN2)), softplus(-(0.0 - 0.0)), softplus(-(0.0 - LN3))]
     assert loss.tolist() == pytest.approx(by_hand, rel=1e-6)
 
@@ -130,8 +130,6 @@ def test_the_numpy_form_is_the_torch_form_summed(name, weighted):
     f, c, ww = (t.flatten()[flat].double().numpy() for t in (SCORES, CLICKS, w))
     sizes = MASK.sum(dim=1).numpy()
     total = entry.weighted_total if weighted else entry.total
-    if weighted:                                # the weighted softmax divides by Σ c·ω of the whole batch
-        scale = float((CLICKS * w * MASK).sum())
-    else:
-        scale = entry.normaliser(CLICKS, MASK)
+    # the weighted softmax divides by Σ c·ω of the whole batch
+    scale = float((CLICKS * w * MASK).sum()) if weighted else entry.normaliser(CLICKS, MASK)
     assert total(f, c, sizes, ww) == pytest.approx(float(mean) * scale, rel=1e-6)

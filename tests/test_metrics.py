@@ -39,7 +39,7 @@ def as_trec(df: pd.DataFrame) -> tuple[dict, dict]:
     names = [f"d{len(df) - row:07d}" for row in range(len(df))]
     qrels: dict = {}
     run: dict = {}
-    for name, query, label, score in zip(names, df[QUERY_ID], df[LABEL], df["score"]):
+    for name, query, label, score in zip(names, df[QUERY_ID], df[LABEL], df["score"], strict=True):
         qrels.setdefault(str(query), {})[name] = int(label)
         run.setdefault(str(query), {})[name] = float(score)
     return qrels, run
@@ -116,7 +116,7 @@ def test_dcg_and_ndcg_match_ranx_burges():
     names = [f"{m}@{k}" for m in ("dcg_burges", "ndcg_burges") for k in KS]
     ours = metrics.per_query(df, "score").set_index(QUERY_ID)
     theirs = evaluate(Qrels.from_dict(qrels), Run.from_dict(run), names, return_mean=False, make_comparable=True)
-    order = [int(q) for q in Run.from_dict(run).keys()]
+    order = [int(q) for q in Run.from_dict(run).get_query_ids()]
     for k in KS:
         np.testing.assert_allclose(ours.loc[order, f"DCG@{k}"], theirs[f"dcg_burges@{k}"], rtol=1e-9)
         np.testing.assert_allclose(ours.loc[order, f"nDCG@{k}"], theirs[f"ndcg_burges@{k}"], rtol=1e-9, atol=1e-12)
@@ -151,7 +151,7 @@ def test_map_and_ndcg_match_trec_eval_with_ties(threshold):
     ap = by_query(results, AP(rel=threshold))
     queries = sorted(ap)
     np.testing.assert_allclose(ours.loc[queries, "MAP"], [ap[q] for q in queries], atol=1e-12)
-    for k, measure in zip(KS, ndcg):
+    for k, measure in zip(KS, ndcg, strict=True):
         got = by_query(results, measure)
         np.testing.assert_allclose(ours.loc[queries, f"nDCG@{k}"], [got[q] for q in queries], atol=1e-12)
 

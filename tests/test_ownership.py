@@ -235,7 +235,7 @@ def test_item4_experiment_out_dir_dot_never_replaces_the_experiment_yaml_itself(
 # Item 6: hostile or damaged run directories
 # ---------------------------------------------------------------------------------------------
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
 
 
 @pytest.mark.e2e

@@ -49,7 +49,7 @@ def test_unbiased_pairs_of_three_documents_by_hand_and_as_half_of_eq_10():
     clicks, positions, scores = np.array([1, 0, 1]), np.array([1, 2, 3]), np.array([0.3, -0.2, 0.5])
     psi = joint_examination(THETA3, "continuous")
     i, j, w = unbiased_pairs([3], clicks, positions, THETA3, psi)
-    got = {(int(a), int(b)): float(c) for a, b, c in zip(i, j, w)}
+    got = {(int(a), int(b)): float(c) for a, b, c in zip(i, j, w, strict=True)}
     # clicked 1 over unclicked 2: a_1 = 1; clicked 1 over clicked 3: a_1 - a_13 = 1 - 3; 3 over 1: a_3 - a_31 = 0;
     # clicked 3 over unclicked 2: a_3 = 3
     assert got == pytest.approx({(0, 1): 1.0, (0, 2): -2.0, (2, 0): 0.0, (2, 1): 3.0})
@@ -187,7 +187,7 @@ def test_swap_experiment_recovers_the_simulators_joint_examination(model, params
     theta = 1 / np.arange(1, k + 1) if model == "continuous" else row_skipping_reach(k, 2, 0.2, 0.9) / 0.8
     truth = joint_examination(theta, model, 2, 0.2, 0.9)
     frame = simulate_pair_swaps(cfg, 1, 60000)
-    assert set(zip(frame["swap_k1"], frame["swap_k2"])) == set(swap_pairs(k))
+    assert set(zip(frame["swap_k1"], frame["swap_k2"], strict=True)) == set(swap_pairs(k))
     with_true_theta2 = joint_swap_estimate(frame, theta[1])
     for key, value in with_true_theta2["joint"].items():
         a, b = map(int, key.split(","))

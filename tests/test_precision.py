@@ -64,7 +64,7 @@ def test_bf16_runs_the_encoder_in_bf16_and_learns_the_fp32_model(logs, monkeypat
     # every weight by the same steps within that rounding. Tolerances (measured: losses 5e-5 apart, scores 6e-4 of
     # their size, 0.5 % of their spread once centred, the same order): the losses within 2 %, the scores (fp32
     # passes of each trained model) within 0.2 % of their size and, centred, 5 % of their spread, ranked alike
-    for a, b in zip(fp32.history, bf16.history):
+    for a, b in zip(fp32.history, bf16.history, strict=True):
         assert b["train"] == pytest.approx(a["train"], rel=0.02)
     x, y = (score_frame(r.ranker, logs.annotations) for r in (fp32, bf16))
     assert np.abs(x - y).max() < 2e-3 * np.abs(x).max()

@@ -39,7 +39,8 @@ def test_session_pairs_enumerates_clicked_over_skipped_within_each_session():
     sizes = np.array([3, 0, 4, 2, 1])
     clicks = np.array([1, 0, 1, 0, 1, 0, 0, 0, 0, 1])
     i, j, pos_i, pos_j = lp.session_pairs(sizes, clicks)
-    assert list(zip(i, j)) == [(0, 1), (2, 1), (4, 3), (4, 5), (4, 6)]   # session 3 (no click), 4 (no skip): none
+    # session 3 (no click), 4 (no skip): none
+    assert list(zip(i, j, strict=True)) == [(0, 1), (2, 1), (4, 3), (4, 5), (4, 6)]
     np.testing.assert_array_equal(pos_i, [1, 3, 2, 2, 2])
     np.testing.assert_array_equal(pos_j, [2, 2, 1, 3, 4])
 
@@ -202,7 +203,7 @@ def test_reproduce_config_is_the_papers_setup():
     exp = load_experiment(Path(__file__).parents[1] / "pipelines" / "reproduce" / "prs.yaml")
     assert all(r.config for r in exp.runs) and len(exp.spec.seeds) >= 5
     run = {(r.setting, r.label): r.config for r in exp.runs if r.seed == exp.spec.seeds[0]}
-    for (setting, label), c in run.items():
+    for (_setting, label), c in run.items():
         sim, base = c["data"]["simulate"], c["propensity"]
         assert sim["user_model"] == "prs" and base["source"] == "table"
         eta = sim["user_model_params"]["eta"]
@@ -234,8 +235,8 @@ def test_lambdarank_normalisation_matches_a_per_session_loop():
         own = scores[session == q]
         factor = [swap[k] / (0.01 + abs(scores[i[k]] - scores[j[k]])) if own.max() > own.min() else swap[k]
                   for k in rows]
-        total = sum(2.0 * f / (1.0 + np.exp(scores[i[k]] - scores[j[k]])) for f, k in zip(factor, rows))
-        for f, k in zip(factor, rows):
+        total = sum(2.0 * f / (1.0 + np.exp(scores[i[k]] - scores[j[k]])) for f, k in zip(factor, rows, strict=True))
+        for f, k in zip(factor, rows, strict=True):
             expected[k] = f * (np.log2(1.0 + total) / total if total > 0 else 1.0)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     grad = lambda_objective(sizes, clicks, np.ones(len(i)), i, j, normalise=True)[0](scores)[0]

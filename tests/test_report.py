@@ -88,7 +88,7 @@ def test_a_bal_report_embeds_every_figure_and_draws_graph_json(bal_run):
         graph = json.loads((bal_run / f"epoch_{k}" / "graph.json").read_text())
         assert sorted(drawn) == sorted((e["from"], e["to"], e["type"]) for e in graph["edges"])
         evidence = {e["node"]: e for e in graph["meta"]["click_evidence"]}
-        for source, target, kind in drawn:                         # each page feature → click edge: its evidence
+        for source, target, _kind in drawn:                         # each page feature → click edge: its evidence
             if target == "click" and source != "relevance_score" and evidence_label(evidence.get(source)):
                 assert evidence_label(evidence[source]) in page.texts
     assert sorted(page.panels) == [0, 1]

@@ -131,9 +131,9 @@ def test_a_reused_pid_is_not_the_holder_and_another_hosts_lock_is_refused(tmp_pa
     with run_lock(root):
         assert json.loads(path.read_text())["pid"] == os.getpid()
     path.write_text(json.dumps({"pid": 1, "host": "elsewhere.example", "started_at": "2020-01-01T00:00:00+0000"}))
-    with pytest.raises(RunLocked, match=r"locked by a run on another host \(pid 1 on elsewhere.example.*delete "):
-        with run_lock(root):
-            pass
+    with (pytest.raises(RunLocked, match=r"locked by a run on another host \(pid 1 on elsewhere.example.*delete "),
+          run_lock(root)):
+        pass
     assert json.loads(path.read_text())["host"] == "elsewhere.example"       # refused: left as it was
 
 
@@ -173,9 +173,8 @@ def test_the_lock_goes_when_the_run_fails(tmp_path, dask_client):
 def test_a_lock_path_taken_by_a_directory_is_refused_in_one_line(tmp_path):
     root = tmp_path / "r"
     lock_path(root).mkdir(parents=True)
-    with pytest.raises(RunDirError, match="in the way of the run directory's lock"):
-        with run_lock(root):
-            pass
+    with pytest.raises(RunDirError, match="in the way of the run directory's lock"), run_lock(root):
+        pass
 
 
 @pytest.mark.e2e
@@ -186,9 +185,9 @@ def test_a_url_run_is_locked_through_its_working_copy_and_then_runs(tmp_path, mo
     run_pipeline(cfg, client=dask_client, stages=stages)
     remote = tmp_path / "bucket" / "r"
     before = _files(remote)
-    with run_lock(cfg.resolved_run_dir):                 # another run of this URL on this machine
-        with pytest.raises(RunLocked, match="another wpultr run is writing it"):
-            run_pipeline(cfg, fresh=True, client=dask_client, stages=stages)
+    with (run_lock(cfg.resolved_run_dir),                  # another run of this URL on this machine
+          pytest.raises(RunLocked, match="another wpultr run is writing it")):
+        run_pipeline(cfg, fresh=True, client=dask_client, stages=stages)
     assert _files(remote) == before and not any(".wpultr-lock" in name for name in before)
     result = run_pipeline(cfg, fresh=True, client=dask_client, stages=stages)
     assert result.ran == ["ingest"] and (remote / "out").read_text() == "x"

@@ -13,10 +13,9 @@ from wpultr.rundir.files import (MARKER, RunDir, atomic_path, is_run_dir, packag
 def test_atomic_write_leaves_old_file_when_writer_fails(tmp_path):
     target = RunDir.create(tmp_path).path("a.json")    # a run's own file: replaced in place
     write_json(target, {"v": 1})
-    with pytest.raises(RuntimeError):
-        with atomic_path(target) as tmp:
-            tmp.write_text("half written")
-            raise RuntimeError("killed mid-write")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half written")
+        raise RuntimeError("killed mid-write")
     assert read_json(target) == {"v": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == [".wpultr-run", "a.json"]
 

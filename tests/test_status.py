@@ -61,10 +61,8 @@ def test_a_finished_run(tmp_path, dask_client):
 def test_a_failed_stage_then_resumed(tmp_path, dask_client):
     cfg = config(tmp_path)
     run = cfg.resolved_run_dir
-    try:
+    with pytest.raises(RuntimeError):
         run_pipeline(cfg, client=dask_client, stages=quick_stages(fail_at="train"))
-    except RuntimeError:
-        pass
     status = run_status(run)
     by_name = {s.name: s for s in status.stages}
     assert status.state == "failed"
@@ -103,10 +101,8 @@ def test_an_experiment_directory(tmp_path, dask_client):
     write_resolved_experiment(exp)
     runs = {spec.seed: spec for spec in exp.runs}
     run_pipeline(config_from_dict(runs[0].config), client=dask_client, stages=quick_stages())
-    try:
+    with pytest.raises(RuntimeError):
         run_pipeline(config_from_dict(runs[1].config), client=dask_client, stages=quick_stages(fail_at="evaluate"))
-    except RuntimeError:
-        pass
     status = experiment_status(exp.out_dir)
     assert [(r.key, r.state) for r in status.runs] == [("main/Naive/seed 0", "finished"),
                                                         ("main/Naive/seed 1", "failed"),

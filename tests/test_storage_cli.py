@@ -87,10 +87,8 @@ def local_run(tmp_path_factory, dask_client, one_torch_thread) -> Path:
 @pytest.fixture(scope="module", params=KINDS)
 def run_url(request, local_run, tmp_path_factory) -> str:
     """The finished run at a file:// URL (another directory) or a memory:// URL."""
-    if request.param == "file":
-        url = (tmp_path_factory.mktemp("bucket") / "runs" / "sim").as_uri()
-    else:
-        url = memory_url()
+    url = ((tmp_path_factory.mktemp("bucket") / "runs" / "sim").as_uri() if request.param == "file"
+           else memory_url())
     upload(local_run, url)
     yield url
     if request.param == "memory":

@@ -36,7 +36,7 @@ def sessions_table(seed: int = 0) -> pa.Table:
         SESSION_ID: np.arange(N_SESSIONS).repeat(PAGE), QUERY_ID: [f"q{q}" for q in query],
         POSITION: np.tile(np.arange(1, PAGE + 1), N_SESSIONS).astype(np.int16),
         CLICK: (rng.random(n) < 1 / (1 + np.exp(-x[:, 0]))).astype(np.int8),
-        DOC_ID: [f"d{q}-{i}" for q, i in zip(query, rng.integers(0, 8, size=n))],
+        DOC_ID: [f"d{q}-{i}" for q, i in zip(query, rng.integers(0, 8, size=n), strict=True)],
         QUERY_TOKENS: tokens, "media_type": rng.integers(0, 3, size=n), FEATURES: list(x)}).iloc[order]
     return pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
 
@@ -255,7 +255,7 @@ def test_the_identifiability_graph_is_the_same_from_chunks_of_any_size(monkeypat
     for size in (1, 7, 500):
         monkeypatch.setattr(G.condensed_impressions, "__defaults__", (size,))
         part = G.build_graph(frame, ["position", "media_type"])
-        assert part.nodes == whole.nodes or all(str(a) == str(b) for a, b in zip(part.nodes, whole.nodes))
+        assert part.nodes == whole.nodes or all(str(a) == str(b) for a, b in zip(part.nodes, whole.nodes, strict=True))
         np.testing.assert_array_equal(part.impressions, whole.impressions)
         np.testing.assert_array_equal(part.clicks, whole.clicks)
         np.testing.assert_array_equal(part.component, whole.component)
@@ -281,7 +281,7 @@ def test_session_spans_hold_whole_sessions_and_encoders_fit_the_same_from_them()
     frame = _sessions_log(300, 7).assign(media_type=lambda f: f["media_type"].fillna(9.0))
     spans = session_spans(frame, 50)
     assert len(spans) > 5 and spans[0].start == 0 and spans[-1].stop == len(frame)
-    assert all(a.stop == b.start for a, b in zip(spans[:-1], spans[1:]))
+    assert all(a.stop == b.start for a, b in zip(spans[:-1], spans[1:], strict=True))
     ids = frame[SESSION_ID].to_numpy()
     assert all(ids[s.start - 1] != ids[s.start] for s in spans[1:])      # never inside a session
     shuffled = frame.sample(frac=1.0, random_state=0)

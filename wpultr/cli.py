@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -46,7 +46,7 @@ def _cluster(scheduler: str | None, workers: int | None = None):
 @app.command()
 @user_errors
 def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/)"),
-        set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key: --set train.epochs=2"),
+        set_: Optional[list[str]] = typer.Option(None, "--set", help="override a key: --set train.epochs=2"),
         scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler"),
         fresh: bool = typer.Option(False, help="delete the run directory first instead of resuming"),
         baseline: Optional[str] = typer.Option(None, help="a finished run (e.g. Naive on the same logs) to test the "
@@ -96,7 +96,7 @@ def simulate(out: str = typer.Option(..., help="directory to write the logs, ann
              config: Optional[Path] = typer.Option(None, help="run config whose data.simulate section to use"),
              fmt: str = typer.Option("baidu", "--format", help="baidu (gzip text) or parquet"),
              seed: int = typer.Option(0, help="random seed"),
-             set_: Optional[List[str]] = typer.Option(None, "--set",
+             set_: Optional[list[str]] = typer.Option(None, "--set",
                                                       help="override: --set data.simulate.n_sessions=500")):
     """Write simulated whole-page click logs with their known truth."""
     from .config import config_from_dict, load_config
@@ -118,7 +118,7 @@ def simulate(out: str = typer.Option(..., help="directory to write the logs, ann
 
 @app.command()
 @user_errors
-def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz, Parquet/CSV, or the Baidu-ULTR "
+def ingest(paths: list[str] = typer.Argument(..., help="log files (Baidu .gz, Parquet/CSV, or the Baidu-ULTR "
                                                           "embedding datasets' Feather/Parquet files)"),
            out: str = typer.Option(..., help="output directory (sessions/ and quarantine/ go under it; a path or a "
                                              "file:// URL; what is there is replaced only if ingest wrote it)"),
@@ -169,7 +169,7 @@ def ingest(paths: List[str] = typer.Argument(..., help="log files (Baidu .gz, Pa
 INGEST_FORMATS = ("auto", "baidu", "table", "embeddings")
 
 
-def _log_format(paths: List[str]) -> str:
+def _log_format(paths: list[str]) -> str:
     """The --format `auto` means: 'embeddings' when every path is a Feather file or a Parquet file holding the
     embedding datasets' query_document_embedding column, 'table' when every path names another Parquet or CSV table,
     'baidu' when none does; a mix is an error."""
@@ -315,7 +315,7 @@ def score(model: str = typer.Argument(..., help="an exported ranker (wpultr expo
 
 @app.command()
 @user_errors
-def compare(runs: List[str] = typer.Argument(..., help="finished run directories (paths or fsspec URLs); the first "
+def compare(runs: list[str] = typer.Argument(..., help="finished run directories (paths or fsspec URLs); the first "
                                                       "is the baseline the others are tested against"),
             html: Optional[str] = typer.Option(None, "--html", help="also write an HTML page with the per-query "
                                                                      "differences plotted (a path or a file:// URL; "

@@ -13,7 +13,8 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
 
 from .config import ClusterConfig
 from .errors import ClusterError
@@ -141,7 +142,7 @@ def release_worker_memory(client: Client | None) -> int:
         return 0
     try:
         return int(sum(client.run(release_memory).values()))
-    except Exception as e:  # noqa: BLE001 - a worker that cannot answer only keeps its memory; the run goes on
+    except Exception as e:  # a worker that cannot answer only keeps its memory; the run goes on
         logging.getLogger(__name__).warning("could not release the Dask workers' memory: %s", e)
         return 0
 
@@ -196,7 +197,7 @@ class WorkerWatch:
     def _workers(self) -> int:
         try:
             return len(self.client.nthreads())
-        except Exception:  # noqa: BLE001 - a scheduler that does not answer has no usable worker either
+        except Exception:  # a scheduler that does not answer has no usable worker either
             return 0
 
     def _pending(self) -> list[str]:

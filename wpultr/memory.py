@@ -16,7 +16,7 @@ import ctypes.util
 import os
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3     # mallopt parameters (malloc.h)
 _KEPT_MMAP_THRESHOLD = 32 << 20

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 from tqdm import tqdm
 
@@ -57,7 +58,7 @@ def gather(client: Any, futures: Sequence[Any], *, desc: str, unit: str = "task"
     if not progress_enabled():
         return client.gather(futures)
     from distributed import as_completed
-    weight_of = {id(f): w for f, w in zip(futures, weights)} if weights is not None else {}
+    weight_of = {id(f): w for f, w in zip(futures, weights, strict=True)} if weights is not None else {}
     total = sum(weights) if weights is not None else len(futures)
     finished: list[Any] = []
     with progress(total=total, desc=desc, unit=unit) as bar:

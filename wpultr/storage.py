@@ -38,7 +38,8 @@ import socket
 import tempfile
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any
+from collections.abc import Iterable, Iterator
 
 from .errors import ConfigError, RunDirError, WpultrError
 from .rundir.files import Replaces, atomic_path
@@ -187,7 +188,7 @@ def _included(rel: str, include: list[tuple[str, ...]] | None) -> bool:
     if include is None:
         return True
     parts = rel.split("/")
-    return any(len(parts) >= len(p) and all(fnmatchcase(a, b) for a, b in zip(parts, p)) for p in include)
+    return any(len(parts) >= len(p) and all(fnmatchcase(a, b) for a, b in zip(parts, p, strict=False)) for p in include)
 
 
 def _synced(rel: str) -> bool:

@@ -4,7 +4,8 @@ the quick commands stay quick."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 
 def number(value: Any, digits: int = 4) -> str:
@@ -51,6 +52,6 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1, i
     lines = []
     for r in cells:
         parts = [(c.ljust(w) if i < left or (text_last and i == len(widths) - 1) else c.rjust(w))
-                 for i, (c, w) in enumerate(zip(r, widths))]
+                 for i, (c, w) in enumerate(zip(r, widths, strict=False))]
         lines.append((indent + "  ".join(parts)).rstrip())
     return "\n".join(lines)

@@ -18,7 +18,8 @@ ranker never reads a page feature, so its scores cannot depend on one. A boosted
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

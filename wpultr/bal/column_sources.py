@@ -9,7 +9,8 @@ both build the same rows.
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd

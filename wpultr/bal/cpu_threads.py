@@ -10,7 +10,7 @@ cap then bounds the CPU side of those steps (the numpy passes, the transfers).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 

@@ -36,7 +36,8 @@ import math
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -611,7 +612,9 @@ def fit_influence_estimators(nodes_df: pd.DataFrame, bias_report: BiasReport, ki
 
         before = (previous or {}).get(x) if config.warm_start else None
 
-        def density(ps: tuple[str, ...], role: int) -> ConditionalDensity:
+        def density(ps: tuple[str, ...], role: int, x: str = x, kind: FeatureKind = kind,   # this feature's, bound
+                    parent_kinds: dict = parent_kinds, target_codes: int | None = target_codes,
+                    before: Any = before, index: int = index) -> ConditionalDensity:
             cats = {p: codes_of(p) for p in ps if parent_kinds[p] is FeatureKind.CATEGORICAL}
             start = None if before is None else (before.denominator if role == 0 else before.numerator)
             return ConditionalDensity(kind, ps, target_codes, cats, config,

@@ -37,7 +37,8 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -250,7 +251,8 @@ class BAL:
                                          else trainer.train_scores(scoring_rows(config)))
                                         .astype(np.float32, copy=False))
             clock.lap("score")
-            graph, reuse = once(lambda: self.graph(nodes, features, config, client, rows.graph_rows, reuse))  # 2
+            graph, reuse = once(lambda nodes=nodes, reuse=reuse:                                      # step 2
+                                self.graph(nodes, features, config, client, rows.graph_rows, reuse))
             graph.meta["epoch"] = k
             biases = identify_biases(graph).without(separable.set_aside)                        # step 3
             clock.lap("graph")
@@ -280,14 +282,15 @@ class BAL:
                 extras = {WEIGHTS: trainer.per_row(weights.astype(np.float32, copy=False))}
                 del weights                                                 # the step reads the float32 copy
                 step = click_loss_named(config.train.loss)                  # each click keeps its weight ω
-                stats = trainer.epoch(lambda s, b: step.weighted(s, b.clicks, b.mask, b.extras[WEIGHTS]),
-                                      extras, lambda b: step.weighted_normaliser(b.clicks, b.mask, b.extras[WEIGHTS]))
+                stats = trainer.epoch(lambda s, b, step=step: step.weighted(s, b.clicks, b.mask, b.extras[WEIGHTS]),
+                                      extras, lambda b, step=step: step.weighted_normaliser(b.clicks, b.mask,
+                                                                                            b.extras[WEIGHTS]))
             else:
                 extras = {WEIGHTS: trainer.per_row(weights.astype(np.float32, copy=False)),
                           PAGE_LOGITS: trainer.per_row(page_logits.astype(np.float32, copy=False))}
                 del weights                                                 # the step reads the float32 copy
-                stats = trainer.epoch(lambda s, b: ranker_loss(click_model, s, b.extras[PAGE_LOGITS], b.clicks,
-                                                               b.extras[WEIGHTS], b.mask), extras)
+                stats = trainer.epoch(lambda s, b, click_model=click_model: ranker_loss(
+                    click_model, s, b.extras[PAGE_LOGITS], b.clicks, b.extras[WEIGHTS], b.mask), extras)
             clock.lap("ranker")
             graphs.append(graph)
             trainer.record(len(trainer.history), {**stats, **cm_stats}, time.perf_counter() - start, phase=GRAPH_EPOCH,

@@ -19,7 +19,8 @@ import socket
 import tempfile
 import weakref
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd

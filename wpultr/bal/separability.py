@@ -16,12 +16,13 @@ and shown by `wpultr graph show`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-from ..causal.within_document_ci import within_document_share  # noqa: F401 (the measure, shared with discovery)
+from ..causal.within_document_ci import within_document_share  # the measure, shared with discovery
 from ..schema import DOC_ID, QUERY_ID, FeatureKind, PageFeature, query_document_pairs
 
 

@@ -25,7 +25,8 @@ rows clipped and per-feature log-weight summaries.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -339,7 +340,7 @@ def chunked_quantiles(x: np.ndarray, qs: Sequence[float]) -> list[float]:
     ranks = sorted({r for lo in lows for r in (lo, min(lo + 1, n - 1))})
     values = order_statistics(x, ranks)
     out = []
-    for p, lo in zip(positions, lows):
+    for p, lo in zip(positions, lows, strict=True):
         a, b = values[lo], values[min(lo + 1, n - 1)]
         out.append(float(np.quantile(np.array([a, b]), p - lo)))   # numpy's own interpolation of the pair
     return out

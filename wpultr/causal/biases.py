@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
+from collections.abc import Sequence
 
 from ..columns import CLICK, RELEVANCE_SCORE
 from .graph import DiscoveredGraph

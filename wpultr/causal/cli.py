@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import typer
 
@@ -158,7 +158,7 @@ def diff(run: str = typer.Argument(..., help="run directory: a path or an fsspec
 # ---------------------------------------------------------------------------------------------
 # wpultr discover
 # ---------------------------------------------------------------------------------------------
-def _discover_config(config: Optional[Path], sets: Optional[List[str]]):
+def _discover_config(config: Optional[Path], sets: Optional[list[str]]):
     """The run config (file and --set overrides, or defaults): page features, `discovery`, seed, cluster."""
     from ..config import config_from_dict, load_config
     overrides = parse_sets(sets, "discovery.ci_test=kci")
@@ -188,7 +188,7 @@ def discover_command(
                                         "session_id, position, relevance_score"),
         out: Path = typer.Option(..., "--out", "-o", help="run/output directory (epoch_<k>/ is written under it)"),
         config: Optional[Path] = typer.Option(None, help="run config: data.page_features, discovery, seed, cluster"),
-        set_: Optional[List[str]] = typer.Option(None, "--set", help="override: --set discovery.ci_test=rcit"),
+        set_: Optional[list[str]] = typer.Option(None, "--set", help="override: --set discovery.ci_test=rcit"),
         epoch: int = typer.Option(0, "--epoch", "-e", help="epoch k: writes epoch_<k>/ and seeds the sample"),
         encoder: Optional[Path] = typer.Option(None, help="fitted page-feature encoder to reuse (default: fit "
                                                            f"one into OUT/{ENCODER_SUBDIR}/ unless it is there)"),

@@ -28,7 +28,7 @@ correlated clicks and features.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.linalg

@@ -20,7 +20,8 @@ false click parent in a graph; each candidate's record gains `holm` (rule, raw a
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 

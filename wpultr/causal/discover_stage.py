@@ -9,7 +9,8 @@ fits its encoder is `features.preprocess_stage`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

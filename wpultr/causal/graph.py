@@ -14,7 +14,8 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from causallearn.graph.Endpoint import Endpoint
 
@@ -306,7 +307,7 @@ def _within_document_lines(meta: dict[str, Any]) -> list[str]:
     widths = [max(len(r[j]) for r in cells) for j in range(len(WITHIN_DOCUMENT_HEADER))]
     out = ["", "page feature -> click, within documents (impressions of the same (query, document) compared; "
                "rows/sessions/documents: where the feature varied with a click and a non-click beside it):"]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     return out
 
 

@@ -14,7 +14,8 @@ Determination of A by B, d(A | B) in [0, 1] (B grouped by its levels, or by quan
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -85,10 +86,7 @@ def find_near_deterministic(data: np.ndarray, names: Sequence[str], candidates: 
             if max(d_ab, d_ba) < threshold:
                 continue
             mutual = min(d_ab, d_ba) >= threshold
-            if mutual:
-                a_first = np.unique(data[:, a]).size <= np.unique(data[:, b]).size
-            else:
-                a_first = d_ab >= threshold
+            a_first = np.unique(data[:, a]).size <= np.unique(data[:, b]).size if mutual else d_ab >= threshold
             feat, prox, d, rev = (a, b, d_ab, d_ba) if a_first else (b, a, d_ba, d_ab)
             measure = ("uncertainty coefficient 1 - H(feature | proxy) / H(feature)" if feat in cat
                        else "correlation ratio of the feature within the proxy's "

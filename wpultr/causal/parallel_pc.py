@@ -34,7 +34,8 @@ import weakref
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from causallearn.graph.GraphClass import CausalGraph
@@ -213,7 +214,7 @@ def _task_parts(tests: list[CITest], n: int) -> list[list[CITest]]:
         group = sorted(group)
         k = max(1, min(len(group), int(_test_cost(group) / fair + 1e-9)))
         bounds = np.linspace(0, len(group), k + 1).astype(int)
-        pieces.extend(group[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
+        pieces.extend(group[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a)
     pieces.sort(key=_test_cost, reverse=True)
     tasks: list[list[CITest]] = [[] for _ in range(n)]
     load = [0.0] * n
@@ -246,9 +247,9 @@ def parallel_pc(datasets: Sequence[np.ndarray], node_names: Sequence[str], alpha
     names = list(node_names)
     handles = client.scatter(list(datasets), broadcast=True, hash=False) if client is not None else list(datasets)
     threads = sum(client.nthreads().values()) if client is not None else 1
-    runs = [_Progress(np.asarray(d), spec.build(np.asarray(d)), h) for d, h in zip(datasets, handles)]
+    runs = [_Progress(np.asarray(d), spec.build(np.asarray(d)), h) for d, h in zip(datasets, handles, strict=True)]
     kept = {frozenset(map(int, pair)) for pair in kept_pairs}
-    for run, known in zip(runs, known_p_values or []):
+    for run, known in zip(runs, known_p_values or [], strict=False):
         run.test.pvalue_cache.update({k: float(v) for k, v in (known or {}).items() if k not in _META_KEYS})
     try:
         while True:
@@ -319,8 +320,8 @@ def _evaluate(batch: list[tuple[_Progress, list[tuple[str, CITest]]]], spec: CIT
             continue
         from ..progress import gather
         results = gather(client, futures, desc=f"PC depth {run.depth}", unit="test", weights=[len(k) for k in keys])
-        for part_keys, part in zip(keys, results):
-            run.test.pvalue_cache.update(zip(part_keys, part))
+        for part_keys, part in zip(keys, results, strict=True):
+            run.test.pvalue_cache.update(zip(part_keys, part, strict=True))
     seconds = time.perf_counter() - start
     for run, keyed in batch:
         run.levels.append({"depth": run.depth, "tests": len(keyed), "seconds": round(seconds, 3)})

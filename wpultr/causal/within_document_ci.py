@@ -30,7 +30,8 @@ documents; one below `discovery.min_within_document_share` is "not testable with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -75,7 +76,7 @@ def within_document_share(pairs: np.ndarray, values: np.ndarray, categorical: bo
                 cells += np.bincount(cell, minlength=n_pairs * k)
             else:                                      # too many (pair, level) cells for a dense count
                 found, c = np.unique(cell, return_counts=True)
-                for key, count in zip(found.tolist(), c.tolist()):
+                for key, count in zip(found.tolist(), c.tolist(), strict=True):
                     cells[key] = cells.get(key, 0) + count
         if isinstance(cells, np.ndarray):
             cell_ids = np.flatnonzero(cells)

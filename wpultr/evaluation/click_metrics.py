@@ -60,7 +60,7 @@ def position_ctr(clicks: np.ndarray, positions: np.ndarray) -> dict[int, float]:
     """Click-through rate of each position: the baseline click model (clicks / impressions at position k)."""
     levels, where = np.unique(np.asarray(positions), return_inverse=True)
     ctr = np.bincount(where, np.asarray(clicks, np.float64)) / np.bincount(where)
-    return {int(k): float(v) for k, v in zip(levels, ctr)}
+    return {int(k): float(v) for k, v in zip(levels, ctr, strict=True)}
 
 
 def by_position(table: dict[int, float], positions: np.ndarray) -> np.ndarray:
@@ -148,7 +148,8 @@ class RunClickModels:
         elif bias.get("loss") == POINTWISE:
             self.params["level"] = fit_examination_level(clicks, exam, expit(scores))
         else:
-            self.params["calibration"] = dict(zip(("a", "b"), fit_logistic_calibration(clicks, exam, scores)))
+            self.params["calibration"] = dict(zip(("a", "b"), fit_logistic_calibration(clicks, exam, scores),
+                                                  strict=True))
 
     def scores(self, frame: pd.DataFrame) -> np.ndarray:
         """r̂ of every row by the run's saved ranker (lexical features added as the run's featurize stage did)."""

@@ -22,7 +22,8 @@ et al. 2009, the same as TREC's gdeval.pl). Conventions, chosen once for all met
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -333,8 +334,8 @@ def click_perplexity(clicks: Sequence[float] | np.ndarray, click_prob: Sequence[
     counts = np.bincount(where, minlength=len(levels))
     per_position = np.exp2(-np.bincount(where, log2_lik, minlength=len(levels)) / counts)
     return {"overall": float(per_position.mean()),
-            "by_position": {str(int(k)): float(v) for k, v in zip(levels, per_position)},
-            "sessions_by_position": {str(int(k)): int(n) for k, n in zip(levels, counts)}}
+            "by_position": {str(int(k)): float(v) for k, v in zip(levels, per_position, strict=True)},
+            "sessions_by_position": {str(int(k)): int(n) for k, n in zip(levels, counts, strict=True)}}
 
 
 # ---------------------------------------------------------------------------------------------

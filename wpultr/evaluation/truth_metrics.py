@@ -91,10 +91,8 @@ def truth_metrics(run_root: Path, sessions_path: Path, batch_size: int = 1024) -
     docs = _full_rows(parts, firsts[[_PART, _ROW]])
     scores = np.asarray(score_frame(load_ranker(run_root / RANKER_DIR), docs, batch_size), dtype=np.float64)
     bias = read_json(run_root / BIAS) if (run_root / BIAS).exists() else {}
-    if bias.get("loss") in POINTWISE:
-        predicted = 1.0 / (1.0 + np.exp(-scores))
-    else:
-        predicted = np.exp(scores - scores.max())
+    predicted = (1.0 / (1.0 + np.exp(-scores)) if bias.get("loss") in POINTWISE
+                 else np.exp(scores - scores.max()))
     propensities = {int(k): float(v) for k, v in (bias.get("propensities") or {}).items()}
     positions = rows[POSITION].to_numpy().astype(int)
     mapping = _position_map(run_root)

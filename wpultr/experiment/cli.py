@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -19,7 +19,7 @@ def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pip
                                                                 "(default: base cluster.n_workers)"),
                parallel: Optional[int] = typer.Option(None, help="runs at once (default: the experiment's `parallel`, "
                                                                  "else the cluster's worker threads)"),
-               set_: Optional[List[str]] = typer.Option(None, "--set",
+               set_: Optional[list[str]] = typer.Option(None, "--set",
                                                         help="override an experiment key: "
                                                              "--set seeds=[0,1] --set base.train.epochs=1"),
                report_only: bool = typer.Option(False, "--report-only", help="run nothing; gather the runs on disk "

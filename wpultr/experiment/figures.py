@@ -25,7 +25,8 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -167,7 +168,7 @@ def plot_fig4(data: pd.DataFrame, labels: Sequence[str], path: Path, title: str 
     ax = fig.add_subplot()
     order = [lab for lab in labels if lab in set(summary["label"])] + [TRUE_LABELS]
     colors = _colors(len(order))
-    for label, color in zip(order, colors):
+    for label, color in zip(order, colors, strict=True):
         part = summary[summary["label"] == label].sort_values("original_position")
         if part.empty:
             continue
@@ -199,9 +200,9 @@ def plot_fig5(table: Table, path: Path, title: str = "") -> Path:
     axes = fig.subplots(1, len(metric_sets), squeeze=False)[0]
     colors = _colors(len(table.rows))
     width = 0.8 / max(1, len(table.rows))
-    for ax, metrics in zip(axes, metric_sets):
+    for ax, metrics in zip(axes, metric_sets, strict=True):
         x = np.arange(len(metrics))
-        for i, (label, color) in enumerate(zip(table.rows, colors)):
+        for i, (label, color) in enumerate(zip(table.rows, colors, strict=True)):
             means = [table.mean[(label, m)] for m in metrics]
             stds = [0.0 if math.isnan(table.std[(label, m)]) else table.std[(label, m)] for m in metrics]
             ax.bar(x + (i - (len(table.rows) - 1) / 2) * width, means, width, yerr=stds, capsize=2,
@@ -222,7 +223,7 @@ def plot_sweep(table: Table, path: Path, metric: str, x_label: str, title: str =
     fig = _figure(6.5, 4.5)
     ax = fig.subplots()
     xs = np.array([c.x for c in table.columns], dtype=float)
-    for label, color in zip(table.rows, _colors(len(table.rows))):
+    for label, color in zip(table.rows, _colors(len(table.rows)), strict=True):
         mean = np.array([table.mean[(label, c.name)] for c in table.columns])
         std = np.nan_to_num(np.array([table.std[(label, c.name)] for c in table.columns]))
         ax.plot(xs, mean, marker="o", color=color, label=label)
@@ -324,7 +325,7 @@ def plot_fig3(run_dir: Path, path: Path, title: str = "") -> Path | None:
     rows = math.ceil(len(panels) / cols)
     fig = _figure(3.6 * cols, 2.9 * rows + 0.4)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    for ax, (name, graph) in zip(axes, panels):
+    for ax, (name, graph) in zip(axes, panels, strict=False):
         draw_graph(ax, graph, pos, name)
     for ax in axes[len(panels):]:
         ax.axis("off")

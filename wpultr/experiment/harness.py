@@ -13,7 +13,8 @@ import time
 import traceback
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import yaml
 
@@ -64,7 +65,7 @@ def run_task(config: dict[str, Any]) -> dict[str, Any]:
         return {"status": "ok", "seconds": time.perf_counter() - start, "ran": result.ran}
     except RunLocked as e:   # another process runs it: its directory is not this task's to write in
         return {"status": "failed", "seconds": time.perf_counter() - start, "error": f"{type(e).__name__}: {e}"}
-    except Exception as e:  # noqa: BLE001 - a failed run is a result, not the end of the experiment
+    except Exception as e:  # a failed run is a result, not the end of the experiment
         message = f"{type(e).__name__}: {e}"
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,7 @@ def run_experiment(exp: Experiment, client: Any, *, parallel: int | None = None,
         spec = by_future.pop(future)
         try:
             outcome = future.result()
-        except Exception as e:  # noqa: BLE001 - a lost worker fails this run only
+        except Exception as e:  # a lost worker fails this run only
             outcome = {"status": "failed", "seconds": None, "error": f"{type(e).__name__}: {e}"}
         records[spec.key] = RunRecord(spec.setting, spec.label, spec.seed, str(spec.run_dir), outcome["status"],
                                       outcome.get("seconds"), outcome.get("error"))

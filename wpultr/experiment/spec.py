@@ -36,7 +36,8 @@ import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
+from collections.abc import Mapping, Sequence
 
 from ..config import (PATH_KEYS, ConfigError, config_from_dict, file_relative_paths, from_mapping, read_yaml_mapping,
                       set_dotted, to_dict)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -210,7 +211,7 @@ def session_spans(X: pd.DataFrame, chunk_rows: int) -> list[slice]:
     cuts = np.unique(starts[np.minimum(np.searchsorted(starts, np.arange(chunk_rows, n, chunk_rows)),
                                        len(starts) - 1)]) if len(starts) else np.zeros(0, np.int64)
     bounds = [0, *cuts.tolist(), n]
-    return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,7 +320,7 @@ class PageFeatureEncoder:
         features = [PageFeature.parse(item["name"], item["kind"], f"{path}: features") for item in state["features"]]
         encoder = cls(features, PreprocessConfig(**state["config"]))
         fitted = {}
-        for feature, item in zip(features, state["features"]):
+        for feature, item in zip(features, state["features"], strict=True):
             where = f"{path}: feature {feature.name!r}"
             if feature.kind is FeatureKind.ORDINAL:
                 fitted[feature.name] = BradleyTerryEncoder.from_dict(item["state"], where)

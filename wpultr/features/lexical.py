@@ -26,7 +26,8 @@ import os
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -62,7 +63,7 @@ class TokenLists:
         buffer = self.values.tobytes()
         ends = np.cumsum(self.lengths) * 8
         starts = ends - self.lengths * 8
-        return [buffer[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
+        return [buffer[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
 
 
 def _first_non_integer_row(cells: pd.Series) -> int:
@@ -421,7 +422,7 @@ def featurize_partitions(in_paths: Sequence[str | Path], out_dir: str | Path, fe
     if len(set(out_paths)) != len(out_paths):
         raise ValueError(f"featurize_partitions: input partitions share file names: {[str(p) for p in in_paths]}")
     if client is None:
-        return [featurize_partition(i, o, featurizer) for i, o in zip(in_paths, out_paths)]
+        return [featurize_partition(i, o, featurizer) for i, o in zip(in_paths, out_paths, strict=True)]
     shared = client.scatter(featurizer, broadcast=True)
     futures = client.map(featurize_partition, [str(p) for p in in_paths], [str(p) for p in out_paths],
                          featurizer=shared, pure=False)

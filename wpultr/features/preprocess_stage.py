@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from functools import reduce
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import pandas as pd
 import pyarrow.dataset as ds

@@ -10,7 +10,8 @@ document–node incidence graph (a document joins every node it appears under), 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -51,7 +52,7 @@ class IdentifiabilityGraph:
         values = self.nodes[node]
         if len(self.factors) == 1:
             return _plain(values[0])
-        return ", ".join(f"{f}={_plain(v)}" for f, v in zip(self.factors, values))
+        return ", ".join(f"{f}={_plain(v)}" for f, v in zip(self.factors, values, strict=True))
 
     def components(self) -> list[list[int]]:
         """Node indices of each component, component 0 first."""
@@ -105,7 +106,7 @@ def document_key(frame: pd.DataFrame) -> pd.Series:
         return frame[FEATURES].map(lambda v: np.asarray(v, dtype=np.float32).tobytes())
     if TITLE_TOKENS in frame.columns and ABSTRACT_TOKENS in frame.columns:
         return pd.Series([np.asarray(t, np.int32).tobytes() + b"|" + np.asarray(a, np.int32).tobytes()
-                          for t, a in zip(frame[TITLE_TOKENS], frame[ABSTRACT_TOKENS])], index=frame.index)
+                          for t, a in zip(frame[TITLE_TOKENS], frame[ABSTRACT_TOKENS], strict=True)], index=frame.index)
     raise SchemaError(f"sessions: no column identifies a document (need {DOC_ID!r}, {FEATURES!r} or "
                       f"{TITLE_TOKENS!r} + {ABSTRACT_TOKENS!r}); present: {list(frame.columns)}")
 

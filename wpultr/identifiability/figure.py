@@ -47,7 +47,7 @@ def plot_graph(ig: IdentifiabilityGraph, path: Path, title: str | None = None) -
     if edges.nnz:
         widths = 0.4 + 1.6 * np.log1p(edges.data) / np.log1p(edges.data.max())
         span = max(float(np.ptp(x)), 1.0)
-        for a, b, w in zip(edges.row, edges.col, widths):
+        for a, b, w in zip(edges.row, edges.col, widths, strict=True):
             # an arc, higher for farther nodes, so an edge never hides behind the nodes between its ends
             s = np.linspace(0.0, 1.0, 24)
             lift = 0.35 * abs(x[b] - x[a]) / span * np.sin(np.pi * s)
@@ -57,7 +57,7 @@ def plot_graph(ig: IdentifiabilityGraph, path: Path, title: str | None = None) -
     sizes = 40 + 200 * np.sqrt(ig.impressions / max(ig.impressions.max(), 1))
     ax.scatter(x, y, s=sizes, c=colours, edgecolors="black", linewidths=0.5, zorder=2)
     if len(ig.nodes) <= MAX_LABELLED_NODES:
-        for node, (px, py) in enumerate(zip(x, y)):
+        for node, (px, py) in enumerate(zip(x, y, strict=True)):
             ax.annotate(str(ig.component[node]), (px, py), ha="center", va="center", fontsize=7, zorder=3)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

@@ -9,7 +9,7 @@ own (seeded from the run's seed), so the logs they are added to are unchanged.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -48,7 +48,8 @@ def simulate_interventions(cfg: SimulateConfig, seed: int, swaps: Sequence[Swap]
     engine = simulation_engine(cfg, seed)
     corpus = engine.corpus
     rngs = {name: np.random.default_rng(s)
-            for name, s in zip(_STREAMS, np.random.SeedSequence([seed, _INTERVENTION_SALT]).spawn(len(_STREAMS)))}
+            for name, s in zip(_STREAMS, np.random.SeedSequence([seed, _INTERVENTION_SALT]).spawn(len(_STREAMS)),
+                               strict=True)}
     query_index = {str(q): i for i, q in enumerate(corpus.query_ids)}
     tables = []
     next_session = first_session

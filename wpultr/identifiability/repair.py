@@ -32,7 +32,8 @@ impressions, clipped to [0.001, 1].
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -150,7 +151,7 @@ def _mst_edges(weights: np.ndarray) -> list[tuple[int, int]]:
         return []
     dense = np.triu(weights + _EPS, k=1)
     tree = minimum_spanning_tree(sparse.csr_matrix(dense)).tocoo()
-    return sorted((min(i, j), max(i, j)) for i, j in zip(tree.row.tolist(), tree.col.tolist()))
+    return sorted((min(i, j), max(i, j)) for i, j in zip(tree.row.tolist(), tree.col.tolist(), strict=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,7 +276,8 @@ def apply_merges(frame: pd.DataFrame, ig: IdentifiabilityGraph, mapping: Mapping
         return frame
     out = frame.copy()
     for node, rep in mapping.items():
-        rows = np.logical_and.reduce([_equal(frame[f].to_numpy(), v) for f, v in zip(ig.factors, ig.nodes[node])])
+        rows = np.logical_and.reduce([_equal(frame[f].to_numpy(), v)
+                                      for f, v in zip(ig.factors, ig.nodes[node], strict=True)])
         for i, factor in enumerate(ig.factors):
             column = out[factor]
             out.loc[rows, factor] = np.asarray([ig.nodes[rep][i]], dtype=column.dtype)[0]

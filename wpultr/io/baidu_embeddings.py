@@ -31,7 +31,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -334,9 +335,7 @@ def _session_unit(path: str, table: pa.Table, first_record: int, layout: Layout)
     columns: dict[str, Any] = {}
     for name in table.column_names:
         column = _combined(table.column(name))
-        if name == EMBEDDING_COLUMN:
-            columns[name] = column.flatten()
-        elif name in per_result:
+        if name == EMBEDDING_COLUMN or name in per_result:
             columns[name] = column.flatten()
         else:
             columns[name] = column.take(take)
@@ -651,7 +650,7 @@ def ingest_embedding_sessions(paths: Sequence[str | Path], out_dir: str | Path, 
             [s for s, _ in finished], seconds), sessions_dir=str(output.sessions),
             quarantine_dir=str(output.quarantine), partition_rows=partition_rows, width=width,
             ltr_features=tuple(ltr_features), batch_rows=batch_rows)
-        written = [(f, cols) for f, (_, cols) in zip(files, done) if cols]
+        written = [(f, cols) for f, (_, cols) in zip(files, done, strict=True) if cols]
         for f, cols in written[1:]:
             if cols != written[0][1]:
                 raise SchemaError(f"{f}: gives the columns {cols}, {written[0][0]} gives {written[0][1]}; the "

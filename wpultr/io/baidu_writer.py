@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

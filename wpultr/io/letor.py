@@ -115,7 +115,7 @@ def _parse_pairs(tokens: list[str], token_line: np.ndarray, path: Path,
     parsed = _arrow_pairs(tokens, n_features)
     if parsed is not None:
         return parsed
-    for token, line in zip(tokens, token_line):   # slow path: name the first bad token
+    for token, line in zip(tokens, token_line, strict=True):   # slow path: name the first bad token
         why = _bad_pair(token, n_features)
         if why is not None:
             raise _error(path, int(line), why)
@@ -151,7 +151,7 @@ def _qid_groups(qids: list[str | None], lines: np.ndarray, path: Path) -> tuple[
     """(group sizes, query ids) from runs of equal `qid:` values; each query's lines must be consecutive."""
     starts = [0] + [i for i in range(1, len(qids)) if qids[i] != qids[i - 1]]
     seen: dict[str | None, int] = {}
-    for start, end in zip(starts, starts[1:] + [len(qids)]):
+    for start, end in zip(starts, starts[1:] + [len(qids)], strict=True):
         qid = qids[start]
         if qid in seen:
             raise _error(path, int(lines[start]), f"qid {qid} already ended at line {seen[qid]}; "

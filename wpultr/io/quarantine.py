@@ -10,7 +10,8 @@ import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Iterable
 
 import pandas as pd
 import pyarrow as pa
@@ -96,8 +97,8 @@ def quarantine_table(records: Iterable[QuarantineRecord]) -> pa.Table:
     for record in records:
         if record.reason not in REASONS:
             raise ValueError(f"{record.file}:{record.line}: unknown quarantine reason {record.reason!r}")
-    columns = list(zip(*records)) if records else [[] for _ in QUARANTINE_SCHEMA.names]
-    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, QUARANTINE_SCHEMA)],
+    columns = list(zip(*records, strict=True)) if records else [[] for _ in QUARANTINE_SCHEMA.names]
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, QUARANTINE_SCHEMA, strict=True)],
                                 schema=QUARANTINE_SCHEMA)
 
 

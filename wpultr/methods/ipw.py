@@ -15,7 +15,8 @@ Losses (`train.loss`):
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
 
 import pandas as pd
 import torch

@@ -19,7 +19,7 @@ non-clicked pairs of every session of contiguous rows (LightGBM's query groups).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -28,7 +28,8 @@ The observation model reads the sessions' dense `features` column whatever the r
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -98,7 +98,7 @@ def session_partitions(group_sizes: np.ndarray, n_parts: int) -> list[tuple[int,
     ends = np.cumsum(sizes)
     targets = ends[-1] * np.arange(1, n_parts) / n_parts if len(sizes) else np.array([])
     cuts = np.unique(np.r_[0, np.searchsorted(ends, targets, side="left") + 1, len(sizes)].clip(0, len(sizes)))
-    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
 
 
 def wants_dask(config: "RunConfig", client: Any, rows: int) -> bool:
@@ -229,7 +229,8 @@ class LightGBMLambdaRank:
         def column(i: int, shape: tuple[int, ...], dtype: Any, future: Any) -> Any:   # item i of a scattered chunk
             return da.from_delayed(dask.delayed(operator.getitem)(future, i), shape=shape, dtype=dtype)
 
-        xs, ys, gs = (da.concatenate([column(i, c[i].shape, c[i].dtype, f) for c, f in zip(chunks, futures)])
+        xs, ys, gs = (da.concatenate([column(i, c[i].shape, c[i].dtype, f)
+                                      for c, f in zip(chunks, futures, strict=True)])
                       for i in range(3))
         model = DaskLGBMRanker(
             client=client, n_estimators=rounds, learning_rate=params["learning_rate"],

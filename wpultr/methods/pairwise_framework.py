@@ -19,7 +19,8 @@ as for IPW (a simulated RandPair experiment by default on simulated logs); ψ fr
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -11,7 +11,8 @@ PRS-LambdaMART, the same weights on a booster's λ-pairs, is `propensity_lambdam
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
 
 import pandas as pd
 import torch

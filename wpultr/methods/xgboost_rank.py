@@ -224,6 +224,6 @@ def position_biases(booster: Any) -> dict[str, Any]:
     in the session + 1), for the positions it tracked and saw."""
     objective = _objective_config(booster)
     plus, minus = objective.get("ti+", []), objective.get("tj-", [])
-    seen = [i for i, (p, m) in enumerate(zip(plus, minus)) if p > 0 and m > 0]
+    seen = [i for i, (p, m) in enumerate(zip(plus, minus, strict=True)) if p > 0 and m > 0]
     return {"position_bias_t_plus": {str(i + 1): float(plus[i]) for i in seen},
             "position_bias_t_minus": {str(i + 1): float(minus[i]) for i in seen}}

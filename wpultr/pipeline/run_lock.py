@@ -16,7 +16,8 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from ..errors import RunDirError, cut
 from ..processes import process_started

@@ -14,7 +14,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
+from collections.abc import Iterator, Sequence
 
 
 from ..cluster import (WorkerWatch, dask_messages_to, n_workers, open_client, release_worker_memory,
@@ -99,7 +100,7 @@ def _cluster_used(cfg: RunConfig, client: Any) -> dict[str, Any]:
 def _workers(client: Any) -> int | None:
     try:
         return n_workers(client)
-    except Exception:  # noqa: BLE001 - a record of where it ran, not a reason to fail a finished stage
+    except Exception:  # a record of where it ran, not a reason to fail a finished stage
         return None
 
 

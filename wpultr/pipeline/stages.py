@@ -12,7 +12,8 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -189,7 +190,7 @@ def preprocess(ctx: StageContext) -> dict[str, Any]:
     for name, fitted in encoder.encoders_.items():
         if hasattr(fitted, "score_table"):   # ordinal: the Bradley–Terry score of each level
             info[f"{name}_scores"] = {f"{level:g}": round(float(score), 4)
-                                      for level, score in zip(fitted.levels_, fitted.scores_)}
+                                      for level, score in zip(fitted.levels_, fitted.scores_, strict=True)}
     return info
 
 

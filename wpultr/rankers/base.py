@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import math
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, ContextManager, Mapping
+from typing import Any, ClassVar
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -142,7 +143,7 @@ class Ranker(torch.nn.Module):
         """The JSON-serialisable constructor arguments that rebuild this module's shape."""
         raise NotImplementedError
 
-    def batch_allocations(self) -> ContextManager[None]:
+    def batch_allocations(self) -> AbstractContextManager[None]:
         """The C allocator's policy while batches run through this ranker (`score_inputs`, the trainer's epochs): none
         by default; a ranker whose batch tensors are megabytes keeps freed blocks for reuse (rankers.bert)."""
         return nullcontext()

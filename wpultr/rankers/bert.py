@@ -17,8 +17,10 @@ text once; training then updates only the head on the cached [CLS] vectors — t
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ContextManager, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -201,7 +203,7 @@ class BertRanker(Ranker):
         for p in self.encoder.parameters():
             p.requires_grad_(not self.freeze_encoder)
 
-    def batch_allocations(self) -> ContextManager[None]:
+    def batch_allocations(self) -> AbstractContextManager[None]:
         """Freed blocks of up to 32 MiB kept in the heap while batches run (memory.large_blocks_kept): each of a batch's
         activations is megabytes, and under the train stage's policy (large blocks mapped) or a Dask worker's each
         was a fresh mmap faulted in again every batch — 1.1 GB zeroed per batch of the demo, a quarter of its CPU."""

@@ -8,7 +8,8 @@ own tools. A subclass says where the bytes live and how its library parses them 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd

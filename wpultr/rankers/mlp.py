@@ -5,7 +5,8 @@ so a saved ranker scores new tables exactly as it scored during training.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

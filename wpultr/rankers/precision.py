@@ -10,8 +10,7 @@ refused. The weights and the optimiser's state stay fp32 in every mode: autocast
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
-from typing import ContextManager
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
@@ -44,7 +43,7 @@ def resolve_precision(name: str, device: torch.device | str) -> str:
     return name
 
 
-def autocast(device: torch.device | str, precision: str) -> ContextManager[object]:
+def autocast(device: torch.device | str, precision: str) -> AbstractContextManager[object]:
     """The autocast context of `precision` (a resolved one) on `device`; nothing for fp32."""
     if precision == "fp32":
         return nullcontext()

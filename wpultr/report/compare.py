@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -53,7 +53,7 @@ class Comparison:
 def _labels(runs: Sequence[str]) -> list[str]:
     """Each run's directory name, or the run as given where two names clash."""
     names = [Path(str(r).rstrip("/")).name for r in runs]
-    return [n if names.count(n) == 1 else str(r) for n, r in zip(names, runs)]
+    return [n if names.count(n) == 1 else str(r) for n, r in zip(names, runs, strict=True)]
 
 
 def _read_per_query(run: str) -> pd.DataFrame:
@@ -70,11 +70,11 @@ def compare_runs(runs: Sequence[str]) -> Comparison:
     if len(runs) < 2:
         raise RunDirError("compare: give at least two run directories (the first is the baseline)")
     labels = _labels(runs)
-    tables = {label: _read_per_query(str(run)) for label, run in zip(labels, runs)}
+    tables = {label: _read_per_query(str(run)) for label, run in zip(labels, runs, strict=True)}
     key = QUERY_KEY if all(QUERY_KEY in t.columns for t in tables.values()) else QUERY_ID
     first = tables[labels[0]]
     shared = set(first[key])
-    for label, run in zip(labels[1:], runs[1:]):
+    for label, run in zip(labels[1:], runs[1:], strict=True):
         if not shared & set(tables[label][key]):
             raise RunDirError(f"{run}: shares no test query with {runs[0]} (by {key}); "
                               f"compare runs evaluated on the same annotations")

@@ -16,7 +16,8 @@ import html
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -166,7 +167,7 @@ def examination_figure(root: Path) -> Figure:
     fig = new_figure(5.5 + 3.2 * len(levels), 3.8)
     axes = fig.subplots(1, 1 + len(levels), squeeze=False)[0]
     ax = axes[0]
-    for i, ((label, table), colour) in enumerate(zip(curves, colors(len(curves)))):
+    for i, ((label, table), colour) in enumerate(zip(curves, colors(len(curves)), strict=True)):
         x, y, err = _relative_curve(table)
         last = i == len(curves) - 1
         if last and err is not None:
@@ -185,7 +186,7 @@ def examination_figure(root: Path) -> Figure:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title("by position", fontsize=10)
-    for ax, (feature, table) in zip(axes[1:], levels.items()):
+    for ax, (feature, table) in zip(axes[1:], levels.items(), strict=True):
         _level_panel(ax, feature, table, level_names(root, feature, table.get("n_codes", 0)), shown["epoch"])
     note = (f"Error bars: {interval}; they leave out the uncertainty of the rest of the click model. "
             if interval else "No intervals: the run recorded point estimates only. ")
@@ -230,7 +231,7 @@ def weights_figure(root: Path) -> Figure:
     with_histogram = [(k, w["histogram"]) for k, w in weighted if w.get("histogram")]
     fig = new_figure(4.5 * (1 + bool(with_histogram)) + 1, 3.6)
     axes = fig.subplots(1, 1 + bool(with_histogram), squeeze=False)[0]
-    for (k, h), colour in zip(with_histogram, colors(len(with_histogram))):
+    for (k, h), colour in zip(with_histogram, colors(len(with_histogram)), strict=True):
         axes[0].stairs(h["counts"], h["log10_edges"], color=colour, label=f"epoch {k}", linewidth=1.4)
     if with_histogram:
         axes[0].set_xlabel("log10 importance weight (mean 1, capped)")
@@ -243,7 +244,7 @@ def weights_figure(root: Path) -> Figure:
     x = np.arange(len(ks))
     ess = [w.get("ess_fraction", np.nan) for _, w in epochs]
     ax.bar(x - 0.2, ess, 0.4, label="ESS / rows", color="#1f4e79")
-    ax.bar(x + 0.2, [w.get("ess_fraction_unclipped", e) for (_, w), e in zip(epochs, ess)], 0.4,
+    ax.bar(x + 0.2, [w.get("ess_fraction_unclipped", e) for (_, w), e in zip(epochs, ess, strict=True)], 0.4,
            label="ESS / rows before the cap", color="#8fb3d9")
     ax.plot(x, [w.get("share_clipped", 0.0) for _, w in epochs], color="#a23b3b", marker="o",
             label="share of rows at the cap")
@@ -282,17 +283,17 @@ def training_figure(root: Path, metric: str = VALID_METRIC) -> Figure:
     valid = np.array([(e.get("valid") or {}).get(metric, np.nan) for e in epochs], dtype=float)
     fig = new_figure(10, 3.6)
     left, right = fig.subplots(1, 2)
-    for key, colour in zip(losses, colors(len(losses))):
+    for key, colour in zip(losses, colors(len(losses)), strict=True):
         y = [(e.get("train") or {}).get(key, np.nan) for e in epochs]
         left.plot(x, np.asarray(y, dtype=float), marker="o", markersize=3, color=colour, label=key)
     right.plot(x, valid, marker="o", markersize=3, color="#1f4e79", label=f"validation {metric}")
     chosen = _shipped_epoch(root)
-    for xi, e in zip(x, epochs):
-        if not e.get("phase") == "warmup" and e.get("epoch") == chosen and np.isfinite(valid[int(xi)]):
+    for xi, e in zip(x, epochs, strict=True):
+        if e.get("phase") != "warmup" and e.get("epoch") == chosen and np.isfinite(valid[int(xi)]):
             right.plot([xi], [valid[int(xi)]], marker="*", markersize=12, color="#a23b3b", linestyle="none",
                        label="shipped")
     for ax in (left, right):
-        warm = [xi for xi, e in zip(x, epochs) if e.get("phase") == "warmup"]
+        warm = [xi for xi, e in zip(x, epochs, strict=True) if e.get("phase") == "warmup"]
         if warm:
             ax.axvspan(min(warm) - 0.5, max(warm) + 0.5, color="grey", alpha=0.15, label="warm-up")
         ax.set_xlabel("epoch (w: warm-up)")

@@ -23,7 +23,8 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
 
 if TYPE_CHECKING:    # only an annotation here: the read-only commands start without pandas
     import pandas as pd
@@ -277,10 +278,9 @@ class RunDir:
         checked and written, not its spelling (`victim/new/..` is `victim`, whether or not `new` exists yet).
         """
         root = cls.checked_root(root)
-        if root.is_dir() and not (root / MARKER).is_file() and any(root.iterdir()):
-            if not _unmarked_run(root):
-                raise RunDirError(f"{root}: exists, is not empty and holds no wpultr run (no {MARKER}); "
-                                  f"choose another run_dir or name")
+        if root.is_dir() and not (root / MARKER).is_file() and any(root.iterdir()) and not _unmarked_run(root):
+            raise RunDirError(f"{root}: exists, is not empty and holds no wpultr run (no {MARKER}); "
+                              f"choose another run_dir or name")
         root.mkdir(parents=True, exist_ok=True)
         if not (root / MARKER).is_file():
             write_json(root / MARKER, {"wpultr_run": MARKER_FORMAT,

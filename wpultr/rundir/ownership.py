@@ -20,7 +20,8 @@ import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 OWNED_FILE = ".wpultr-outputs.json"
 OWNED_FORMAT = "wpultr.outputs/1"

@@ -88,4 +88,4 @@ def bert_training_bytes(bert: BertConfig) -> int:
 def head_training_bytes(head: list[int]) -> int:
     """Bytes an MLP head's weights take in training (weights, gradients, Adam's moments), its input layer aside."""
     widths = [*head, 1]
-    return TRAINING_BYTES_PER_PARAMETER * sum(a * b + b for a, b in zip(widths, widths[1:]))
+    return TRAINING_BYTES_PER_PARAMETER * sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))

@@ -15,7 +15,7 @@ import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -173,7 +173,7 @@ def write_sample(out: str | Path) -> dict:
         files = [[_Line(text) for text in gzip.decompress(p.read_bytes()).split(b"\n")[:-1]] for p in train]
         per_file = [(len(_sessions(lines)), sum(len(s.results) for s in _sessions(lines))) for lines in files]
         records = _inject(files, np.random.default_rng(SAMPLE_SEED))
-        for path, lines in zip(train, files):
+        for path, lines in zip(train, files, strict=True):
             write_gzip(b"".join(line.text + b"\n" for line in lines), path)
             for number, line in enumerate(lines, start=1):
                 if line.tag is not None:

@@ -93,7 +93,7 @@ def _query_terms(n_queries: int, vocab_p: np.ndarray, rng: np.random.Generator) 
     content_p = vocab_p[content] / vocab_p[content].sum()
     lengths = rng.integers(QUERY_LENGTH[0], QUERY_LENGTH[1] + 1, size=n_queries)
     draws = content[rng.choice(len(content), size=(n_queries, 4 * QUERY_LENGTH[1]), p=content_p)]
-    terms = [list(dict.fromkeys(row.tolist()))[:n] for row, n in zip(draws, lengths)]
+    terms = [list(dict.fromkeys(row.tolist()))[:n] for row, n in zip(draws, lengths, strict=True)]
     return pa.array(terms, type=TOKEN_TYPE)
 
 
@@ -144,7 +144,7 @@ def _md5_ids(title: pa.ListArray, abstract: pa.ListArray) -> np.ndarray:
     """md5 of "title<TAB>abstract" with tokens joined as in the Baidu layout (the reader's annotation doc id)."""
     text = [pc.binary_join(pc.cast(field, pa.list_(pa.string())), BAIDU_TOKEN_SEP).to_pylist()
             for field in (title, abstract)]
-    ids = np.array([hashlib.md5(f"{t}\t{a}".encode()).hexdigest() for t, a in zip(*text)], dtype=object)
+    ids = np.array([hashlib.md5(f"{t}\t{a}".encode()).hexdigest() for t, a in zip(*text, strict=True)], dtype=object)
     unique, counts = np.unique(ids, return_counts=True)
     if (counts > 1).any():
         dup = unique[counts > 1][0]

@@ -155,7 +155,7 @@ def simulation_engine(cfg: SimulateConfig, seed: int) -> SimulationEngine:
     """Build the world every simulation of (cfg, seed) shares; experiments on the same world start here too."""
     validate_simulate_config(cfg)
     rngs = {name: np.random.default_rng(stream)
-            for name, stream in zip(_STREAMS, np.random.SeedSequence(seed).spawn(len(_STREAMS)))}
+            for name, stream in zip(_STREAMS, np.random.SeedSequence(seed).spawn(len(_STREAMS)), strict=True)}
     corpus = {"letor": build_letor_corpus, "onehot": build_onehot_corpus}.get(cfg.corpus, build_corpus)(
         cfg, rngs["corpus"])
     if cfg.logging_ranker == "linear":    # drawn only then: the grade ranker's logging stream is left as it was
@@ -230,7 +230,7 @@ class SimulatedLogs:
         session_id = self.session_table[SESSION_ID].to_numpy()
         firsts = np.flatnonzero(np.diff(session_id, prepend=session_id[0] - 1))
         cuts = list(firsts[::sessions_per_file]) + [len(session_id)]
-        return [self.session_table.slice(start, stop - start) for start, stop in zip(cuts[:-1], cuts[1:])]
+        return [self.session_table.slice(start, stop - start) for start, stop in zip(cuts[:-1], cuts[1:], strict=True)]
 
     def write(self, out_dir: str | Path, fmt: Literal["baidu", "parquet"] = "baidu",
               sessions_per_file: int = DEFAULT_SESSIONS_PER_FILE, command: str | None = COMMAND) -> list[Path]:
@@ -271,7 +271,7 @@ class SimulatedLogs:
             truth.mkdir()
             (truth / TRUTH_FILES[0]).write_text(json.dumps(self.truth, indent=2) + "\n")
             for name, table in zip(TRUTH_FILES[1:], (self.truth_session_table, self.annotation_table,
-                                                     self.query_table)):
+                                                     self.query_table), strict=True):
                 pq.write_table(table, truth / name)
         written += [f"truth/{name}" for name in TRUTH_FILES]
         return [out_dir / name for name in written]

@@ -95,5 +95,6 @@ def shown_order(scores: np.ndarray, k: int, rng: np.random.Generator, blocks: np
     n_blocks = int(blocks.max()) + 1
     order = np.lexsort((ties, -scores, blocks), axis=-1)          # block first, then score within it
     starts = np.concatenate(([0], np.cumsum(block_sizes(scores.shape[-1], n_blocks))[:-1]))
-    slots = np.concatenate([start + np.arange(size) for start, size in zip(starts, block_sizes(k, n_blocks))])
+    slots = np.concatenate([start + np.arange(size)
+                            for start, size in zip(starts, block_sizes(k, n_blocks), strict=True)])
     return order[:, slots]

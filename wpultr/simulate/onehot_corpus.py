@@ -36,7 +36,7 @@ def position_components(n_positions: int, k: int) -> list[list[int]]:
     if n_positions == 10 and k in PAPER_DESIGNS:
         return [list(r) for r in PAPER_DESIGNS[k]]
     starts = np.concatenate(([0], np.cumsum(block_sizes(n_positions, k))))
-    return [list(range(a, b)) for a, b in zip(starts[:-1], starts[1:])]
+    return [list(range(a, b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
 
 
 def _deal(pool: int, n_queries: int, rng: np.random.Generator) -> np.ndarray:
@@ -54,7 +54,7 @@ def designed_lists(n_queries: int, n_positions: int, pool: int, k: int, rng: np.
         for p in component[:-1]:
             sources = rng.choice(n_queries, size=bridges, replace=False)    # a query showing the document at p
             targets = rng.choice(n_queries, size=bridges, replace=False)    # the query showing it at p + 1
-            for source, target in zip(sources, targets):
+            for source, target in zip(sources, targets, strict=True):
                 doc = lists[source, p]
                 if source != target and doc not in lists[target]:
                     lists[target, p + 1] = doc

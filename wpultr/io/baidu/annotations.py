@@ -33,7 +33,7 @@ _ANNOTATIONS_SCHEMA = baidu_annotations_arrow_schema().append(pa.field(DOC_ID, p
 def _doc_ids(title: pa.Array, abstract: pa.Array) -> pa.Array:
     """Stable document ids: md5 of the title and abstract token text as written in the file."""
     return pa.array([hashlib.md5(f"{t}\t{a}".encode()).hexdigest()
-                     for t, a in zip(title.to_pylist(), abstract.to_pylist())], type=pa.string())
+                     for t, a in zip(title.to_pylist(), abstract.to_pylist(), strict=True)], type=pa.string())
 
 
 def _parse_annotation_block(path: str, block: Block

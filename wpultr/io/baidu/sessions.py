@@ -140,7 +140,7 @@ class SessionLogParser:
         flag(reasons, rows, bad | (click > 1), "bad_click")
         behaviour = {}
         parsed = lines.floats(rows, [_RESULT_COLUMN[name] for name in BAIDU_BEHAVIOUR_COLUMNS])
-        for name, (values, bad) in zip(BAIDU_BEHAVIOUR_COLUMNS, parsed):
+        for name, (values, bad) in zip(BAIDU_BEHAVIOUR_COLUMNS, parsed, strict=True):
             behaviour[name] = values
             flag(reasons, rows, bad, "bad_number")
         session = session_of_line[r_lines]

@@ -9,7 +9,7 @@ grows it from its clicked-over-skipped pairs (`training.gbdt.BoostingTrainer.lam
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

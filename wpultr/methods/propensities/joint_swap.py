@@ -13,7 +13,8 @@ The sessions are simulated by `propensities.position.simulate_swaps`, the path R
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

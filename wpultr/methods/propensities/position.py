@@ -22,7 +22,8 @@ What lives here:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -294,9 +295,8 @@ def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict
     if source == "auto":
         if table:
             source = "table"
-        elif RANDPAIR in train.columns and (train[RANDPAIR] > 0).any():
-            source = "randomisation"
-        elif getattr(getattr(config, "data", None), "source", None) == "simulate":
+        elif ((RANDPAIR in train.columns and (train[RANDPAIR] > 0).any())
+              or getattr(getattr(config, "data", None), "source", None) == "simulate"):
             source = "randomisation"
         else:
             source = "harvest"
@@ -329,6 +329,6 @@ def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict
 def true_position_examination(truth_sessions: pd.DataFrame, column: str = "examination_prob") -> dict[str, float]:
     """The simulator's mean examination probability by position, relative to position 1."""
     means = truth_sessions.groupby(POSITION)[column].mean().sort_index()
-    return as_table(dict(zip(means.index.astype(int), relative_to_first(means.to_numpy()))))
+    return as_table(dict(zip(means.index.astype(int), relative_to_first(means.to_numpy()), strict=True)))
 
 

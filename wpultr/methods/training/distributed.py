@@ -39,7 +39,8 @@ import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -51,7 +52,7 @@ from ...rankers.base import Inputs, Ranker, n_rows, score_inputs, take
 from ...settings.methods import get_method
 from ..base import FitResult
 from ..losses import click_loss, click_loss_named
-from .ranks import GRAPHS_FILE, HISTORY_FILE, RANKER_SUBDIR, fit_data_parallel  # noqa: F401 (its callers' name)
+from .ranks import GRAPHS_FILE, HISTORY_FILE, RANKER_SUBDIR, fit_data_parallel  # its callers' name
 from .trainer import ListBatch, LossFn, Trainer, build_ranker, list_scores
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ class DataParallelTrainer(Trainer):
         if self.stream is not None:
             out = np.zeros(self.stream.rows, dtype=np.float32)
             units = shard_sessions(len(self.stream.units), self.rank, self.world)
-            for unit, offset in zip(self.stream.units[units], self.stream.offsets[units]):
+            for unit, offset in zip(self.stream.units[units], self.stream.offsets[units], strict=True):
                 frame = self.stream.read_unit(unit)
                 out[offset: offset + len(frame)] = score_inputs(self.ranker, self.ranker.prepare(frame), rows_per_pass)
         else:

@@ -14,11 +14,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
 import pandas as pd
 
@@ -208,10 +209,10 @@ def run_local(job: RankJob) -> tuple[int, str] | None:
     port, scheduler = free_port(), scheduler_address()
     ranks = []
     for rank in range(job.world):
-        log = open(job.log(rank), "wb")
-        ranks.append((subprocess.Popen(job.command, env=rank_env(rank, job.world, "127.0.0.1", port, threads,
-                                                                 scheduler),
-                                       stdout=log, stderr=subprocess.STDOUT), log))
+        with open(job.log(rank), "wb") as log:      # the rank writes through its own descriptor; ours closes here
+            ranks.append((subprocess.Popen(job.command, env=rank_env(rank, job.world, "127.0.0.1", port, threads,
+                                                                     scheduler),
+                                           stdout=log, stderr=subprocess.STDOUT), log))
     failed = _wait(ranks)
     if failed is None:
         return None
@@ -314,10 +315,8 @@ def _rank_task(command: list[str], env: dict[str, str], log: str, out: str | Non
         while rank.poll() is None:
             if stopped.is_set():
                 rank.kill()
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 rank.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                pass
     code = rank.returncode
     files = {}
     if out is not None and code == 0:

@@ -19,7 +19,8 @@ as one unit here. Session ids are unique across input files (ingest numbers them
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -122,7 +123,7 @@ class PartitionSessions(torch.utils.data.IterableDataset):
         """The ranker's score of every row, unit by unit, in the partitions' order (one unit's inputs in memory),
         under `precision`'s autocast (rankers.precision)."""
         out = np.empty(self.rows, dtype=np.float32)
-        for unit, offset in zip(self.units, self.offsets):
+        for unit, offset in zip(self.units, self.offsets, strict=True):
             frame = self.read_unit(unit)
             out[offset: offset + len(frame)] = score_inputs(ranker, ranker.prepare(frame), rows_per_pass, precision)
         return out
