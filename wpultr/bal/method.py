@@ -158,6 +158,18 @@ def _current_client() -> Any:
     return client
 
 
+class EpochGraphs(list):
+    """BAL's graph of each finished epoch, as the trainer's checkpoint keeps them (`Trainer.keep`: JSON text)."""
+
+    def state_dict(self) -> dict[str, str]:
+        import json
+        return {"graphs": json.dumps([g.to_dict() for g in self])}
+
+    def load_state_dict(self, state: dict[str, str]) -> None:
+        import json
+        self[:] = [DiscoveredGraph.from_dict(g) for g in json.loads(state["graphs"])]
+
+
 class BAL:
     name = "bal"
 
@@ -236,10 +248,18 @@ class BAL:
         lead = ranks is None or ranks.rank == 0
         client = _current_client() if config.bal.graph == "discovered" and lead else None
         device = getattr(trainer, "device", None) or resolve_device(config.train.device)   # BAL's own networks' too
-        graphs: list[DiscoveredGraph] = []
+        graphs = EpochGraphs()
+        if hasattr(trainer, "keep"):     # the shared trainer's checkpoint holds the graphs so far (a booster's: none)
+            trainer.keep("bal_graphs", graphs)
+            todo = trainer.epoch_range(config.train.epochs)
+            first = todo.stop - config.train.epochs       # the step of BAL epoch 0
+        else:
+            first = len(trainer.history)
+            todo = range(first, first + config.train.epochs)
+        # on a resume the CI tests' p-values are recomputed once, and the estimators fitted cold once (see docs)
         reuse: ReusableTests | None = None
         estimators: dict[str, FeatureInfluence] = {}
-        for k in range(config.train.epochs):
+        for k in (step - first for step in todo):
             start = time.perf_counter()
             clock = StepClock()
             seed = config.seed * 1000 + k
@@ -298,7 +318,7 @@ class BAL:
                 "epochs": [{"epoch": e["bal_epoch"], "biases": e["biases"], "weights": e["weights"],
                             "examination_by_position": e["train"].get("examination_by_position")}
                            for e in trainer.history if e.get("phase") == "bal"]}
-        return FitResult(ranker, trainer.history, bias, graphs)
+        return FitResult(ranker, trainer.history, bias, list(graphs))
 
     # ----------------------------------------------------------------------------------------
     @staticmethod

@@ -41,11 +41,11 @@ METHODS: dict[str, MethodSpec] = {
                         streaming=True, processes=True),
     # inverse propensity weighting, position propensities
     "ipw": MethodSpec("ipw:IPW", ("pointwise", "listwise"), processes=True),
-    "regression_em": MethodSpec("regression_em:RegressionEM"),                    # Wang et al. 2018
+    "regression_em": MethodSpec("regression_em:RegressionEM", processes=True),                    # Wang et al. 2018
     # dual learning algorithm, Ai et al. 2018
-    "dla": MethodSpec("dla:DLA"),
+    "dla": MethodSpec("dla:DLA", processes=True),
     # Unbiased LambdaMART's t+/t- ratios, Hu et al. 2019
-    "pairwise_debias": MethodSpec("pairwise_debias:PairwiseDebias"),
+    "pairwise_debias": MethodSpec("pairwise_debias:PairwiseDebias", processes=True),
     # plain lambdarank on clicks
     "lightgbm_lambdarank": MethodSpec("lightgbm_rank:LightGBMLambdaRank", warmup=False, **_OWN_BOOSTER),
     # LightGBM's position-aware lambdarank
@@ -65,7 +65,7 @@ METHODS: dict[str, MethodSpec] = {
     # whole-page BAL (variants: config `bal.graph`, `bal.features`)
     "bal": MethodSpec("..bal.method:BAL", ("pointwise", "listwise", "lambdarank"), (*NEURAL, "lightgbm"),
                       streaming=True, processes=True),
-    "lbd": MethodSpec("lbd:LBD"),                            # Lipschitz and Bernoulli decoupling, Chen et al. 2022
+    "lbd": MethodSpec("lbd:LBD", processes=True),            # Lipschitz and Bernoulli decoupling, Chen et al. 2022
     # the ranker trained on the simulator's true labels (no warm-up)
     "oracle": MethodSpec("oracle:Oracle", ("pointwise", "listwise"), warmup=False),
 }
