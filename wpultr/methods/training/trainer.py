@@ -209,8 +209,8 @@ class Trainer:
             if name in payload["kept"]:
                 _load_kept(state, payload["kept"][name])
         import logging
-        logging.getLogger(__name__).warning("train: resuming after epoch %d of %d from %s", self.resumed_epochs,
-                                            self.planned, self.checkpoint.path if self.checkpoint else "")
+        logging.getLogger(__name__).warning("train: resuming after the %d finished epochs in %s",
+                                            self.resumed_epochs, self.checkpoint.path if self.checkpoint else "")
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resume needs (checkpoint.py): tensors, numbers and JSON text only (weights_only loading)."""
