@@ -3,6 +3,8 @@ run again under the same checkpoint ends with the model of a fit never stopped â
 that keeps state across epochs, and through `wpultr run` after a DDP rank is killed mid-epoch."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -104,3 +106,50 @@ def test_a_checkpoint_of_another_config_is_not_resumed(logs, tmp_path, monkeypat
     same_model(whole, again)                             # from epoch 0, not from the other config's epoch 2
     assert torch.load(path, weights_only=True)["epochs"] == 4     # and its checkpoint replaced the other's
     assert np.isfinite(again.history[-1]["train"]["loss"])
+
+
+def pipeline_config(tmp, name: str, processes: int):
+    from wpultr.config import config_from_dict
+    return config_from_dict({
+        "name": name, "seed": 0, "run_dir": str(tmp / "{name}"),
+        "data": {"valid_fraction": 0.4, "simulate": {
+            "n_queries": 30, "docs_per_query": 8, "n_sessions": 400, "n_annotated_queries": 20,
+            "results_per_page": 6, "vocab_size": 200, "n_dense_features": 6}},
+        "ranker": {"head": [16], "dropout": 0.0},
+        "train": {"method": "naive", "epochs": 3, "warmup_epochs": 1, "batch_size": 32, "device": "cpu",
+                  "processes": processes},
+        "evaluation": {"discover_graph": False}, "cluster": {"n_workers": 2}})
+
+
+@pytest.mark.e2e
+def test_a_run_whose_rank_is_killed_mid_epoch_resumes_from_its_last_finished_epoch(tmp_path, dask_client,
+                                                                                    monkeypatch, one_torch_thread):
+    """`wpultr run` with 2 DDP ranks; rank 1 is SIGKILLed in the method's second epoch (the test hook
+    WPULTR_TEST_KILL_RANK): the train stage fails with one line naming the rank and its log in the run directory,
+    the checkpoint holds the 2 finished epochs, and the run started again resumes there and ships the ranker of a run
+    never stopped (and deletes its checkpoint)."""
+    from wpultr.errors import WpultrError
+    from wpultr.methods.training.distributed import KILL_ENV
+    from wpultr.pipeline.runner import run_pipeline
+    from wpultr.rankers.registry import load_ranker
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    whole = run_pipeline(pipeline_config(tmp_path, "whole", 1), client=dask_client)
+    cfg = pipeline_config(tmp_path, "killed", 2)
+    monkeypatch.setenv(KILL_ENV, "1:2")
+    with pytest.raises(WpultrError) as failed:
+        run_pipeline(cfg, client=dask_client)
+    message = str(failed.value)
+    log = tmp_path / "killed" / "train" / "ranks" / "rank1.log"
+    assert "\n" not in message and "DDP rank 1 of 2 failed: killed by SIGKILL" in message and str(log) in message
+    checkpoint = Checkpoint(tmp_path / "killed" / "train" / "checkpoint.pt", config_key(cfg))
+    assert checkpoint.finished_epochs() == 2
+    monkeypatch.delenv(KILL_ENV)
+    again = run_pipeline(cfg, client=dask_client)
+    assert not checkpoint.path.exists()
+    summary = json.loads((again.run_dir / "summary.json").read_text())
+    assert summary["stages"]["train"]["info"]["resumed_after_epochs"] == 2     # what the run tells its user
+    a, b = load_ranker(whole.run_dir / "ranker"), load_ranker(again.run_dir / "ranker")
+    for name, value in a.state_dict().items():
+        torch.testing.assert_close(b.state_dict()[name], value, rtol=1e-5, atol=1e-5)
+    history = json.loads((again.run_dir / "train" / "history.json").read_text())["epochs"]
+    assert len(history) == 4 and history[0]["phase"] == "warmup"

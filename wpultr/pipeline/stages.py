@@ -296,6 +296,9 @@ def train(ctx: StageContext) -> dict[str, Any]:
     with keep_rank_logs(ctx.run.path(RANK_LOGS)), \
             keep_checkpoints(ctx.run.path(TRAIN_CHECKPOINT), config_key(ctx.config)) as checkpoint:
         resumed = checkpoint.finished_epochs()
+        if resumed:
+            log.warning("train: resuming after epoch %d of %d (%s)", resumed,
+                        ctx.config.train.warmup_epochs + ctx.config.train.epochs, checkpoint.path)
         out = _train(ctx)
         checkpoint.remove()
     return {**out, "resumed_after_epochs": resumed} if resumed else out

@@ -214,21 +214,18 @@ class DataParallelTrainer(Trainer):
     def writes_checkpoint(self) -> bool:
         return self.checkpoint is not None and self.rank == 0
 
-    def record(self, epoch: int, train_stats: dict[str, Any], seconds: float, **more: Any) -> dict[str, Any]:
-        entry = super().record(epoch, train_stats, seconds, **more)
-        if self.kill_at is not None and epoch + 1 == self.kill_at:   # the test hook: die in the next epoch
-            self.kill_at = -1
-        return entry
-
     def epoch(self, loss_fn: LossFn, extras: dict[str, np.ndarray] | None = None,
               normaliser: Callable[[ListBatch], float] | None = None) -> dict[str, float]:
         """One epoch on this rank's shards; `normaliser` is what `loss_fn` divides a batch's loss by (default: the
         click loss's, `click_normaliser`): each shard's loss is scaled by its share of the global batch's."""
         self.normaliser = normaliser
 
+        done = [0]      # batches of this epoch so far
+
         def scaled(scores: torch.Tensor, batch: ListBatch):
-            if self.kill_at == -1:
-                _die()
+            if self.kill_at == len(self.history) and done[0] == 1:   # the test hook (`KILL_ENV`): past the first
+                _die()          # batch, whose all-reduce waited for rank 0 to write the last epoch's checkpoint
+            done[0] += 1
             out = loss_fn(scores, batch)
             loss, stats = out if isinstance(out, tuple) else (out, {})
             loss = loss * self.share     # DDP averages over ranks: the mean is the global batch's gradient
@@ -276,7 +273,8 @@ class DataParallelTrainer(Trainer):
         return super().validate() if self.rank == 0 else None
 
 
-KILL_ENV = "WPULTR_TEST_KILL_RANK"   # "<rank>:<epoch>": that rank SIGKILLs itself in that epoch (tests only)
+KILL_ENV = "WPULTR_TEST_KILL_RANK"   # "<rank>:<epoch>": that rank SIGKILLs itself mid-epoch (tests only; epochs
+#                                      counted from 0 with the warm-up's, as the checkpoint counts them)
 
 
 def _kill_hook(rank: int) -> int | None:
