@@ -153,3 +153,21 @@ def test_a_run_whose_rank_is_killed_mid_epoch_resumes_from_its_last_finished_epo
         torch.testing.assert_close(b.state_dict()[name], value, rtol=1e-5, atol=1e-5)
     history = json.loads((again.run_dir / "train" / "history.json").read_text())["epochs"]
     assert len(history) == 4 and history[0]["phase"] == "warmup"
+
+
+def test_a_resumed_fit_ships_an_earlier_best_epoch_it_had_checkpointed(logs, tmp_path, monkeypatch):
+    """Validation falling after the method's first epoch: the checkpoint carries that epoch's ranker beside the
+    current one, and the resumed fit ships it, as the unstopped fit does."""
+    monkeypatch.setattr(Trainer, "validate", lambda self: {"DCG@10": 10.0 - len(self.history)})
+    cfg = config("naive")
+    whole = get_method("naive").fit(logs.sessions, logs.annotations, cfg)
+    assert whole.bias["best_epoch"] == 1
+    path = RunDir.create(tmp_path / "run").path("train/checkpoint.pt")
+    with keep_checkpoints(path, config_key(cfg)):
+        with monkeypatch.context() as patch:
+            stopped_in_epoch(patch, 3)
+            with pytest.raises(Stop):
+                get_method("naive").fit(logs.sessions, logs.annotations, cfg)
+        assert torch.load(path, weights_only=True)["best"]["epoch"] == 1
+        resumed = get_method("naive").fit(logs.sessions, logs.annotations, cfg)
+    same_model(whole, resumed)

@@ -199,7 +199,11 @@ class Trainer:
         if self.scaler is not None and payload.get("scaler"):
             self.scaler.load_state_dict(payload["scaler"])
         best = payload.get("best")
-        self.best = (float(best["value"]), int(best["epoch"]), best["state"]) if best else None
+        if best:       # the best epoch's ranker, or (saved once) the ranker itself when that epoch is the last
+            state = best["state"] if best["state"] is not None else copy.deepcopy(payload["ranker"])
+            self.best = (float(best["value"]), int(best["epoch"]), state)
+        else:
+            self.best = None
         self.history = json.loads(payload["history"])
         self.rng.bit_generator.state = json.loads(payload["numpy_rng"])
         self.generator.set_state(payload["generator"])
@@ -219,7 +223,8 @@ class Trainer:
         return {"epochs": len(self.history), "ranker": self.ranker.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-                "best": {"value": best[0], "epoch": best[1], "state": best[2]} if best else None,
+                "best": {"value": best[0], "epoch": best[1],   # the last epoch's is the ranker's: not saved twice
+                         "state": None if best[1] == self.history[-1]["epoch"] else best[2]} if best else None,
                 "history": json.dumps(self.history, default=_json_value),
                 "numpy_rng": json.dumps(self.rng.bit_generator.state),
                 "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
