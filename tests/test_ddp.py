@@ -265,6 +265,24 @@ def test_two_ranks_of_a_method_with_its_own_state_train_its_one_process_model(lo
     assert not np.allclose(_values(one.bias[state]), _values(one.bias[state])[0])   # the state did move
 
 
+@pytest.mark.e2e
+def test_two_ranks_of_the_oracle_train_its_one_process_model(logs):
+    """The oracle's listwise loss on the true gains divides by the lists with a relevant result: each shard's loss
+    is scaled by its share of those."""
+    from wpultr.methods.oracle import TRUE_LABEL, Oracle
+    truth = logs.truth_sessions[[SESSION_ID, "position", TRUE_LABEL]]
+    sessions = logs.sessions.merge(truth, on=[SESSION_ID, "position"], how="left", validate="one_to_one")
+
+    def cfg(processes: int) -> RunConfig:
+        c = config("listwise", processes)
+        c.train.method = "oracle"
+        return c
+    one = Oracle().fit(sessions, logs.annotations, cfg(1))
+    two = Oracle().fit(sessions, logs.annotations, cfg(2))
+    assert two.bias["processes"] == 2
+    assert_same_model(one, two, skip={"net.2.bias"})
+
+
 def _values(table) -> np.ndarray:
     """The numbers of a bias record's table ({"1": p_1, ...}) or list."""
     return np.asarray(list(table.values()) if isinstance(table, dict) else table, dtype=float)

@@ -67,7 +67,7 @@ METHODS: dict[str, MethodSpec] = {
                       streaming=True, processes=True),
     "lbd": MethodSpec("lbd:LBD", processes=True),            # Lipschitz and Bernoulli decoupling, Chen et al. 2022
     # the ranker trained on the simulator's true labels (no warm-up)
-    "oracle": MethodSpec("oracle:Oracle", ("pointwise", "listwise"), warmup=False),
+    "oracle": MethodSpec("oracle:Oracle", ("pointwise", "listwise"), warmup=False, processes=True),
 }
 # name -> (the optional package it imports, the wpultr extra that installs it)
 METHODS_PACKAGE = "wpultr.methods"   # the names above are relative to it, looked up by name (no import upward)
