@@ -43,13 +43,13 @@ def weighted_softmax_loss(scores: torch.Tensor, clicks: torch.Tensor, mask: torc
     """Σ_lists Σ_i c_i w_i (−log softmax(s)_i) / Σ c_i w_i: the IPW softmax loss (Ai et al. 2018 §4.2, ULTRA's
     softmax_loss). Each click keeps its own weight across lists — normalising per list, as the naive
     listwise loss does, would re-weight lists and lose the unbiasedness of Σ c_i/θ_i."""
-    summed, total = weighted_softmax_sum(scores, clicks, mask, weights)
+    summed, total = weighted_softmax_parts(scores, clicks, mask, weights)
     if not bool(total > 0):
         return scores.sum() * 0.0
     return summed / total
 
 
-def weighted_softmax_sum(scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor,
+def weighted_softmax_parts(scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor,
                          weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(Σ_lists Σ_i c_i w_i (−log softmax(s)_i), Σ c_i w_i): `weighted_softmax_loss`'s sum and what it divides by,
     apart (a DDP rank divides its share's sum by the global batch's total)."""
@@ -76,8 +76,8 @@ def dla_sums(scores: torch.Tensor, logits: torch.Tensor, positions: torch.Tensor
     g = logits[(positions - 1).clamp_min(0)]                              # (B, K) logit of each shown position
     propensity_weight = torch.exp(logits[0] - g).detach().clamp(max=max_weight)          # P(o_1)/P(o_i)
     relevance_weight = torch.exp(scores[:, :1] - scores).detach().clamp(max=max_weight)  # P(r_1)/P(r_i)
-    rank_sum, rank_total = weighted_softmax_sum(scores, clicks, mask, propensity_weight)
-    exam_sum, exam_total = weighted_softmax_sum(g, clicks, mask, relevance_weight)
+    rank_sum, rank_total = weighted_softmax_parts(scores, clicks, mask, propensity_weight)
+    exam_sum, exam_total = weighted_softmax_parts(g, clicks, mask, relevance_weight)
     return rank_sum, rank_total, exam_sum, exam_total
 
 
