@@ -171,3 +171,18 @@ def test_a_resumed_fit_ships_an_earlier_best_epoch_it_had_checkpointed(logs, tmp
         assert torch.load(path, weights_only=True)["best"]["epoch"] == 1
         resumed = get_method("naive").fit(logs.sessions, logs.annotations, cfg)
     same_model(whole, resumed)
+
+
+def test_a_checkpoint_outside_a_run_replaces_only_a_checkpoint(tmp_path):
+    """torchrun's `--checkpoint` may name any path: wpultr replaces its own checkpoint there every epoch, never a
+    file of the user's."""
+    from wpultr.errors import RunDirError
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", "k")
+    checkpoint.save({"epochs": 1, "w": torch.ones(3)})
+    checkpoint.save({"epochs": 2, "w": torch.ones(3)})
+    assert checkpoint.finished_epochs() == 2
+    mine = Checkpoint(tmp_path / "notes.pt", "k")
+    mine.path.write_text("my notes")
+    with pytest.raises(RunDirError, match="--checkpoint .*notes.pt: exists and is not a wpultr training checkpoint"):
+        mine.save({"epochs": 1})
+    assert mine.path.read_text() == "my notes"

@@ -62,8 +62,10 @@ class Checkpoint:
         """Write `payload` (and this key) atomically: a rank killed mid-write leaves the previous checkpoint."""
         import torch
 
-        from ...rundir.files import atomic_path
-        with atomic_path(self.path) as tmp:
+        from ...rundir.files import Replaces, atomic_path
+        # an existing file is replaced only when it is a checkpoint (a user's file at --checkpoint is refused)
+        ours = Replaces("a wpultr training checkpoint", is_checkpoint, in_runs=True)
+        with atomic_path(self.path, ours, key="--checkpoint") as tmp:
             torch.save({**payload, "format": FORMAT, "key": self.key}, tmp)
 
     def finished_epochs(self) -> int:
@@ -73,6 +75,16 @@ class Checkpoint:
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+def is_checkpoint(path: Path) -> bool:
+    """`path` is a checkpoint this module wrote (its format mark; the tensors are mapped, not read)."""
+    import torch
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:   # noqa: BLE001 (anything that does not load as one is not one)
+        return False
+    return isinstance(payload, dict) and payload.get("format") == FORMAT
 
 
 _current: ContextVar[Checkpoint | None] = ContextVar("wpultr_checkpoint", default=None)
