@@ -42,14 +42,15 @@ class Checkpoint:
     path: Path
     key: str
 
-    def load(self) -> dict[str, Any] | None:
+    def load(self, mapped: bool = False) -> dict[str, Any] | None:
         """The checkpoint's contents when it was written under this key, else None (no file, another config, or a
-        file that does not load: the run then starts from epoch 0 and replaces it)."""
+        file that does not load: the run then starts from epoch 0 and replaces it). `mapped`: its tensors mapped from
+        the file, not read (to look at its epochs)."""
         if not self.path.is_file():
             return None
         import torch
         try:
-            payload = torch.load(self.path, map_location="cpu", weights_only=True)
+            payload = torch.load(self.path, map_location="cpu", weights_only=True, mmap=mapped)
         except Exception as e:   # noqa: BLE001 (any unreadable file: start over, as if there were none)
             log.warning("train: %s does not load (%s); training starts from epoch 0", self.path, e)
             return None
@@ -70,7 +71,7 @@ class Checkpoint:
 
     def finished_epochs(self) -> int:
         """How many epochs the checkpoint holds (0 without one of this config)."""
-        payload = self.load()
+        payload = self.load(mapped=True)
         return int(payload["epochs"]) if payload else 0
 
     def remove(self) -> None:

@@ -208,6 +208,8 @@ class Trainer:
         self.rng.bit_generator.state = json.loads(payload["numpy_rng"])
         self.generator.set_state(payload["generator"])
         torch.set_rng_state(payload["torch_rng"])
+        if payload.get("cuda_rng") is not None and self.device.type == "cuda":   # dropout's stream on the GPU
+            torch.cuda.set_rng_state(payload["cuda_rng"], self.device)
         self.resumed_epochs = int(payload["epochs"])
         for name, state in self.kept.items():
             if name in payload["kept"]:
@@ -228,6 +230,7 @@ class Trainer:
                 "history": json.dumps(self.history, default=_json_value),
                 "numpy_rng": json.dumps(self.rng.bit_generator.state),
                 "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
                 "kept": {name: _kept_state(state) for name, state in self.kept.items()}}
 
     def writes_checkpoint(self) -> bool:
