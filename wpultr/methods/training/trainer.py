@@ -214,6 +214,7 @@ class Trainer:
         for name, state in self.kept.items():
             if name in payload["kept"]:
                 _load_kept(state, payload["kept"][name])
+        self.resume = {"kept": payload["kept"]}     # what `keep` may still load; the rest is in place (memory freed)
         import logging
         logging.getLogger(__name__).warning("train: resuming after the %d finished epochs in %s",
                                             self.resumed_epochs, self.checkpoint.path if self.checkpoint else "")
