@@ -7,6 +7,7 @@ The same through a Dask LocalCluster standing in for `--scheduler`: the ranks ru
 """
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -195,3 +196,29 @@ def test_a_worker_lost_mid_fit_fails_it_in_one_line_and_the_fit_runs_again(logs)
         again = BAL().fit(logs.sessions, logs.annotations, cfg)
     assert [e.get("phase") for e in again.history] == ["warmup", "bal", "bal"]
     assert lost not in again.bias["rank_workers"]
+
+
+@pytest.mark.e2e
+def test_bal_ranks_killed_mid_epoch_resume_from_the_checkpoint_and_learn_the_one_process_model(
+        logs, one_process, tmp_path, monkeypatch):
+    """Rank 1 SIGKILLed in BAL's second epoch (the test hook): the fit fails in one line naming it, the checkpoint
+    holds the warm-up and BAL's first epoch (its graph and the estimators the next epoch warm-starts from), and the
+    fit run again resumes there and learns the one-process model."""
+    from wpultr.errors import WpultrError
+    from wpultr.methods.training.checkpoint import Checkpoint, config_key, keep_checkpoints
+    from wpultr.methods.training.distributed import KILL_ENV
+    from wpultr.methods.training.ranks import keep_rank_logs
+    from wpultr.rundir.files import RunDir
+    cfg = bal_config(2)
+    run = RunDir.create(tmp_path / "run")
+    checkpoint = Checkpoint(run.path("train/checkpoint.pt"), config_key(cfg))
+    monkeypatch.setenv(KILL_ENV, "1:2")
+    with keep_rank_logs(run.path("train/ranks")), keep_checkpoints(checkpoint.path, checkpoint.key):
+        with pytest.raises(WpultrError) as failed:
+            BAL().fit(logs.sessions, logs.annotations, cfg)
+        assert "DDP rank 1 of 2 failed: killed by SIGKILL" in str(failed.value)
+        saved = checkpoint.load()
+        assert saved["epochs"] == 2 and len(json.loads(saved["kept"]["bal"]["graphs"])) == 1
+        monkeypatch.delenv(KILL_ENV)
+        again = BAL().fit(logs.sessions, logs.annotations, cfg)
+    assert_same_bal(one_process, again)

@@ -38,8 +38,8 @@ def test_defaults_resolve_and_round_trip_through_yaml():
     ({"train": {"epochs": 0}}, "train.epochs: must be > 0"),
     ({"train": {"method": "ipw", "streaming": True}},
      "train.streaming: true is not supported by train.method: ipw (supports: false)"),
-    ({"train": {"method": "dla", "processes": 2}},      # a spec without processes: DDP ranks refused, key named
-     "train.processes: 2 is not supported by train.method: dla (supports: 1)"),
+    ({"train": {"method": "lightgbm_lambdarank", "processes": 2}},   # a spec without processes: refused, key named
+     "train.processes: 2 is not supported by train.method: lightgbm_lambdarank (supports: 1)"),
     ({"train": {"method": "bal", "streaming": True}, "ranker": {"backbone": "lightgbm"}},
      "ranker.backbone: train.streaming: true trains the 'mlp' backbone only"),
     ({"train": {"streaming": True}, "data": {"max_sessions": 100}},

@@ -250,3 +250,50 @@ def test_two_ranks_of_a_reweighting_method_train_its_one_process_model(logs, met
     one = get_method(method).fit(logs.sessions, logs.annotations, cfg(1))
     two = get_method(method).fit(logs.sessions, logs.annotations, cfg(2))
     assert_same_model(one, two, skip={"net.2.bias"})   # softmax and pair losses are blind to a shift of the scores
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("method, state", [("regression_em", "theta"), ("dla", "propensities"),
+                                           ("pairwise_debias", "t_minus"), ("lbd", "observation_by_position")])
+def test_two_ranks_of_a_method_with_its_own_state_train_its_one_process_model(logs, method, state):
+    """Methods that keep state across batches besides the ranker — REM's θ (M-step from the batch's counts), DLA's
+    propensity logits (outside the DDP unit: their gradient averaged by the trainer), pairwise debiasing's t± (from
+    the batch's pair sums), LBD's observation model (its Bernoulli mask drawn for the global batch) — learn the
+    one-process model and state at 2 ranks: the batch's statistics are summed over the ranks."""
+    from wpultr.settings.methods import get_method
+
+    def cfg(processes: int) -> RunConfig:
+        c = config("pointwise", processes)
+        c.train.method = method
+        c.lbd.drop_probability = 0.3           # γ ~ Bernoulli(0.7): the draw the ranks must share
+        return c
+    one = get_method(method).fit(logs.sessions, logs.annotations, cfg(1))
+    two = get_method(method).fit(logs.sessions, logs.annotations, cfg(2))
+    assert two.bias["processes"] == 2
+    # REM is pointwise (every tensor); the others' losses are blind to a shift of the scores
+    assert_same_model(one, two, skip=set() if method == "regression_em" else {"net.2.bias"})
+    np.testing.assert_allclose(_values(two.bias[state]), _values(one.bias[state]), rtol=1e-4, atol=1e-6)
+    assert not np.allclose(_values(one.bias[state]), _values(one.bias[state])[0])   # the state did move
+
+
+@pytest.mark.e2e
+def test_two_ranks_of_the_oracle_train_its_one_process_model(logs):
+    """The oracle's listwise loss on the true gains divides by the lists with a relevant result: each shard's loss
+    is scaled by its share of those."""
+    from wpultr.methods.oracle import TRUE_LABEL, Oracle
+    truth = logs.truth_sessions[[SESSION_ID, "position", TRUE_LABEL]]
+    sessions = logs.sessions.merge(truth, on=[SESSION_ID, "position"], how="left", validate="one_to_one")
+
+    def cfg(processes: int) -> RunConfig:
+        c = config("listwise", processes)
+        c.train.method = "oracle"
+        return c
+    one = Oracle().fit(sessions, logs.annotations, cfg(1))
+    two = Oracle().fit(sessions, logs.annotations, cfg(2))
+    assert two.bias["processes"] == 2
+    assert_same_model(one, two, skip={"net.2.bias"})
+
+
+def _values(table) -> np.ndarray:
+    """The numbers of a bias record's table ({"1": p_1, ...}) or list."""
+    return np.asarray(list(table.values()) if isinstance(table, dict) else table, dtype=float)

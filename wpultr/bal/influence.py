@@ -630,6 +630,13 @@ def fit_influence_estimators(nodes_df: pd.DataFrame, bias_report: BiasReport, ki
 
 def save_influence_estimators(estimators: Mapping[str, FeatureInfluence], directory: str | Path) -> None:
     """Write influence.json (one entry per feature) and influence.safetensors into `directory`."""
+    state, arrays = influence_state(estimators)
+    _write_pair(Path(directory), INFLUENCE_JSON, state, INFLUENCE_TENSORS, arrays)
+
+
+def influence_state(estimators: Mapping[str, FeatureInfluence]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(JSON-able description, named arrays) of `estimators`: what influence.json and influence.safetensors hold
+    (and BAL's per-epoch checkpoint, `bal.method.EpochState`)."""
     entries, arrays = [], {}
     for i, (name, est) in enumerate(estimators.items()):
         entry = {"feature": name, "case": est.case, "parents": list(est.parents)}
@@ -642,13 +649,18 @@ def save_influence_estimators(estimators: Mapping[str, FeatureInfluence], direct
             entry[role] = meta
             arrays.update({f"{i}.{role}.{k}": v for k, v in tensors.items()})
         entries.append(entry)
-    _write_pair(Path(directory), INFLUENCE_JSON, {"format": INFLUENCE_FORMAT, "features": entries},
-                INFLUENCE_TENSORS, arrays)
+    return {"format": INFLUENCE_FORMAT, "features": entries}, arrays
 
 
 def load_influence_estimators(directory: str | Path) -> dict[str, FeatureInfluence]:
     """The estimators `save_influence_estimators` wrote to `directory`, by feature name."""
     path, state, tensors = _read_pair(Path(directory), INFLUENCE_JSON, INFLUENCE_FORMAT, INFLUENCE_TENSORS)
+    return estimators_from_state(state, tensors, str(path))
+
+
+def estimators_from_state(state: Mapping[str, Any], tensors: Mapping[str, np.ndarray],
+                          path: str = "state") -> dict[str, FeatureInfluence]:
+    """The estimators `influence_state` described, by feature name."""
     out: dict[str, FeatureInfluence] = {}
     for i, entry in enumerate(state["features"]):
         models = {}

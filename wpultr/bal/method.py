@@ -162,6 +162,31 @@ def _current_client() -> Any:
     return client
 
 
+class EpochState:
+    """What BAL carries from epoch to epoch, for the trainer's checkpoint (`Trainer.keep`): each finished epoch's
+    graph, and the influence estimators the next epoch warm-starts from (tensors and JSON text only)."""
+
+    def __init__(self) -> None:
+        self.graphs: list[DiscoveredGraph] = []
+        self.estimators: dict[str, FeatureInfluence] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        import json
+
+        from .influence import influence_state
+        meta, arrays = influence_state(self.estimators)
+        return {"graphs": json.dumps([g.to_dict() for g in self.graphs]), "estimators": json.dumps(meta),
+                **{f"estimator.{k}": torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        import json
+
+        from .influence import estimators_from_state
+        self.graphs = [DiscoveredGraph.from_dict(g) for g in json.loads(state["graphs"])]
+        arrays = {k[len("estimator."):]: v.numpy() for k, v in state.items() if k.startswith("estimator.")}
+        self.estimators = estimators_from_state(json.loads(state["estimators"]), arrays, "train/checkpoint.pt")
+
+
 class BAL:
     name = "bal"
 
@@ -240,10 +265,17 @@ class BAL:
         lead = ranks is None or ranks.rank == 0
         client = _current_client() if config.bal.graph == "discovered" and lead else None
         device = getattr(trainer, "device", None) or resolve_device(config.train.device)   # BAL's own networks' too
-        graphs: list[DiscoveredGraph] = []
-        reuse: ReusableTests | None = None
-        estimators: dict[str, FeatureInfluence] = {}
-        for k in range(config.train.epochs):
+        state = EpochState()        # the graphs so far and the estimators to warm-start from
+        if hasattr(trainer, "keep"):     # the shared trainer's checkpoint holds them (a booster's trainer: none)
+            trainer.keep("bal", state)
+            todo = trainer.epoch_range(config.train.epochs)
+            first = todo.stop - config.train.epochs       # the step of BAL epoch 0
+        else:
+            first = len(trainer.history)
+            todo = range(first, first + config.train.epochs)
+        graphs = state.graphs
+        reuse: ReusableTests | None = None     # on a resume its first epoch runs every CI test again
+        for k in (step - first for step in todo):
             start = time.perf_counter()
             clock = StepClock()
             seed = config.seed * 1000 + k
@@ -257,8 +289,8 @@ class BAL:
             biases = identify_biases(graph).without(separable.set_aside)                        # step 3
             clock.lap("graph")
             with torch_threads(config.bal.cpu_threads):                      # small networks: few CPU threads
-                weights, weight_info, estimators = self.weights(nodes, biases, kinds, n_categories, config, seed,  # 4
-                                                                estimators, device, once, ranks)
+                weights, weight_info, state.estimators = self.weights(nodes, biases, kinds, n_categories, config,  # 4
+                                                                      seed, state.estimators, device, once, ranks)
                 clock.lap("weights")
                 click_model, cm_stats = self.click_model(r, nodes, weights, biases, kinds, n_categories,  # step 5
                                                          config, seed, trainer.generator, rows.pairs_at, device,

@@ -23,7 +23,7 @@ construction; `train.loss` is not used.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -31,7 +31,7 @@ import torch
 
 from ..rankers.base import resolve_device
 from .base import FitResult
-from .losses.lists import dla_losses
+from .losses.lists import dla_sums
 from .propensities.position import as_table
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up
@@ -50,27 +50,48 @@ class DLA:
     name = "dla"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
+            from .training.distributed import fit_data_parallel
+            return fit_data_parallel(train, valid, config)
+        return self.fit_with(train, valid, config, Trainer)
+
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
+        """One DDP rank's fit (`training.distributed`): both losses' sums on this rank's share of each global batch,
+        divided by the global batch's total weights (summed over the ranks); the ranker's gradient averaged by DDP,
+        the propensity logits' by the trainer (`sync_gradients`), so every rank holds one process's logits."""
+        from .training.distributed import rank_ranker_and_table
+        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
+        return self.fit_with(train, valid, config, trainer_class, ranker)
+
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 ranker: Any = None) -> FitResult:
         lists = SessionLists.from_frame(train)
         n_positions = int(lists.positions.max())
         logits = torch.nn.Parameter(torch.zeros(n_positions, device=resolve_device(config.train.device)))
-        trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
+        trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config,
+                                lists=lists)
         # the propensity logits get their own learning rate (ULTRA's propensity_learning_rate): a handful
         # of parameters that must move by ~log(θ_1/θ_K) need larger steps than the ranker's weights
         propensity_lr = float(config.dla.propensity_learning_rate)   # > 0: checked at config load
         trainer.optimizer.add_param_group({"params": [logits], "lr": propensity_lr, "weight_decay": 0.0})
+        trainer.keep("dla_logits", logits)
         warm_up(trainer)
         weight = float(config.dla.ranker_loss_weight)
         max_weight = float(config.dla.max_weight)                   # > 1: checked at config load
 
         def loss(scores: torch.Tensor, batch: ListBatch):
-            rank_loss, exam_loss = dla_losses(scores, logits, batch.positions, batch.clicks, batch.mask,
-                                              max_weight)
-            return exam_loss + weight * rank_loss, {"rank_loss": float(rank_loss.detach()),
-                                                    "exam_loss": float(exam_loss.detach())}
+            rank_sum, rank_total, exam_sum, exam_total = dla_sums(scores, logits, batch.positions, batch.clicks,
+                                                                  batch.mask, max_weight)
+            totals = trainer.all_sum(torch.stack([rank_total, exam_total]))     # the global batch's
+            rank_loss = rank_sum / totals[0] if bool(totals[0] > 0) else rank_sum * 0.0   # no click: no step
+            exam_loss = exam_sum / totals[1] if bool(totals[1] > 0) else exam_sum * 0.0
+            parts = trainer.all_sum(torch.stack([rank_loss.detach(), exam_loss.detach()]))
+            return exam_loss + weight * rank_loss, {"rank_loss": float(parts[0]), "exam_loss": float(parts[1])}
 
-        for epoch in range(len(trainer.history), len(trainer.history) + config.train.epochs):
-            start = time.perf_counter()
-            stats = trainer.epoch(loss)
+        for epoch in trainer.epoch_range(config.train.epochs):
+            start = time.perf_counter()     # the loss is already the global batch's share (normaliser 1)
+            stats = trainer.epoch(loss, normaliser=lambda b: 1.0)
             trainer.record(epoch, stats, time.perf_counter() - start,
                            propensities=as_table(relative_propensities(logits)))
         ranker = trainer.finish()

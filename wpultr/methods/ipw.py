@@ -66,8 +66,8 @@ class IPW:
         inverse = torch.as_tensor(1.0 / theta, dtype=torch.float32, device=trainer.device)
         kind = config.train.loss
         step = click_loss_named(kind)
+        # normaliser: what the loss divides by, for the DDP ranks' shares
         ranker = trainer.fit(lambda scores, batch: ipw_loss(kind, scores, batch, inverse),
-                             first_epoch=len(trainer.history),   # what the loss divides by, for the DDP ranks' shares
                              normaliser=lambda b: step.weighted_normaliser(b.clicks, b.mask, inverse[b.positions]))
         return FitResult(ranker, trainer.history, {
             "method": self.name, "loss": kind, "best_epoch": trainer.best_epoch,

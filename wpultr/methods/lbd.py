@@ -28,7 +28,7 @@ The observation model reads the sessions' dense `features` column whatever the r
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
 
 import numpy as np
@@ -112,6 +112,7 @@ def lbd_loss(scores: torch.Tensor, model: ObservationModel, z: torch.Tensor, bat
     `z` holds the standardised features of the shown results in the order of `batch.mask` (row-major).
     """
     mask = batch.mask
+    lists = max(mask.shape[0], 1)      # a DDP rank's share may hold no list
     need_grad = lam > 0
     z = z.detach().requires_grad_(need_grad)
     logits = model.logits(z)                                                  # g(x), (N, n)
@@ -122,9 +123,10 @@ def lbd_loss(scores: torch.Tensor, model: ObservationModel, z: torch.Tensor, bat
     gp = torch.zeros((), device=scores.device)
     if need_grad:
         per_row = gradient_penalty(model, z)
-        gp = per_row.new_zeros(mask.shape).masked_scatter(mask, per_row).sum(dim=1).mean()
-    loss = per_list.mean() + lam * gp
-    return loss, {"click_loss": float(per_list.mean().detach()), "grad_norm": float(gp.detach()),
+        gp = per_row.new_zeros(mask.shape).masked_scatter(mask, per_row).sum(dim=1).sum() / lists
+    click = per_list.sum() / lists
+    loss = click + lam * gp
+    return loss, {"click_loss": float(click.detach()), "grad_norm": float(gp.detach()),
                   "kept": float((gamma * mask.float()).sum().detach() / mask.float().sum().clamp_min(1.0))}
 
 
@@ -141,6 +143,22 @@ class LBD:
     name = "lbd"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
+            from .training.distributed import fit_data_parallel
+            return fit_data_parallel(train, valid, config)
+        return self.fit_with(train, valid, config, Trainer)
+
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
+        """One DDP rank's fit (`training.distributed`): the loss on this rank's share of each global batch (the
+        Bernoulli mask γ drawn for the whole global batch, as one process draws it), the ranker's gradient averaged
+        by DDP and the observation model's by the trainer (`sync_gradients`)."""
+        from .training.distributed import rank_ranker_and_table
+        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
+        return self.fit_with(train, valid, config, trainer_class, ranker)
+
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 ranker: Any = None) -> FitResult:
         settings = config.lbd
         lam, t = settings.effective()
         lists = SessionLists.from_frame(train)
@@ -149,10 +167,11 @@ class LBD:
                               f"observation model (ranker.backbone 'mlp' computes lexical ones from token ids); "
                               f"present: {list(train.columns)}")
         matrix = feature_matrix(train, "sessions")
-        trainer = Trainer(build_ranker(config, train), train, valid, config, lists=lists)
+        trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config,
+                                lists=lists)
         torch.manual_seed(config.seed)
         model = ObservationModel.for_matrix(matrix, int(lists.positions.max()), settings.observation_hidden)
-        model = model.to(trainer.device)
+        model = trainer.keep("lbd_observation", model.to(trainer.device))
         z_all = model.standardise(torch.from_numpy(matrix).to(trainer.device))
         lr = settings.observation_learning_rate
         trainer.optimizer.add_param_group({"params": list(model.parameters()), "lr": lr, "weight_decay": 0.0})
@@ -160,13 +179,14 @@ class LBD:
 
         def loss(scores: torch.Tensor, batch: ListBatch):
             z = z_all[torch.as_tensor(batch.rows[batch.rows >= 0], device=z_all.device)]
-            gamma = bernoulli_mask(tuple(batch.mask.shape), t, trainer.generator).to(scores.device)
-            return lbd_loss(scores, model, z, batch, lam, gamma)
+            slots = batch.mask.shape[1]
+            gamma = trainer.draw_for_batch(batch, lambda n: bernoulli_mask((n, slots), t, trainer.generator))
+            return lbd_loss(scores, model, z, batch, lam, gamma.to(scores.device))
 
-        for epoch in range(len(trainer.history), len(trainer.history) + config.train.epochs):
+        for epoch in trainer.epoch_range(config.train.epochs):
             start = time.perf_counter()
             model.train()
-            stats = trainer.epoch(loss)
+            stats = trainer.epoch(loss, normaliser=lambda b: float(len(b.index)))   # the loss: a mean over lists
             model.eval()
             trainer.record(epoch, stats, time.perf_counter() - start,
                            observation=observation_by_position(model, z_all))

@@ -43,8 +43,7 @@ class Naive:
     def fit_trainer(self, trainer: "Trainer", config: "RunConfig") -> FitResult:
         """The naive epochs on a warmed-up trainer (in memory, streamed or one DDP rank's)."""
         kind = config.train.loss
-        ranker = trainer.fit(lambda scores, batch: click_loss(kind, scores, batch.clicks, batch.mask),
-                             first_epoch=len(trainer.history))
+        ranker = trainer.fit(lambda scores, batch: click_loss(kind, scores, batch.clicks, batch.mask))
         return FitResult(ranker, trainer.history, {"method": self.name, "loss": kind,
                                                     "best_epoch": trainer.best_epoch})
 

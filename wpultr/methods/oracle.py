@@ -15,8 +15,8 @@ no click warm-up.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -77,13 +77,32 @@ class Oracle:
     name = "oracle"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
+            from .training.distributed import fit_data_parallel
+            return fit_data_parallel(train, valid, config)
+        return self.fit_with(train, valid, config, Trainer)
+
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
+        """One DDP rank's fit (`training.distributed`): the same rows and labels as one process, the epochs on this
+        rank's shares (each shard's loss scaled by its share of the global batch's shown results, or of its lists
+        with a relevant result)."""
+        from ..io.parquet import read_table, sample_sessions
+        train = sample_sessions(read_table(sessions, arrow_lists=arrow_lists), config.data.max_sessions, config.seed)
+        return self.fit_with(train, valid, config, trainer_class)
+
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig",
+                 trainer_class: type) -> FitResult:
+        from .losses import click_loss_named
         n_rows = len(train)
         train = without_test_queries(train, config)
         labels = true_labels(train, config)
         loss_name, target, loss = label_loss(config.train.loss)
-        trainer = Trainer(build_ranker(config, train), train, valid, config)
+        trainer = trainer_class(build_ranker(config, train), train, valid, config)
         epochs = config.train.warmup_epochs + config.train.epochs
-        ranker = trainer.fit(loss, epochs=epochs, extras={"target": trainer.lists.gather(target(labels))})
+        step = click_loss_named(config.train.loss)      # what the loss divides by: shown results, or lists
+        ranker = trainer.fit(loss, epochs=epochs, extras={"target": trainer.lists.gather(target(labels))},
+                             normaliser=lambda b: step.normaliser(b.extras["target"], b.mask))
         return FitResult(ranker, trainer.history, {"method": self.name, "loss": loss_name,
                                                     "best_epoch": trainer.best_epoch, "epochs": epochs,
                                                     "rows": len(train),

@@ -26,7 +26,7 @@ method's propensities.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,6 @@ from .base import FitResult
 from .losses.lists import pair_terms
 from .propensities.position import as_table
 from .training.trainer import ListBatch
-from .training.warmup import warmed_up_trainer
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -56,11 +55,19 @@ class PositionRatios:
         """1 / (t^+_{k(i)} t^-_{k(j)}) of each pair."""
         return 1.0 / (self.t_plus[pos_i] * self.t_minus[pos_j])
 
-    def update(self, pair_loss: torch.Tensor, pos_i: torch.Tensor, pos_j: torch.Tensor) -> None:
-        """One closed-form update from this batch's pair losses (detached), per the module docstring."""
+    def update(self, pair_loss: torch.Tensor, pos_i: torch.Tensor, pos_j: torch.Tensor,
+               all_sum: Callable[[torch.Tensor], torch.Tensor] = lambda t: t) -> int:
+        """One closed-form update from this batch's pair losses (detached), per the module docstring; the sums are
+        the global batch's (`all_sum`: over the DDP ranks' shares, `Trainer.all_sum`). A batch without a pair changes
+        nothing. Returns the batch's pairs."""
         n = self.t_plus.numel()
         plus = torch.zeros(n, device=pair_loss.device).index_add_(0, pos_i, pair_loss / self.t_minus[pos_j])
         minus = torch.zeros(n, device=pair_loss.device).index_add_(0, pos_j, pair_loss / self.t_plus[pos_i])
+        summed = all_sum(torch.cat([plus, minus, torch.full((1,), float(pair_loss.numel()), device=plus.device)]))
+        pairs = int(summed[-1])
+        if pairs == 0:
+            return 0
+        plus, minus = summed[:n], summed[n: 2 * n]
         if self.sum_plus is None:
             self.sum_plus, self.sum_minus = plus, minus
         else:
@@ -73,29 +80,64 @@ class PositionRatios:
                 seen[0] = False
                 t[seen] = (sums[seen] / sums[1]) ** exponent          # t_1 = 1 by construction
                 t[1] = 1.0
+        return pairs
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """t± and the moving sums (empty before the first batch with a pair), for the trainer's checkpoint."""
+        empty = torch.zeros(0)
+        return {"t_plus": self.t_plus.cpu().clone(), "t_minus": self.t_minus.cpu().clone(),
+                "sum_plus": empty if self.sum_plus is None else self.sum_plus.cpu().clone(),
+                "sum_minus": empty if self.sum_minus is None else self.sum_minus.cpu().clone()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        device = self.t_plus.device
+        self.t_plus.copy_(state["t_plus"].to(device))
+        self.t_minus.copy_(state["t_minus"].to(device))
+        self.sum_plus = state["sum_plus"].to(device) if state["sum_plus"].numel() else None
+        self.sum_minus = state["sum_minus"].to(device) if state["sum_minus"].numel() else None
 
 
 class PairwiseDebias:
     name = "pairwise_debias"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        trainer = warmed_up_trainer(train, valid, config)
+        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
+            from .training.distributed import fit_data_parallel
+            return fit_data_parallel(train, valid, config)
+        from .training.trainer import Trainer
+        return self.fit_with(train, valid, config, Trainer)
+
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
+        """One DDP rank's fit (`training.distributed`): the pair loss on this rank's share of each global batch, the
+        t± updates from the batch's sums over the ranks (every rank holds one process's t±)."""
+        from .training.distributed import rank_ranker_and_table
+        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
+        return self.fit_with(train, valid, config, trainer_class, ranker)
+
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 ranker: Any = None) -> FitResult:
+        from .training.trainer import build_ranker
+        from .training.warmup import warm_up
+        trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config)
+        warm_up(trainer)
         n_positions = int(trainer.lists.positions.max())
         p = float(config.pairwise_debias.regularization_p)   # > 0 and step in (0, 1]: checked when
         step = float(config.pairwise_debias.step_size)       # the config was loaded (PairwiseDebiasConfig)
-        ratios = PositionRatios(n_positions, p, step, trainer.device)
+        ratios = trainer.keep("pairwise_debias_ratios", PositionRatios(n_positions, p, step, trainer.device))
 
         def loss(scores: torch.Tensor, batch: ListBatch):
             pair_loss, pos_i, pos_j = pair_terms(scores, batch.clicks, batch.mask, batch.positions)
             if pair_loss.numel() == 0:
-                return scores.sum() * 0.0
-            out = (pair_loss * ratios.weights(pos_i, pos_j)).sum() / len(batch.index)
-            ratios.update(pair_loss.detach(), pos_i, pos_j)
-            return out, {"pairs": float(pair_loss.numel())}
+                out = scores.sum() * 0.0
+            else:
+                out = (pair_loss * ratios.weights(pos_i, pos_j)).sum() / len(batch.index)
+            pairs = ratios.update(pair_loss.detach(), pos_i, pos_j, trainer.all_sum)
+            return out, {"pairs": float(pairs)}
 
-        for epoch in range(len(trainer.history), len(trainer.history) + config.train.epochs):
-            start = time.perf_counter()
-            stats = trainer.epoch(loss)
+        for epoch in trainer.epoch_range(config.train.epochs):
+            start = time.perf_counter()     # the loss divides by the batch's sessions
+            stats = trainer.epoch(loss, normaliser=lambda b: float(len(b.index)))
             trainer.record(epoch, stats, time.perf_counter() - start,
                            t_plus=as_table(ratios.t_plus[1:].cpu().numpy()),
                            t_minus=as_table(ratios.t_minus[1:].cpu().numpy()))

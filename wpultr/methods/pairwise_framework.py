@@ -142,7 +142,7 @@ class PairwiseFramework:
             return unbiased_pair_loss(scores, batch.clicks, batch.mask, batch.positions, inverse_theta,
                                       inverse_psi, sigma) / len(batch.index)
 
-        ranker = trainer.fit(loss, first_epoch=len(trainer.history), normaliser=lambda b: float(len(b.index)))
+        ranker = trainer.fit(loss, normaliser=lambda b: float(len(b.index)))
         return FitResult(ranker, trainer.history, {"method": self.name, "loss": "unbiased_pairwise",
                                                     "best_epoch": trainer.best_epoch, **record})
 

@@ -63,6 +63,6 @@ class PropensityPairs:
         warm_up(trainer)
         table = torch.as_tensor(weights, dtype=torch.float32, device=trainer.device)
         ranker = trainer.fit(lambda scores, batch: weighted_pair_loss(scores, batch, table),
-                             first_epoch=len(trainer.history), normaliser=lambda b: float(len(b.index)))
+                             normaliser=lambda b: float(len(b.index)))
         return FitResult(ranker, trainer.history, {"method": self.name, "loss": "pairwise",
                                                    "best_epoch": trainer.best_epoch, **info})

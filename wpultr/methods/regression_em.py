@@ -23,7 +23,7 @@ M-step. The learned θ, relative to position 1, are the method's propensities.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,6 @@ from .base import FitResult
 from .losses.lists import pointwise_click_loss, regression_em_posteriors
 from .propensities.position import as_table, relative_to_first
 from .training.trainer import ListBatch
-from .training.warmup import warmed_up_trainer
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -45,34 +44,64 @@ class RegressionEM:
     name = "regression_em"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        trainer = warmed_up_trainer(train, valid, config)
+        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
+            from .training.distributed import fit_data_parallel
+            return fit_data_parallel(train, valid, config)
+        from .training.trainer import Trainer
+        return self.fit_with(train, valid, config, Trainer)
+
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
+        """One DDP rank's fit (`training.distributed`): the E-step on this rank's share of each global batch, the
+        M-step for θ from the batch's counts and posteriors summed over the ranks (every rank holds the same θ), the
+        ranker's step as DDP. With `regression_em.sample_labels` the sampled labels are drawn for the whole global
+        batch, as one process draws them."""
+        from .training.distributed import rank_ranker_and_table
+        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
+        return self.fit_with(train, valid, config, trainer_class, ranker)
+
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+                 ranker: Any = None) -> FitResult:
+        from .training.trainer import build_ranker
+        from .training.warmup import warm_up
+        trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config)
+        warm_up(trainer)
         n_positions = int(trainer.lists.positions.max())
         step = float(config.regression_em.step_size)          # in (0, 1]: checked when the config was loaded
         sample = bool(config.regression_em.sample_labels)
         # θ starts flat: no position is favoured until the E-steps say so (θ = 1 would be a fixed point
         # of the θ update, and starting from click-through ratios would start from the naive answer)
-        theta = torch.full((n_positions + 1,), INITIAL_THETA, dtype=torch.float32, device=trainer.device)
-        generator = torch.Generator(device=trainer.device).manual_seed(config.seed)
+        theta = trainer.keep("regression_em_theta", torch.full((n_positions + 1,), INITIAL_THETA,
+                                                               dtype=torch.float32, device=trainer.device))
+        generator = trainer.keep("regression_em_labels",
+                                 torch.Generator(device=trainer.device).manual_seed(config.seed))
 
         def loss(scores: torch.Tensor, batch: ListBatch):
             mask, clicks, positions = batch.mask, batch.clicks, batch.positions
             gamma = torch.sigmoid(scores.detach())
             exam, rel = regression_em_posteriors(theta[positions], gamma, clicks)      # E-step
-            # M-step for θ on this batch (θ_k = mean P(E=1|c) at k), taken as a step of size `step`
+            # M-step for θ on this batch (θ_k = mean P(E=1|c) at k), taken as a step of size `step`; the counts and
+            # sums are the global batch's (`Trainer.all_sum`: over the DDP ranks' shares)
             flat_pos, flat_exam = positions[mask], exam[mask]
             count = torch.bincount(flat_pos, minlength=n_positions + 1).to(theta.dtype)
             total = torch.zeros_like(theta).index_add_(0, flat_pos, flat_exam)
+            count, total = trainer.all_sum(torch.stack([count, total])).unbind()
             seen = count > 0
             seen[0] = False
             theta[seen] = ((1 - step) * theta[seen] + step * (total[seen] / count[seen])).clamp(1e-4, 1.0)
             # M-step for γ: regress the ranker on the posterior relevance (sampled or soft labels)
-            target = torch.bernoulli(rel, generator=generator) if sample else rel
+            if sample:   # uniforms drawn for the global batch (a DDP rank keeps its shard's): torch.bernoulli's draw
+                u = trainer.draw_for_batch(batch, lambda n: torch.rand((n, rel.shape[1]), generator=generator,
+                                                                       device=rel.device))
+                target = (u < rel).to(rel.dtype)
+            else:
+                target = rel
             out = pointwise_click_loss(scores, target, mask)
             return out, {"theta_last_over_first": float(theta[n_positions] / theta[1])}
 
-        for epoch in range(len(trainer.history), len(trainer.history) + config.train.epochs):
-            start = time.perf_counter()
-            stats = trainer.epoch(loss)
+        for epoch in trainer.epoch_range(config.train.epochs):
+            start = time.perf_counter()     # the loss divides by the batch's shown results
+            stats = trainer.epoch(loss, normaliser=lambda b: float(b.mask.sum()))
             trainer.record(epoch, stats, time.perf_counter() - start,
                            propensities=as_table(relative_to_first(theta[1:].cpu().numpy())))
         ranker = trainer.finish()

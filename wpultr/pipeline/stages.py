@@ -27,7 +27,7 @@ from ..rundir.layout import (ANNOTATIONS, ANNOTATIONS_FILE, BIAS, BIASES_FILE, F
                              FEATURED_SESSIONS_DIR, GRAPH_FILE, HELDOUT_INGEST_DIR, HELDOUT_INGESTED,
                              HELDOUT_SESSIONS_DIR, HISTORY, IDENTIFIABILITY,
                              INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANK_LOGS, RANKER_DIR,
-                             REPORT, SESSIONS_DIR, SESSION_SCORES, SPLIT, TEST_SCORES, TRUTH_DIR)
+                             REPORT, SESSIONS_DIR, SESSION_SCORES, SPLIT, TEST_SCORES, TRAIN_CHECKPOINT, TRUTH_DIR)
 from ..schema import FEATURES, query_key
 
 log = logging.getLogger(__name__)
@@ -206,10 +206,20 @@ def split(ctx: StageContext) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 def train(ctx: StageContext) -> dict[str, Any]:
     """Fit the configured method on the click logs, selecting epochs on the validation queries; DDP ranks
-    (`train.processes` > 1) leave their logs in the run's train/ranks/."""
+    (`train.processes` > 1) leave their logs in the run's train/ranks/. After every finished epoch the shared
+    trainer writes train/checkpoint.pt: a rerun of a failed train stage resumes from it (training/checkpoint.py),
+    and it is deleted once the ranker and history are written."""
+    from ..methods.training.checkpoint import config_key, keep_checkpoints
     from ..methods.training.ranks import keep_rank_logs
-    with keep_rank_logs(ctx.run.path(RANK_LOGS)):
-        return _train(ctx)
+    with keep_rank_logs(ctx.run.path(RANK_LOGS)), \
+            keep_checkpoints(ctx.run.path(TRAIN_CHECKPOINT), config_key(ctx.config)) as checkpoint:
+        resumed = checkpoint.finished_epochs()
+        if resumed:
+            log.warning("train: resuming after epoch %d of %d (%s)", resumed,
+                        ctx.config.train.warmup_epochs + ctx.config.train.epochs, checkpoint.path)
+        out = _train(ctx)
+        checkpoint.remove()
+    return {**out, "resumed_after_epochs": resumed} if resumed else out
 
 
 def _train(ctx: StageContext) -> dict[str, Any]:

@@ -37,6 +37,7 @@ RANKER_DIR = "ranker"
 HISTORY = "train/history.json"
 BIAS = "train/bias.json"
 RANK_LOGS = "train/ranks"                 # each DDP rank's log, rank<k>.log (train.processes > 1)
+TRAIN_CHECKPOINT = "train/checkpoint.pt"  # the last finished epoch while the train stage runs (training/checkpoint.py)
 IDENTIFIABILITY = "train/identifiability.json"          # the train stage's identifiability pre-flight
 IDENTIFIABILITY_FIGURE = "train/identifiability.png"   # its identifiability graph, drawn
 EPOCH_PREFIX = "epoch_"                  # epoch_<k>/: what discovery found at BAL's epoch k

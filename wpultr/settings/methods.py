@@ -107,11 +107,11 @@ METHODS: dict[str, MethodSpec] = {
     "naive": MethodSpec("naive:Naive", LOSS_NAMES, BACKBONE_NAMES, streaming=True, processes=True),
     # inverse propensity weighting, position propensities
     "ipw": MethodSpec("ipw:IPW", ("pointwise", "listwise"), processes=True, **_POSITION),
-    "regression_em": MethodSpec("regression_em:RegressionEM", **_POSITION),   # Wang et al. 2018
+    "regression_em": MethodSpec("regression_em:RegressionEM", processes=True, **_POSITION),   # Wang et al. 2018
     # dual learning algorithm, Ai et al. 2018
-    "dla": MethodSpec("dla:DLA", **_POSITION),
+    "dla": MethodSpec("dla:DLA", processes=True, **_POSITION),
     # Unbiased LambdaMART's t+/t- ratios, Hu et al. 2019
-    "pairwise_debias": MethodSpec("pairwise_debias:PairwiseDebias", **_POSITION),
+    "pairwise_debias": MethodSpec("pairwise_debias:PairwiseDebias", processes=True, **_POSITION),
     # plain lambdarank on clicks
     "lightgbm_lambdarank": MethodSpec("lightgbm_rank:LightGBMLambdaRank", warmup=False, **_OWN_BOOSTER),
     # LightGBM's position-aware lambdarank
@@ -133,9 +133,9 @@ METHODS: dict[str, MethodSpec] = {
     "bal": MethodSpec("..bal.method:BAL", LOSS_NAMES, BACKBONE_NAMES, streaming=True, processes=True,
                       bias_factors="graph", learns_graph=True, click_model=WHOLE_PAGE,
                       streamed_fit="..bal.streamed:fit_streamed"),
-    "lbd": MethodSpec("lbd:LBD", **_POSITION),               # Lipschitz and Bernoulli decoupling, Chen et al. 2022
+    "lbd": MethodSpec("lbd:LBD", processes=True, **_POSITION), # Lipschitz and Bernoulli decoupling, Chen et al. 2022
     # the ranker trained on the simulator's true labels (no warm-up)
-    "oracle": MethodSpec("oracle:Oracle", ("pointwise", "listwise"), warmup=False),
+    "oracle": MethodSpec("oracle:Oracle", ("pointwise", "listwise"), warmup=False, processes=True),
 }
 # name -> (the optional package it imports, the wpultr extra that installs it)
 METHODS_PACKAGE = "wpultr.methods"   # the names above are relative to it, looked up by name (no import upward)

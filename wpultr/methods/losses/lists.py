@@ -43,12 +43,19 @@ def weighted_softmax_loss(scores: torch.Tensor, clicks: torch.Tensor, mask: torc
     """Σ_lists Σ_i c_i w_i (−log softmax(s)_i) / Σ c_i w_i: the IPW softmax loss (Ai et al. 2018 §4.2, ULTRA's
     softmax_loss). Each click keeps its own weight across lists — normalising per list, as the naive
     listwise loss does, would re-weight lists and lose the unbiasedness of Σ c_i/θ_i."""
-    target = clicks * weights * mask.float()
-    total = target.sum()
+    summed, total = weighted_softmax_parts(scores, clicks, mask, weights)
     if not bool(total > 0):
         return scores.sum() * 0.0
+    return summed / total
+
+
+def weighted_softmax_parts(scores: torch.Tensor, clicks: torch.Tensor, mask: torch.Tensor,
+                         weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Σ_lists Σ_i c_i w_i (−log softmax(s)_i), Σ c_i w_i): `weighted_softmax_loss`'s sum and what it divides by,
+    apart (a DDP rank divides its share's sum by the global batch's total)."""
+    target = clicks * weights * mask.float()
     log_p = torch.log_softmax(scores.masked_fill(~mask, float("-inf")), dim=1).masked_fill(~mask, 0.0)
-    return -(target * log_p).sum() / total
+    return -(target * log_p).sum(), target.sum().detach()
 
 
 def dla_losses(scores: torch.Tensor, logits: torch.Tensor, positions: torch.Tensor, clicks: torch.Tensor,
@@ -57,12 +64,21 @@ def dla_losses(scores: torch.Tensor, logits: torch.Tensor, positions: torch.Tens
     l_IRM = weighted softmax of s with weights P(o_1)/P(o_i) = exp(g_1 − g_{k(i)}), l_IPM = weighted softmax
     of g_{k(i)} with weights P(r_1)/P(r_i) = exp(s_1 − s_i), s_1 the list's top result. Each weight is a
     constant for the other model's loss and clipped at `max_weight` (see methods/dla.py)."""
+    rank_sum, rank_total, exam_sum, exam_total = dla_sums(scores, logits, positions, clicks, mask, max_weight)
+    return (rank_sum / rank_total if bool(rank_total > 0) else rank_sum * 0.0,
+            exam_sum / exam_total if bool(exam_total > 0) else exam_sum * 0.0)
+
+
+def dla_sums(scores: torch.Tensor, logits: torch.Tensor, positions: torch.Tensor, clicks: torch.Tensor,
+             mask: torch.Tensor, max_weight: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`dla_losses` apart: (l_IRM's sum, its total weight, l_IPM's sum, its total weight); each loss is its sum over
+    its total (0 where the total is 0). A DDP rank divides its share's sums by the global batch's totals."""
     g = logits[(positions - 1).clamp_min(0)]                              # (B, K) logit of each shown position
     propensity_weight = torch.exp(logits[0] - g).detach().clamp(max=max_weight)          # P(o_1)/P(o_i)
     relevance_weight = torch.exp(scores[:, :1] - scores).detach().clamp(max=max_weight)  # P(r_1)/P(r_i)
-    rank_loss = weighted_softmax_loss(scores, clicks, mask, propensity_weight)
-    exam_loss = weighted_softmax_loss(g, clicks, mask, relevance_weight)
-    return rank_loss, exam_loss
+    rank_sum, rank_total = weighted_softmax_parts(scores, clicks, mask, propensity_weight)
+    exam_sum, exam_total = weighted_softmax_parts(g, clicks, mask, relevance_weight)
+    return rank_sum, rank_total, exam_sum, exam_total
 
 
 def regression_em_posteriors(theta: torch.Tensor, gamma: torch.Tensor, clicks: torch.Tensor

@@ -137,6 +137,9 @@ class DataParallelTrainer(Trainer):
         self.masking: Masking | None = None   # this rank's rows of the current batch's masking, while masking_on
         self.mlm_part = torch.zeros(())    # this rank's masked-LM loss term of the current batch (scores())
         self.normaliser: Callable[[ListBatch], float] | None = None   # the current epoch's (epoch())
+        self.global_sessions, self.part = 0, slice(0, 0)   # the current global batch's size and this rank's shard
+        self.inside = {id(p) for p in self.ddp.parameters()}   # what DDP averages; the rest: `sync_gradients`
+        self.kill_at = _kill_hook(self.rank)
 
     @staticmethod
     def data_parallel(parts: dict[str, torch.nn.Module], run: Callable[..., Any]) -> DistributedDataParallel:
@@ -176,6 +179,7 @@ class DataParallelTrainer(Trainer):
         normaliser = self.normaliser or (lambda b: click_normaliser(self.cfg.train.loss, b))
         for batch in super().batches(extras):
             total = normaliser(batch)
+            self.global_sessions, self.part = len(batch.rows), shard_sessions(len(batch.rows), self.rank, self.world)
             mine = shard(batch, self.rank, self.world)
             share = normaliser(mine)
             self.share = share * self.world / total if total > 0 else 0.0
@@ -184,13 +188,45 @@ class DataParallelTrainer(Trainer):
                                              self.cfg.train.mlm_probability, self.generator)
             yield mine
 
+    def sync_gradients(self) -> None:
+        """Average the gradients of the parameters outside the DDP unit over the ranks, as DDP does its own: each
+        rank's loss is scaled by its share (`epoch`), so the mean is the global batch's gradient. A parameter no
+        loss reached has no gradient on any rank (every rank runs the same code) and stays so."""
+        grads = [p.grad for group in self.optimizer.param_groups for p in group["params"]
+                 if id(p) not in self.inside and p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset: offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def all_sum(self, values: torch.Tensor) -> torch.Tensor:
+        summed = values.detach().clone()
+        dist.all_reduce(summed)
+        return summed
+
+    def draw_for_batch(self, batch: ListBatch, draw: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        return draw(self.global_sessions)[self.part]
+
+    def writes_checkpoint(self) -> bool:
+        return self.checkpoint is not None and self.rank == 0
+
     def epoch(self, loss_fn: LossFn, extras: dict[str, np.ndarray] | None = None,
               normaliser: Callable[[ListBatch], float] | None = None) -> dict[str, float]:
         """One epoch on this rank's shards; `normaliser` is what `loss_fn` divides a batch's loss by (default: the
         click loss's, `click_normaliser`): each shard's loss is scaled by its share of the global batch's."""
         self.normaliser = normaliser
 
+        done = [0]      # batches of this epoch so far
+
         def scaled(scores: torch.Tensor, batch: ListBatch):
+            if self.kill_at == len(self.history) and done[0] == 1:   # the test hook (`KILL_ENV`): past the first
+                _die()          # batch, whose all-reduce waited for rank 0 to write the last epoch's checkpoint
+            done[0] += 1
             out = loss_fn(scores, batch)
             loss, stats = out if isinstance(out, tuple) else (out, {})
             loss = loss * self.share     # DDP averages over ranks: the mean is the global batch's gradient
@@ -218,6 +254,7 @@ class DataParallelTrainer(Trainer):
             def scores_and_mlm(inputs: Inputs, ids: torch.Tensor, labels: torch.Tensor):
                 return ranker(inputs), ranker.mlm_loss_sum(inputs, ids, labels)
             self.warmup_ddp = self.data_parallel({"ranker": ranker}, scores_and_mlm)
+            self.inside |= {id(p) for p in self.warmup_ddp.parameters()}
 
         def loss(scores: torch.Tensor, batch: ListBatch):
             click = click_loss(cfg.loss, scores, batch.clicks, batch.mask) * self.share
@@ -235,6 +272,25 @@ class DataParallelTrainer(Trainer):
 
     def validate(self) -> dict[str, Any] | None:
         return super().validate() if self.rank == 0 else None
+
+
+KILL_ENV = "WPULTR_TEST_KILL_RANK"   # "<rank>:<epoch>": that rank SIGKILLs itself mid-epoch (tests only; epochs
+#                                      counted from 0 with the warm-up's, as the checkpoint counts them)
+
+
+def _kill_hook(rank: int) -> int | None:
+    """The epoch in which this rank is to kill itself (`KILL_ENV`, set by the resume tests), or None."""
+    import os
+    wanted = os.environ.get(KILL_ENV, "")
+    who, _, when = wanted.partition(":")
+    return int(when) if wanted and who == str(rank) and when.isdigit() else None
+
+
+def _die() -> None:
+    """SIGKILL this process mid-epoch, as a lost machine would end it: no cleanup, no error line of its own."""
+    import os
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def fit_rank(sessions: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
@@ -345,6 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, repeatable")
     parser.add_argument("--arrow-lists", default="", help=argparse.SUPPRESS)   # list columns kept as Arrow
     parser.add_argument("--overrides", help=argparse.SUPPRESS)   # .npz of per-row columns replacing the partitions'
+    parser.add_argument("--checkpoint", help="per-epoch checkpoint to resume from and write (rank 0), "
+                                             "e.g. a run's train/checkpoint.pt")
+    parser.add_argument("--checkpoint-key", help=argparse.SUPPRESS)   # the launching config's key (checkpoint.py)
     args = parser.parse_args(argv)
     from ...cli_support import USER_ERRORS
     try:
@@ -362,8 +421,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.overrides:
             with np.load(args.overrides, allow_pickle=False) as saved:
                 overrides = {k: saved[k] for k in saved.files}
-        result = fit_rank(args.sessions, valid if valid is not None and len(valid) else None, cfg,
-                          tuple(c for c in args.arrow_lists.split(",") if c), overrides)
+        from contextlib import nullcontext
+
+        from .checkpoint import config_key, keep_checkpoints
+        with keep_checkpoints(args.checkpoint, args.checkpoint_key or config_key(cfg)) if args.checkpoint \
+                else nullcontext():
+            result = fit_rank(args.sessions, valid if valid is not None and len(valid) else None, cfg,
+                              tuple(c for c in args.arrow_lists.split(",") if c), overrides)
         if dist.get_rank() == 0:
             out = Path(args.out)
             result.ranker.save(out / RANKER_SUBDIR)

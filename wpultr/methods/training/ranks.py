@@ -96,6 +96,10 @@ class RankJob:
             import numpy as np
             np.savez(work / "overrides.npz", **{k: np.asarray(v) for k, v in overrides.items()})
             command += ["--overrides", str(work / "overrides.npz")]
+        from .checkpoint import current
+        checkpoint = current()      # the train stage's: rank 0 writes it after each epoch, every rank resumes from it
+        if checkpoint is not None:
+            command += ["--checkpoint", str(checkpoint.path), "--checkpoint-key", checkpoint.key]
         if valid is not None and len(valid):
             write_rank_table(valid, work / "valid.parquet")
             command += ["--valid", str(work / "valid.parquet")]

@@ -151,6 +151,77 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.history: list[dict[str, Any]] = []
         self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+        # the per-epoch checkpoint (checkpoint.py) of the train stage in progress, and what this run resumes from
+        from .checkpoint import current
+        self.checkpoint = current()
+        self.resume: dict[str, Any] | None = self.checkpoint.load() if self.checkpoint is not None else None
+        self.resumed_epochs = 0           # the finished epochs taken from the checkpoint (0: a fresh start)
+        self.kept: dict[str, Any] = {}    # the state a method keeps across epochs (`keep`)
+        self.planned = 0                  # epochs of the phases begun so far (`epoch_range`)
+
+    def keep(self, name: str, state: Any) -> Any:
+        """Register state the method keeps across epochs (a tensor, a module, a torch.Generator, or an object with
+        state_dict/load_state_dict) so the checkpoint holds it; on a resume it is loaded now. Returns `state`."""
+        self.kept[name] = state
+        if self.resumed_epochs and name in self.resume["kept"]:
+            _load_kept(state, self.resume["kept"][name])
+        return state
+
+    def epoch_range(self, epochs: int) -> range:
+        """The epoch numbers of a training phase of `epochs` epochs (warm-up, the method's own) still to run: all of
+        them, or on a resume those after the checkpoint's last finished epoch (the first call restores it)."""
+        start = self.planned
+        self.planned += epochs
+        if self.resume is not None and not self.resumed_epochs:
+            self.restore(self.resume)
+        return range(max(start, len(self.history)), start + epochs)
+
+    def restore(self, payload: dict[str, Any]) -> None:
+        """Everything `checkpoint_state` saved, back in place: the run continues as if it had not stopped."""
+        import json
+        self.ranker.load_state_dict(payload["ranker"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        if self.scaler is not None and payload.get("scaler"):
+            self.scaler.load_state_dict(payload["scaler"])
+        best = payload.get("best")
+        if best:       # the best epoch's ranker, or (saved once) the ranker itself when that epoch is the last
+            state = best["state"] if best["state"] is not None else copy.deepcopy(payload["ranker"])
+            self.best = (float(best["value"]), int(best["epoch"]), state)
+        else:
+            self.best = None
+        self.history = json.loads(payload["history"])
+        self.rng.bit_generator.state = json.loads(payload["numpy_rng"])
+        self.generator.set_state(payload["generator"])
+        torch.set_rng_state(payload["torch_rng"])
+        if payload.get("cuda_rng") is not None and self.device.type == "cuda":   # dropout's stream on the GPU
+            torch.cuda.set_rng_state(payload["cuda_rng"], self.device)
+        self.resumed_epochs = int(payload["epochs"])
+        for name, state in self.kept.items():
+            if name in payload["kept"]:
+                _load_kept(state, payload["kept"][name])
+        self.resume = {"kept": payload["kept"]}     # what `keep` may still load; the rest is in place (memory freed)
+        import logging
+        logging.getLogger(__name__).warning("train: resuming after the %d finished epochs in %s",
+                                            self.resumed_epochs, self.checkpoint.path if self.checkpoint else "")
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a resume needs (checkpoint.py): tensors, numbers and JSON text only (weights_only loading)."""
+        import json
+        best = self.best
+        return {"epochs": len(self.history), "ranker": self.ranker.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                "best": {"value": best[0], "epoch": best[1],   # the last epoch's is the ranker's: not saved twice
+                         "state": None if best[1] == self.history[-1]["epoch"] else best[2]} if best else None,
+                "history": json.dumps(self.history, default=_json_value),
+                "numpy_rng": json.dumps(self.rng.bit_generator.state),
+                "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+                "kept": {name: _kept_state(state) for name, state in self.kept.items()}}
+
+    def writes_checkpoint(self) -> bool:
+        """Whether this process writes the checkpoint (a DDP rank other than 0 does not)."""
+        return self.checkpoint is not None
 
     def autocast(self):
         """The autocast context of the run's precision on the training device (nothing for fp32): every encoder pass
@@ -183,11 +254,27 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if self.scaler is None:
             loss.backward()
+            self.sync_gradients()
             self.optimizer.step()
             return
         self.scaler.scale(loss).backward()
+        self.sync_gradients()
         self.scaler.step(self.optimizer)
         self.scaler.update()
+
+    def sync_gradients(self) -> None:
+        """Between the backward pass and the optimiser step: nothing in one process (the data-parallel trainer
+        averages the gradients of the parameters outside its DDP unit there: a method's own models)."""
+
+    def all_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` summed over the ranks: themselves in one process. A method's statistics of a batch (REM's counts,
+        pairwise debiasing's sums) pass through it, so every DDP rank updates its state from the global batch's."""
+        return values
+
+    def draw_for_batch(self, batch: ListBatch, draw: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        """`draw(n)`, a random draw over the n sessions of the batch (first dimension), for `batch`: in one process
+        the whole batch's; a DDP rank draws the global batch's, as one process does, and keeps its shard's."""
+        return draw(len(batch.index))
 
     def warmup_epoch(self, loss_fn: LossFn, with_mlm: bool) -> dict[str, float]:
         """One epoch of warmup.warm_up's loss (`with_mlm`: it draws a masked-LM masking per batch); the
@@ -238,6 +325,8 @@ class Trainer:
         if selectable and value is not None and (self.best is None or value > self.best[0]):
             self.best = (float(value), epoch, copy.deepcopy(self.ranker.state_dict()))
         self.history.append(entry)
+        if self.writes_checkpoint():
+            self.checkpoint.save(self.checkpoint_state())
         return entry
 
     def finish(self) -> Ranker:
@@ -251,11 +340,34 @@ class Trainer:
         return self.best[1] if self.best else None
 
     def fit(self, loss_fn: LossFn, epochs: int | None = None, extras: dict[str, np.ndarray] | None = None,
-            first_epoch: int = 0, normaliser: Callable[[ListBatch], float] | None = None) -> Ranker:
-        """Run `epochs` (config default) epochs of `loss_fn`, recording each, and return the best ranker
-        (`normaliser` as in `epoch`)."""
-        for epoch in range(first_epoch, first_epoch + (epochs if epochs is not None else self.cfg.train.epochs)):
+            normaliser: Callable[[ListBatch], float] | None = None) -> Ranker:
+        """Run `epochs` (config default) epochs of `loss_fn` after the warm-up's (those a resume has not already run),
+        recording each, and return the best ranker (`normaliser` as in `epoch`)."""
+        for epoch in self.epoch_range(epochs if epochs is not None else self.cfg.train.epochs):
             start = time.perf_counter()
             stats = self.epoch(loss_fn, extras, normaliser) if normaliser is not None else self.epoch(loss_fn, extras)
             self.record(epoch, stats, time.perf_counter() - start)
         return self.finish()
+
+
+def _kept_state(state: Any) -> Any:
+    if isinstance(state, torch.Tensor):
+        return state.detach().cpu().clone()
+    if isinstance(state, torch.Generator):
+        return state.get_state()
+    return state.state_dict()
+
+
+def _load_kept(state: Any, saved: Any) -> None:
+    if isinstance(state, torch.Tensor):
+        with torch.no_grad():
+            state.copy_(saved.to(state.device))
+    elif isinstance(state, torch.Generator):
+        state.set_state(saved)
+    else:
+        state.load_state_dict(saved)
+
+
+def _json_value(value: Any) -> Any:
+    """numpy numbers and arrays in a history entry, as JSON."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)

@@ -46,7 +46,7 @@ def warm_up(trainer: Trainer, epochs: int | None = None) -> None:
             mlm = ranker.mlm_loss(take(trainer.inputs, rows, trainer.device), cfg.mlm_probability, trainer.generator)
         return naive + cfg.mlm_weight * mlm, {"click": float(naive.detach()), "mlm": float(mlm.detach())}
 
-    for epoch in range(len(trainer.history), len(trainer.history) + n):
+    for epoch in trainer.epoch_range(n):       # on a resume, only the warm-up epochs not yet finished
         start = time.perf_counter()
         stats = trainer.warmup_epoch(loss, with_mlm)
         trainer.record(epoch, stats, time.perf_counter() - start, phase="warmup")
