@@ -36,7 +36,6 @@ from .rundir.layout import MARKER
 from .pipeline.status import format_status, status_of
 from .config_reference import defaults_yaml, reference_text
 from . import __version__
-from .report.html import write_report
 from .report.text import ingest_text
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
@@ -86,6 +85,7 @@ def _verdict_text(run_dir: Path, baseline: Optional[str], rewrite_report: bool =
     """The verdict of a finished run; with a baseline (and `rewrite_report`), its report gets the paired tests."""
     found = verdict(run_dir, baseline)
     if baseline is not None and rewrite_report:
+        from .report.html import write_report  # lazy: +0.1 s (numpy, the report's figures)
         write_report(RunDir(run_dir), baseline=baseline)
     return found.text()
 
