@@ -12,8 +12,7 @@ PACKAGE = ROOT / "wpultr"
 
 # Modules another branch was changing when the rule came in (issue 43: the methods' data-parallel training and
 # train-stage resume); their function-level imports are still to be sorted. Shrink this, never grow it.
-NOT_YET = ("wpultr/methods/", "wpultr/bal/method.py", "wpultr/bal/influence.py", "wpultr/pipeline/stages.py",
-           "wpultr/rundir/layout.py")
+NOT_YET = ("wpultr/methods/", "wpultr/bal/method.py", "wpultr/bal/influence.py", "wpultr/pipeline/stages.py")
 
 
 def _bindings(node: ast.Import | ast.ImportFrom) -> dict[str, tuple]:
