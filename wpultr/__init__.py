@@ -1,5 +1,6 @@
 """wpultr: whole-page unbiased learning to rank (BAL and its baselines) from biased click logs, on Dask."""
 import os as _os
+import importlib
 
 __version__ = "0.1.0"
 
@@ -17,6 +18,5 @@ __all__ = ["__version__", *_API]
 
 def __getattr__(name: str):
     if name in _API:
-        import importlib
         return getattr(importlib.import_module(".api", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

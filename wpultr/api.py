@@ -14,6 +14,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from collections.abc import Mapping
+from .cli_support import nest
+from .errors import RunDirError
+from .rundir.layout import MARKER
+from .rundir.files import read_json
+from .rundir.layout import METRICS
+from .rundir.epochs import history_entries
+from .rundir.epochs import shipped
+from .causal.graph import graph_epochs, load_epoch_graph
+from .report.verdict import verdict
+from .rundir.layout import RANKER_DIR
+from .rundir.epochs import shipped_graph_epoch
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,8 +53,7 @@ def _merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
 def config(config: "str | Path | Mapping[str, Any] | RunConfig", sets: Mapping[str, Any] | None = None,
            **overrides: Any) -> "RunConfig":
     """A validated run config from a YAML file, a dict of sections or a RunConfig, with dotted overrides."""
-    from .cli_support import nest
-    from .config import RunConfig, config_from_dict, load_config, to_dict
+    from .config import RunConfig, config_from_dict, load_config, to_dict  # lazy: +0.9 s (pandas, pyarrow)
     changes = _overrides(sets, overrides)
     if isinstance(config, RunConfig):
         config = to_dict(config)
@@ -56,7 +66,7 @@ def run(config_: "str | Path | Mapping[str, Any] | RunConfig", *, fresh: bool = 
         client: Any = None, sets: Mapping[str, Any] | None = None, **overrides: Any) -> "Run":
     """Run (or resume) the pipeline `config_` describes (a YAML path, a dict or a RunConfig) with `overrides`
     (`train__epochs=2` or `sets={"train.epochs": 2}`); the finished `Run`. `client`: an existing Dask client."""
-    from .pipeline.runner import run_pipeline
+    from .pipeline.runner import run_pipeline  # lazy: +0.9 s (pandas, pyarrow)
     cfg = config(config_, sets, **overrides)
     result = run_pipeline(cfg, fresh=fresh, client=client, progress=progress)
     return Run(result.run_dir, url=result.url)
@@ -64,8 +74,6 @@ def run(config_: "str | Path | Mapping[str, Any] | RunConfig", *, fresh: bool = 
 
 def open_run(path: str | Path) -> "Run":
     """A finished (or partly finished) run directory; RunDirError when `path` holds no wpultr run."""
-    from .errors import RunDirError
-    from .rundir.layout import MARKER
     if not (Path(path) / MARKER).is_file():
         raise RunDirError(f"{path}: not a wpultr run directory (no {MARKER} marker)")
     return Run(Path(path))
@@ -82,40 +90,33 @@ class Run:
         return f"Run({str(self.path)!r})"
 
     def _json(self, rel: str) -> Any:
-        from .rundir.files import read_json
         file = self.path / rel
         return read_json(file) if file.exists() else None
 
     @property
     def metrics(self) -> dict[str, Any]:
         """metrics.json: DCG/ERR/nDCG@k and MAP by query group (all/high/tail), click metrics, truth metrics."""
-        from .rundir.layout import METRICS
         return self._json(METRICS) or {}
 
     @property
     def history(self) -> list[dict[str, Any]]:
         """The training epochs in the one numbering (warm-up named, the method's epochs 0…N−1)."""
-        from .rundir.epochs import history_entries
         return history_entries(self.path)
 
     @property
     def shipped(self) -> dict[str, Any] | None:
         """Which epoch's ranker was shipped and why (epoch, label, metric, value, why)."""
-        from .rundir.epochs import shipped
         return shipped(self.path)
 
     def graph(self, epoch: int | None = None) -> "DiscoveredGraph":
         """The causal graph of `epoch` (default: the shipped epoch's, else the latest)."""
-        from .causal.graph import graph_epochs, load_epoch_graph
         if epoch is None:
-            from .rundir.epochs import shipped_graph_epoch
             chosen = shipped_graph_epoch(self.path)
             epoch = chosen if chosen in graph_epochs(self.path) else None
         return load_epoch_graph(self.path, epoch)[1]
 
     def verdict(self, baseline: "str | Path | Run | None" = None) -> "Verdict":
         """What the run found and whether to ship it; `baseline`: a run to test the ranker against."""
-        from .report.verdict import verdict
         base = baseline.path if isinstance(baseline, Run) else baseline
         return verdict(self.path, None if base is None else str(base))
 
@@ -125,13 +126,12 @@ class Run:
 
     def ranker(self) -> "Ranker":
         """The run's trained ranker, ready to score tables."""
-        from .rundir.layout import RANKER_DIR
         return load_ranker(self.path / RANKER_DIR)
 
 
 def export(run_dir: str | Path, out: str | Path) -> str | Path:
     """`wpultr export`: a finished run's ranker to `out` (paths or fsspec URLs)."""
-    from .export import export_run
+    from .export import export_run  # lazy: +0.9 s (pandas, pyarrow)
     return export_run(run_dir, out)
 
 
@@ -139,7 +139,7 @@ class Ranker:
     """A saved ranker (an export, or a run's ranker/ directory): `score(table)` gives one score per row."""
 
     def __init__(self, path: str | Path):
-        from .export import load_export
+        from .export import load_export  # lazy: +0.9 s (pandas, pyarrow)
         self.path = path
         load_export(path)            # checked now (checksums, sizes, finite weights), not at the first score
 
@@ -148,12 +148,12 @@ class Ranker:
 
     def score(self, table: "pd.DataFrame | str | Path", batch_size: int = 1024) -> "np.ndarray":
         """Scores of the rows of `table` (a DataFrame, or a Parquet/CSV/Baidu annotation file), in row order."""
-        from .export import SCORE
+        from .export import SCORE  # lazy: +0.9 s (pandas, pyarrow)
         return self.score_table(table, batch_size)[SCORE].to_numpy()
 
     def score_table(self, table: "pd.DataFrame | str | Path", batch_size: int = 1024) -> "pd.DataFrame":
         """The key columns of `table` plus `score` (what `wpultr score` writes)."""
-        from .export import score_table
+        from .export import score_table  # lazy: +0.9 s (pandas, pyarrow)
         if not hasattr(table, "columns"):
             table = read_scoring_table(table)
         return score_table(self.path, table, batch_size)
@@ -167,8 +167,8 @@ def load_ranker(path: str | Path) -> Ranker:
 def read_scoring_table(path: str | Path) -> "pd.DataFrame":
     """What `wpultr score` reads: a Parquet table, a CSV table (vectors as space-separated numbers), or a Baidu
     annotation file."""
-    from .export import read_input_table
-    from .io.tables import CSV_SUFFIXES, read_table_file
+    from .export import read_input_table  # lazy: +0.9 s (pandas, pyarrow)
+    from .io.tables import CSV_SUFFIXES, read_table_file  # lazy: +0.9 s (pandas, pyarrow)
     if str(path).lower().endswith(CSV_SUFFIXES):
         return read_table_file(path)
     return read_input_table(path)

@@ -16,6 +16,27 @@ from .cli_support import nest, parse_sets, user_errors
 from .errors import ConfigError
 from .experiment.cli import experiment as experiment_command
 from .identifiability.cli import identifiability_app
+from . import api
+from .rundir.layout import REPORT
+from .report.verdict import verdict
+from .storage import readable_run_dir
+from .rundir.files import check_output
+from .rundir.ownership import output_of, output_path
+from .report.text import click_metrics_text, metrics_text
+from .rundir import layout as L
+from .rundir.epochs import shipped, shipped_line
+from .rundir.files import read_json
+from .rundir.files import RunDir
+from .api import export as export_run
+from .storage import is_url
+from .rundir.ownership import local_path_of, normalise
+from .api import load_ranker, read_scoring_table
+from .rundir.files import write_parquet
+from .rundir.layout import MARKER
+from .pipeline.status import format_status, status_of
+from .config_reference import defaults_yaml, reference_text
+from . import __version__
+from .report.text import ingest_text
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
                   help="wpultr: learn an unbiased ranker from biased click logs (BAL and baselines) on Dask. "
@@ -24,7 +45,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={
 
 def _version(value: bool) -> None:
     if value:
-        from . import __version__
         typer.echo(f"wpultr {__version__}")
         raise typer.Exit()
 
@@ -36,7 +56,7 @@ def _main(version: bool = typer.Option(False, "--version", "-V", callback=_versi
 
 
 def _cluster(scheduler: str | None, workers: int | None = None):
-    from .config import ClusterConfig
+    from .config import ClusterConfig  # lazy: +0.9 s (pandas, pyarrow)
     cfg = ClusterConfig(scheduler=scheduler)
     if workers:
         cfg.n_workers = workers
@@ -52,8 +72,6 @@ def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/
         baseline: Optional[str] = typer.Option(None, help="a finished run (e.g. Naive on the same logs) to test the "
                                                           "ranker against in the verdict (paired t-tests)")):
     """Run (or resume) the pipeline a config describes; prints the verdict, the run directory and report."""
-    from . import api
-    from .rundir.layout import REPORT
     overrides = parse_sets(set_)
     if scheduler:
         overrides["cluster.scheduler"] = scheduler
@@ -65,11 +83,9 @@ def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/
 
 def _verdict_text(run_dir: Path, baseline: Optional[str], rewrite_report: bool = False) -> str:
     """The verdict of a finished run; with a baseline (and `rewrite_report`), its report gets the paired tests."""
-    from .report.verdict import verdict
     found = verdict(run_dir, baseline)
     if baseline is not None and rewrite_report:
-        from .report.html import write_report
-        from .rundir.files import RunDir
+        from .report.html import write_report  # lazy: +0.1 s (numpy, the report's figures)
         write_report(RunDir(run_dir), baseline=baseline)
     return found.text()
 
@@ -82,8 +98,6 @@ def verdict_command(run_dir: str = typer.Argument(..., help="a finished run dire
                     as_json: bool = typer.Option(False, "--json", help="print the verdict as JSON")):
     """What a finished run found and whether to ship its ranker: biases, corrections, identifiability, test
     metrics, the click model against per-position CTR, and paired tests against a baseline run."""
-    from .report.verdict import verdict
-    from .storage import readable_run_dir
     with readable_run_dir(run_dir, "RUN_DIR") as local:
         found = verdict(local, baseline)
     typer.echo(json.dumps(found.to_dict(), indent=2) if as_json else found.text())
@@ -99,15 +113,13 @@ def simulate(out: str = typer.Option(..., help="directory to write the logs, ann
              set_: Optional[list[str]] = typer.Option(None, "--set",
                                                       help="override: --set data.simulate.n_sessions=500")):
     """Write simulated whole-page click logs with their known truth."""
-    from .config import config_from_dict, load_config
-    from .simulate import simulate as run_simulator
+    from .config import config_from_dict, load_config  # lazy: +0.9 s (pandas, pyarrow)
+    from .simulate import simulate as run_simulator  # lazy: +0.9 s (pandas, pyarrow)
     if fmt not in ("baidu", "parquet"):
         raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: 'baidu', 'parquet'")
     cfg = load_config(config, parse_sets(set_)) if config else config_from_dict(
         nest(parse_sets(set_)))
-    from .rundir.files import check_output
-    from .rundir.ownership import output_of, output_path
-    from .simulate.generate import COMMAND, output_names
+    from .simulate.generate import COMMAND, output_names  # lazy: +0.9 s (pandas, pyarrow)
     out = output_path(out, "--out")
     for name in output_names(fmt):      # before simulating, so a refused --out costs nothing
         check_output(out / name, output_of(COMMAND), [config] if config else [], "--out")
@@ -135,8 +147,7 @@ def ingest(paths: list[str] = typer.Argument(..., help="log files (Baidu .gz, Pa
            as_json: bool = typer.Option(False, "--json", help="print the summary as JSON (for machines)")):
     """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line.
     Less than 50 MB of input (cluster.IN_PROCESS_INPUT_BYTES) is read in this process, with no cluster."""
-    from .cluster import client_for_input
-    from .rundir.ownership import output_path
+    from .cluster import client_for_input  # lazy: +0.9 s (pandas, pyarrow)
     out = output_path(out, "--out")
     if fmt not in INGEST_FORMATS:
         raise ConfigError(f"--format: {fmt!r} is not allowed; allowed values: "
@@ -145,24 +156,23 @@ def ingest(paths: list[str] = typer.Argument(..., help="log files (Baidu .gz, Pa
         fmt = _log_format(paths)
     with client_for_input(_cluster(scheduler), paths) as client:
         if fmt == "baidu":
-            from .io.baidu import ingest_baidu
+            from .io.baidu import ingest_baidu  # lazy: +1.9 s (pandas, pyarrow, scipy)
             summary = ingest_baidu(sorted(paths), out, client, partition_rows)
         elif fmt == "embeddings":
-            from .config import RunConfig, load_config
-            from .io.baidu_embeddings import ingest_embedding_sessions
+            from .config import RunConfig, load_config  # lazy: +0.9 s (pandas, pyarrow)
+            from .io.baidu_embeddings import ingest_embedding_sessions  # lazy: +0.9 s (pandas, pyarrow)
             emb = (load_config(config) if config else RunConfig()).data.embeddings
             summary, _ = ingest_embedding_sessions(sorted(paths), out, client, width=emb.width,
                                                    ltr_features=tuple(emb.ltr_features),
                                                    partition_rows=partition_rows, batch_rows=emb.batch_rows)
         else:
-            from .config import RunConfig, load_config
-            from .io.tables import ingest_tables
+            from .config import RunConfig, load_config  # lazy: +0.9 s (pandas, pyarrow)
+            from .io.tables import ingest_tables  # lazy: +0.9 s (pandas, pyarrow)
             cfg = load_config(config) if config else RunConfig()
             summary = ingest_tables(sorted(paths), out, cfg.data.parsed_page_features, client, partition_rows)
     if as_json:
         typer.echo(json.dumps(summary.to_dict(), indent=2))
     else:
-        from .report.text import ingest_text
         typer.echo(ingest_text(summary.to_dict()))
 
 
@@ -186,7 +196,7 @@ _FORMAT_WORDS = {"baidu": "Baidu logs", "table": "tables (.parquet/.csv)",
 
 def _path_format(path: str) -> str:
     """One path's format by its name (and a Parquet file's schema, read from its footer)."""
-    from .io.baidu_embeddings import FEATHER_SUFFIXES, is_embedding_parquet
+    from .io.baidu_embeddings import FEATHER_SUFFIXES, is_embedding_parquet  # lazy: +0.9 s (pandas, pyarrow)
     name = path.lower()
     if name.endswith(FEATHER_SUFFIXES):
         return "embeddings"
@@ -207,11 +217,6 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
              as_json: bool = typer.Option(False, "--json", help="print the metrics as JSON (for machines)")):
     """Print the metrics of a run's ranker: its held-out queries, another annotation table, or (label-free) how
     well its click models predict the clicks of held-out sessions. The click models are the shipped epoch's."""
-    from .report.text import click_metrics_text, metrics_text
-    from .rundir import layout as L
-    from .rundir.epochs import shipped, shipped_line
-    from .rundir.files import read_json
-    from .storage import readable_run_dir
     include = (L.CONFIG_FILE, L.RANKER_DIR, L.METRICS, L.LEXICAL_STATE, L.BIAS, L.HISTORY)
     if clicks is not None:   # what the click models are read and fitted from
         include += (L.TRUTH_DIR, L.SESSIONS_DIR, L.FEATURED_SESSIONS_DIR)
@@ -234,21 +239,21 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
                 text += ["", click_metrics_text(metrics["clicks"])]
             typer.echo("\n".join(text))
             return
-        from .config import saved_config
-        from .io.parquet import read_table
-        from .evaluation.annotated import evaluate_ranker
+        from .config import saved_config  # lazy: +0.9 s (pandas, pyarrow)
+        from .io.parquet import read_table  # lazy: +0.9 s (pandas, pyarrow)
+        from .evaluation.annotated import evaluate_ranker  # lazy: +0.9 s (pandas, pyarrow)
         cfg = saved_config(run / L.CONFIG_FILE)
         if annotations.suffix == ".parquet":
             table = read_table(annotations)
         else:
-            from .io.baidu import read_baidu_annotations
+            from .io.baidu import read_baidu_annotations  # lazy: +1.9 s (pandas, pyarrow, scipy)
             table, bad = read_baidu_annotations(annotations)
             if len(bad):
                 typer.echo(f"{len(bad)} malformed annotation lines set aside", err=True)
         lexical = run / L.LEXICAL_STATE
         if lexical.exists():
-            from .features.lexical import LexicalFeaturizer
-            from .schema import FEATURES
+            from .features.lexical import LexicalFeaturizer  # lazy: +0.9 s (pandas, pyarrow)
+            from .schema import FEATURES  # lazy: +0.9 s (pandas, pyarrow)
             table[FEATURES] = list(LexicalFeaturizer.load(lexical).transform(table))
         metrics, _, _ = evaluate_ranker(run / L.RANKER_DIR, table, cfg)
     typer.echo(json.dumps(metrics, indent=2) if as_json
@@ -257,10 +262,8 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
 
 def _click_metrics(run: Path, clicks: Path) -> dict:
     """The click metrics of the run at `run` (its shipped epoch's click models) on the held-out sessions `clicks`."""
-    from .config import saved_config
-    from .rundir import layout as L
-    from .rundir.files import RunDir
-    from .evaluation.click_metrics import heldout_click_metrics
+    from .config import saved_config  # lazy: +0.9 s (pandas, pyarrow)
+    from .evaluation.click_metrics import heldout_click_metrics  # lazy: +1.9 s (pandas, pyarrow, scipy)
     if not clicks.exists():
         raise FileNotFoundError(f"--clicks: {clicks}: no such file or directory")
     if (clicks / "sessions").is_dir():                   # an ingest output directory: its sessions table
@@ -275,14 +278,10 @@ def export(run_dir: str = typer.Argument(..., help="a finished run directory: a 
            out: str = typer.Option(..., help="directory to write the exported ranker to: a path or an fsspec URL "
                                              "(an existing one is replaced only if it is an earlier export)")):
     """Write the run's ranker as safetensors weights plus config (and feature state) to ship it."""
-    from .api import export as export_run
-    from .storage import is_url
-    from .rundir.ownership import local_path_of, normalise
     written = export_run(run_dir, out)
     local = local_path_of(str(written)) if is_url(written) else normalise(written)   # `..` resolved, as written
     if local is not None:           # a local directory (or file:// URL): its export.json says which epoch shipped
-        from .rundir.epochs import shipped_line
-        from .export import EXPORT_FILE
+        from .export import EXPORT_FILE  # lazy: +0.9 s (pandas, pyarrow)
         bias = json.loads((local / EXPORT_FILE).read_text()).get("bias") or {}
         if bias.get("shipped"):
             typer.echo(shipped_line(bias["shipped"], bias.get("method")))
@@ -300,10 +299,6 @@ def score(model: str = typer.Argument(..., help="an exported ranker (wpultr expo
                                             "wrote it)"),
           batch_size: int = typer.Option(1024, help="rows scored at once")):
     """Score a table with a saved ranker (loading never unpickles)."""
-    from .api import load_ranker, read_scoring_table
-    from .rundir.files import check_output, write_parquet
-    from .rundir.ownership import output_of, output_path
-    from .storage import is_url
     out = output_path(out, "--out")
     SCORES = output_of("wpultr score")               # an earlier table of this command only (its manifest)
     inputs = (None if is_url(model) else model, input_)
@@ -323,10 +318,7 @@ def compare(runs: list[str] = typer.Argument(..., help="finished run directories
                                                                      "compare` wrote it)"),
             as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON (for machines)")):
     """Runs' metrics side by side on the test queries they share, with paired t-tests against the first run."""
-    from .rundir.files import check_output
-    from .report.compare import PAGE, compare_runs, format_text, to_dict, write_html
-    from .storage import is_url
-    from .rundir.ownership import output_path
+    from .report.compare import PAGE, compare_runs, format_text, to_dict, write_html  # lazy: +0.9 s (pandas, pyarrow)
     inputs = [r for r in runs if not is_url(r)]
     html = output_path(html, "--html") if html is not None else None
     if html is not None:
@@ -343,13 +335,11 @@ def status(path: str = typer.Argument(..., help="a run directory (a path or an f
                                                 "directory"),
            as_json: bool = typer.Option(False, "--json", help="print the status as JSON")):
     """Stages done, running, failed or died (with times) of a run; the state of every run of an experiment."""
-    from .rundir.layout import MARKER
-    from .pipeline.status import format_status, status_of
-    from .storage import is_url
     # a run directory (its marker) never loads the experiment code, which imports the config (Dask, SciPy)
     experiment = not is_url(path) and Path(path).is_dir() and not (Path(path) / MARKER).exists()
     if experiment:
-        from .experiment.status import experiment_status, format_experiment_status, is_experiment_dir
+        from .experiment.status import (  # lazy: +0.9 s (pandas, pyarrow)
+            experiment_status, format_experiment_status, is_experiment_dir)
         experiment = is_experiment_dir(Path(path))
     if experiment:
         found, text = experiment_status(Path(path)), format_experiment_status
@@ -370,7 +360,6 @@ def config_show(section: Optional[str] = typer.Argument(None, help="a section (b
                                                                         "to start from, each key described")):
     """Every key of the run config with its default, allowed values and a one-line description (generated from the
     settings dataclasses)."""
-    from .config_reference import defaults_yaml, reference_text
     typer.echo(defaults_yaml(section) if defaults else reference_text(section))
 
 

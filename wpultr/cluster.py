@@ -18,6 +18,11 @@ from collections.abc import Iterator, Sequence
 
 from .config import ClusterConfig
 from .errors import ClusterError
+from .storage import size
+import gc
+import psutil
+import pyarrow as pa
+from .memory import trim_heap
 
 if TYPE_CHECKING:     # distributed is imported where a client is made: a command that needs none starts without it
     from distributed import Client
@@ -32,7 +37,7 @@ def current_client() -> Client | None:
     """The Dask client of this process (the run's), or None when there is none (or no Dask installed: a method
     fitted in process on a machine with torch alone, as bench/gpu.py runs BAL)."""
     try:
-        from distributed import default_client
+        from distributed import default_client  # lazy: Dask is optional where a method fits in process (bench/gpu.py)
     except ImportError:
         return None
     try:
@@ -47,7 +52,7 @@ def n_workers(client: Client) -> int:
 
 def inside_worker() -> bool:
     """True in a Dask worker's task (an experiment's run): the runs, not one job, share the workers there."""
-    from distributed import get_worker
+    from distributed import get_worker  # lazy: Dask is optional where a method fits in process (bench/gpu.py)
     try:
         get_worker()
         return True
@@ -64,8 +69,8 @@ def open_client(cfg: ClusterConfig | None = None) -> Iterator[Client]:
         with client:
             yield client
         return
-    import dask
-    from distributed import Client, LocalCluster
+    import dask  # lazy: Dask is optional where a method fits in process (bench/gpu.py)
+    from distributed import Client, LocalCluster  # lazy: Dask is optional where a method fits in process (bench/gpu.py)
     global local_clusters_started
     local_clusters_started += 1
     # the workers start with this process's Dask config: their statistical profiler off unless asked for
@@ -114,7 +119,6 @@ def client_for_input(cfg: ClusterConfig, inputs: Sequence[str]) -> Iterator[Clie
 
 def _input_bytes(path: str) -> int:
     """Bytes of an input as stored; 0 for one that cannot be read (the ingest itself then says why, at once)."""
-    from .storage import size
     try:
         return size(path)
     except (OSError, ValueError):
@@ -124,10 +128,6 @@ def _input_bytes(path: str) -> int:
 def release_memory() -> int:
     """Hand this process's freed memory back to the OS (Python's cycles collected, Arrow's pool released, glibc's
     heap trimmed); returns the resident bytes released (0 where nothing could be measured). Nothing in use moves."""
-    import gc
-    import psutil
-    import pyarrow as pa
-    from .memory import trim_heap
     before = psutil.Process().memory_info().rss
     gc.collect()
     pa.default_memory_pool().release_unused()
@@ -152,7 +152,7 @@ def connect(address: str, timeout: float) -> Client:
     client_log = logging.getLogger("distributed.client")
     level = client_log.level
     client_log.setLevel(logging.CRITICAL)   # distributed logs the failed attempt as a traceback: the error says it
-    from distributed import Client
+    from distributed import Client  # lazy: Dask is optional where a method fits in process (bench/gpu.py)
     try:
         return Client(address, timeout=timeout)
     except (OSError, TimeoutError):
@@ -224,6 +224,6 @@ class WorkerWatch:
             return
 
     def _cancel(self, keys: list[str]) -> None:
-        from distributed import Future
+        from distributed import Future  # lazy: Dask is optional where a method fits in process (bench/gpu.py)
         with contextlib.suppress(Exception):  # the scheduler may be gone too; the stage still unblocks below
             self.client.cancel([Future(key, self.client) for key in keys], msg=str(self.error))

@@ -54,6 +54,7 @@ from .settings.regression_em import RegressionEMConfig
 from .settings.train import TRAIN_LOSSES, TrainConfig
 from .settings.xgboost import XGBoostConfig
 from .storage import check_url, is_url, normalised, working_copy_dir
+import psutil
 
 __all__ = ["BACKBONES", "BERT_SPECIAL_TOKENS", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
            "EvalConfig", "MAX_LAYERS", "MAX_WIDTH", "MOVED_KEYS", "RankerConfig", "RunConfig", "SOURCES",
@@ -78,7 +79,6 @@ def check_machine(cfg: "RunConfig", own_cluster: bool = True) -> "RunConfig":
     trained on a larger machine can still be evaluated and exported on a smaller one). The LocalCluster's size only
     with `own_cluster` (the run starts one) and no `cluster.scheduler`: an external cluster's workers are its own.
     """
-    import psutil
     cores = os.cpu_count() or 1
     local = own_cluster and cfg.cluster.scheduler is None
     for key, value, default in (("cluster.n_workers", cfg.cluster.n_workers if local else 1, ClusterConfig.n_workers),

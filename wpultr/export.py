@@ -29,6 +29,26 @@ import pandas as pd
 from .errors import ConfigError, ExportError, SchemaError
 from .rundir.files import Replaces, atomic_path, file_sha256, holds_only, is_run_dir, read_json
 from .schema import DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS
+from .rundir.ownership import local_path_of
+from .storage import check_url, is_url, normalised, upload_dir
+from .rundir import layout as L
+from .rankers.base import CONFIG_FILE
+from .storage import readable_run_dir
+import os
+from .storage import readable_dir
+from .rankers.base import read_json_bounded
+from .rankers.registry import load_ranker
+from .rundir.layout import RANKER_DIR
+from .rundir.layout import LEXICAL_STATE
+from .features.lexical import STATE_JSON, STATE_NPZ, LexicalFeaturizer
+from .io.parquet import read_table
+from .io.baidu import read_baidu_annotations
+from .rankers.base import score_frame
+from .rankers.base import WEIGHTS_FILE
+import tempfile
+import pyarrow as pa
+import sys
+from .config import read_yaml_mapping
 
 EXPORT_FILE = "export.json"
 LEXICAL_DIR = "lexical"
@@ -51,15 +71,12 @@ def export_run(run_dir: str | Path, out: str | Path) -> str | Path:
     then uploaded (storage.upload_dir: export.json last; an earlier export there is replaced, anything else
     is refused). Returns `out` (a Path, or the URL as given).
     """
-    from .rundir.ownership import local_path_of
-    from .storage import check_url, is_url, normalised, upload_dir
     if is_url(out) and local_path_of(str(out)) is not None:     # file://: the local directory it names
         _export_local(run_dir, local_path_of(str(out)))
         return out
     if is_url(out):
         out = normalised(str(out))
         check_url(str(out), "--out")
-        import tempfile
         with tempfile.TemporaryDirectory(prefix="wpultr-export-") as tmp:
             staged = _export_local(run_dir, Path(tmp) / "model")
             upload_dir(staged, str(out), "--out", EXPORT_FILE)
@@ -69,9 +86,6 @@ def export_run(run_dir: str | Path, out: str | Path) -> str | Path:
 
 def _export_local(run_dir: str | Path, out: Path) -> Path:
     """`export_run` into the local directory `out`."""
-    from .rundir import layout as L
-    from .rankers.base import CONFIG_FILE
-    from .storage import is_url, readable_run_dir
     source = str(run_dir).rstrip("/") if is_url(run_dir) else None
     with readable_run_dir(run_dir, "RUN_DIR", include=(L.RANKER_DIR, L.LEXICAL_STATE, L.METRICS,
                                                        L.VERSIONS_FILE, L.BIAS, L.CONFIG_FILE)) as run:
@@ -90,7 +104,6 @@ def _export_local(run_dir: str | Path, out: Path) -> Path:
                     manifest[key] = read_json(run / rel)
             config = run / L.CONFIG_FILE
             if config.exists():
-                from .config import read_yaml_mapping
                 resolved = read_yaml_mapping(config, "run config")   # bounded: an alias bomb or a tag is one line
                 train = resolved.get("train")
                 manifest.update(method=train.get("method") if isinstance(train, dict) else None,
@@ -104,7 +117,6 @@ def _export_local(run_dir: str | Path, out: Path) -> Path:
 def _copy_tree(source: Path, target: Path) -> None:
     """Copy the plain files and directories under `source` to `target`, one file at a time, so a failed write (disk
     full) is one OSError naming its file, never shutil.Error's list; a symlink there is an ExportError."""
-    import os
     target.mkdir(parents=True, exist_ok=True)
     for root, dirs, files in os.walk(source):
         for name in dirs + files:
@@ -133,7 +145,6 @@ def _files_of(directory: Path) -> list[str]:
 def _symlink_in(directory: Path) -> Path | None:
     """The first symlink (or other non-plain entry) under `directory` (itself may be a link the user made to it),
     walked without following links."""
-    import os
     for root, dirs, files in os.walk(directory):
         for name in dirs + files:
             path = Path(root) / name
@@ -188,8 +199,6 @@ def load_export(model_dir: str | Path) -> ExportedModel:
 @contextlib.contextmanager
 def _local_model(model_dir: str | Path) -> Iterator[Path]:
     """The model directory as a local path: a URL's files read through `storage.readable_dir`."""
-    from .rankers.base import CONFIG_FILE
-    from .storage import is_url, readable_dir
     if not is_url(model_dir):
         yield Path(model_dir)
         return
@@ -199,8 +208,6 @@ def _local_model(model_dir: str | Path) -> Iterator[Path]:
 
 
 def _load_local(model_dir: Path) -> ExportedModel:
-    from .rankers.base import read_json_bounded
-    from .rankers.registry import load_ranker
     if not model_dir.is_dir():
         raise ExportError(f"{model_dir}: no such directory; expected an exported ranker (wpultr export) or a "
                           f"run's ranker/ directory, as a local path or a URL (file://, s3://, …)")
@@ -233,7 +240,6 @@ def _load_local(model_dir: Path) -> ExportedModel:
 
 def _is_run_ranker(model_dir: Path) -> bool:
     """`model_dir` is a run's own ranker/: named so, in a directory that carries the run marker."""
-    from .rundir.layout import RANKER_DIR
     real = model_dir.resolve()
     return real.name == RANKER_DIR and is_run_dir(real.parent)
 
@@ -241,7 +247,6 @@ def _is_run_ranker(model_dir: Path) -> bool:
 def _lexical_dir(model_dir: Path) -> Path | None:
     """Where the ranker's lexical feature state is: the export's lexical/, or, for a run's own ranker/, the
     run's data/featured state (export copies it from there); None when the ranker reads no lexical features."""
-    from .rundir.layout import LEXICAL_STATE, RANKER_DIR
     if (model_dir / LEXICAL_DIR).exists():
         return model_dir / LEXICAL_DIR
     run = model_dir.resolve().parent
@@ -278,7 +283,6 @@ def _verify_checksums(model_dir: Path, checksums: Any) -> None:
 
 def _load_lexical(directory: Path):
     """The lexical featurizer of an export, its files bounded in size; any failure to read it is an ExportError."""
-    from .features.lexical import STATE_JSON, STATE_NPZ, LexicalFeaturizer
     if not directory.is_dir():
         raise ExportError(f"{directory}: not a directory; expected the lexical feature state ({STATE_JSON} + "
                           f"{STATE_NPZ})")
@@ -321,21 +325,17 @@ def _check_statistics(field: str, stats: Any) -> None:
 
 def read_input_table(path: str | Path) -> pd.DataFrame:
     """A Parquet table (file or partition directory), or a Baidu annotation file (tab-separated, gzip or not)."""
-    from .io.parquet import read_table
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
     if path.is_dir() or path.suffix == ".parquet":
-        import pyarrow as pa
         try:
             return read_table(path)
         except (pa.ArrowException, OSError) as error:
             raise SchemaError(f"{path}: not a readable Parquet table ({type(error).__name__}: "
                               f"{str(error)[:160]})") from None
-    from .io.baidu import read_baidu_annotations
     table, bad = read_baidu_annotations(path)
     if len(bad):
-        import sys
         print(f"{path}: {len(bad)} malformed annotation lines set aside", file=sys.stderr)
     return table
 
@@ -345,7 +345,6 @@ def score_table(model_dir: str | Path, table: pd.DataFrame, batch_size: int = 10
 
     An export with lexical state computes the ranker's features from the token ids, as the run did.
     """
-    from .rankers.base import score_frame
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"--batch-size: must be an integer >= 1, got {batch_size!r}")
     model = load_export(model_dir)
@@ -364,7 +363,6 @@ def score_table(model_dir: str | Path, table: pd.DataFrame, batch_size: int = 10
 def _check_finite(scores: np.ndarray, model_dir: str | Path) -> None:
     """ExportError naming the weights when the ranker gives a score that is nan or ±inf (weights so large
     that the forward pass overflows): such scores rank nothing."""
-    from .rankers.base import WEIGHTS_FILE
     bad = np.flatnonzero(~np.isfinite(scores))
     if len(bad):
         raise ExportError(f"{str(model_dir).rstrip('/')}/{WEIGHTS_FILE}: the ranker gives non-finite scores for "

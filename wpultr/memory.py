@@ -72,7 +72,7 @@ def map_large_allocations(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     shrinks: measured +0.4 GB of resident memory at 0.5 M shown results. Arrow's buffers (the partitions the stage
     reads) go to the same allocator: its default mimalloc pool kept 0.43 GB of freed pages after reading BAL's
     columns of 20 M rows (0.86 GB of arrays), glibc's none. Numbers computed are unchanged."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: +0.2 s (pyarrow)
     pa.set_memory_pool(pa.system_memory_pool())
     if _LIBC is None:   # not glibc (macOS, musl without mallopt): nothing to tune
         return False

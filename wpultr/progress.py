@@ -57,7 +57,7 @@ def gather(client: Any, futures: Sequence[Any], *, desc: str, unit: str = "task"
     futures = list(futures)
     if not progress_enabled():
         return client.gather(futures)
-    from distributed import as_completed
+    from distributed import as_completed  # lazy: +1.0 s (dask, distributed)
     weight_of = {id(f): w for f, w in zip(futures, weights, strict=True)} if weights is not None else {}
     total = sum(weights) if weights is not None else len(futures)
     finished: list[Any] = []

@@ -30,6 +30,8 @@ from scipy.special import expit
 from ..rankers.mlp import mlp
 from ..schema import CLICK, row_spans
 from ..settings.bal import ClickModelConfig
+from ..methods.losses.boosted import log_no_click
+from .rows import RAW_POSITION
 
 if TYPE_CHECKING:
     from .rows import TrainingRows
@@ -208,7 +210,6 @@ def skipped_irrelevance(relevance_logits: np.ndarray, page_logits: np.ndarray) -
     """P(not relevant | not clicked) = (1 − σ(u)) / (1 − σ(u)σ(v)) under the multiplicative model, per row: near 1
     for a result the page made sure was seen (σ(v) → 1), near 1 − σ(u) for one nobody looked at (σ(v) → 0).
     Computed in logs (`losses.boosted.log_no_click`)."""
-    from ..methods.losses.boosted import log_no_click
     u, v = np.asarray(relevance_logits, np.float64), np.asarray(page_logits, np.float64)
     return np.exp(-np.logaddexp(0.0, u) - log_no_click(u, v))
 
@@ -288,7 +289,6 @@ def examination_table(model: ClickModel, r: np.ndarray, page_logits: np.ndarray,
     """The learned examination σ(v) by position and by each categorical page feature's level (its codes), each
     relative to position 1 / the most shown level, with intervals (`EXAMINATION_INTERVAL`): what the run report
     plots. One pass over the rows a chunk at a time."""
-    from .rows import RAW_POSITION
     alpha, beta = model.relevance_affine()
     categorical = [f for f, kind in rows.kinds.items() if kind == "categorical"]
     positions = np.unique(rows.positions)

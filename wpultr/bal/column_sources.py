@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..schema import DOC_ID, QUERY_ID
+from ..io.parquet import row_count
+from ..io.parquet import column_table
 
 
 class ColumnSource(Protocol):
@@ -61,7 +63,6 @@ class PartitionColumns:
     merged bias factors)."""
 
     def __init__(self, paths: Sequence[str], columns: Sequence[str], overrides: dict[str, np.ndarray] | None = None):
-        from ..io.parquet import row_count
         self.paths = list(paths)
         self._columns = list(columns)
         self._n_rows = row_count(self.paths)
@@ -76,7 +77,6 @@ class PartitionColumns:
         return self._n_rows
 
     def load(self, columns: Sequence[str]) -> pd.DataFrame:
-        from ..io.parquet import column_table
         held = set(self._columns)
         wanted = [c for c in dict.fromkeys(columns) if c in held]
         read = [c for c in wanted if c not in self.overrides]

@@ -24,6 +24,7 @@ from ..schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, 
 from .column_sources import ColumnSource, as_column_source
 from .node_columns import NodeColumns
 from .separability import Separability, SeparabilityCheck
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -55,7 +56,6 @@ def document_pairs(train: pd.DataFrame, config: "RunConfig", codes: np.ndarray |
         return None, {"used": False, "reason": "bal.click_model.document_effects is false"}
     if DOC_ID not in train.columns or QUERY_ID not in train.columns:
         if wanted is True:
-            from ..errors import ConfigError
             raise ConfigError("bal.click_model.document_effects: true needs the sessions' query_id and doc_id columns; "
                               f"present: {sorted(map(str, train.columns))}")
         return None, {"used": False, "reason": "the sessions have no doc_id"}

@@ -20,6 +20,12 @@ from ..rundir.files import is_run_dir
 from ..rundir.ownership import output_of, record
 from ..rundir.layout import BIAS, BIASES_FILE, EPOCH_PREFIX, GRAPH_FILE, HISTORY
 from ..storage import is_url, readable_run_dir, write_bytes
+from ..causal.biases import identify_biases
+from ..rundir.epochs import shipped_graph_epoch
+from ..causal.graph import graph_epochs
+import shutil
+from ..rundir.files import check_output
+from ..errors import ConfigError
 
 graph_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Inspect the click-model graphs a run discovered (one per epoch).")
@@ -34,7 +40,6 @@ class GraphFormat(str, Enum):
 
 
 def _bias_lines(graph) -> list[str]:
-    from ..causal.biases import identify_biases      # pulls the schema (pandas): only when a graph is shown
     report = identify_biases(graph)
     lines = ["", f"click parents: {', '.join(report.click_parents) or '(none)'}",
              f"page-feature biases (x -> click): {', '.join(report.page_feature_biases) or '(none)'}"]
@@ -71,14 +76,12 @@ def _set_aside_lines(bias: dict[str, Any]) -> list[str]:
 
 
 def _shipped_epoch(run: Path) -> Optional[int]:
-    from ..rundir.epochs import shipped_graph_epoch
     return shipped_graph_epoch(run)
 
 
 def _default_epoch(run: Path, asked: Optional[int], shipped: Optional[int]) -> Optional[int]:
     """The epoch asked for; else the shipped ranker's epoch when it has a graph (one epoch story: what a run shows
     is the shipped epoch's unless asked otherwise); else the latest."""
-    from ..causal.graph import graph_epochs
     if asked is not None or shipped is None:
         return asked
     return shipped if shipped in graph_epochs(run) else None
@@ -160,7 +163,7 @@ def diff(run: str = typer.Argument(..., help="run directory: a path or an fsspec
 # ---------------------------------------------------------------------------------------------
 def _discover_config(config: Optional[Path], sets: Optional[list[str]]):
     """The run config (file and --set overrides, or defaults): page features, `discovery`, seed, cluster."""
-    from ..config import config_from_dict, load_config
+    from ..config import config_from_dict, load_config  # lazy: +0.9 s (pandas, pyarrow)
     overrides = parse_sets(sets, "discovery.ci_test=kci")
     return load_config(config, overrides) if config else config_from_dict(nest(overrides))
 
@@ -171,8 +174,6 @@ DISCOVER = "wpultr discover"     # what --out's epoch_<k>/ may replace: only wha
 def _discover_target(out: Path, epoch: int, sessions: Path) -> Path:
     """OUT/epoch_<k>, checked before any work (rundir.ownership): refused unless new, inside a run directory or this
     command's own unchanged earlier output, which is then removed for the new one."""
-    import shutil
-    from ..rundir.files import check_output
     target = epoch_dir(out, epoch)
     check_output(target, output_of(DISCOVER, in_runs=True), [sessions], "--out")   # --out may be a run: its own
     if target.is_dir() and not any(is_run_dir(parent) for parent in target.parents):
@@ -194,11 +195,10 @@ def discover_command(
                                                            f"one into OUT/{ENCODER_SUBDIR}/ unless it is there)"),
         scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler")):
     """Discover the click model's causal graph (BAL §3.1) and its biases from a sessions table."""
-    from ..errors import ConfigError
-    from ..features.encoders import ENCODER_JSON, PageFeatureEncoder
-    from ..causal.discover_stage import discover_epoch
-    from ..cluster import open_client
-    from ..features.preprocess_stage import fit_page_encoder
+    from ..features.encoders import ENCODER_JSON, PageFeatureEncoder  # lazy: +0.9 s (pandas, pyarrow)
+    from ..causal.discover_stage import discover_epoch  # lazy: +6.5 s (matplotlib, pandas, pyarrow, scipy, sklearn)
+    from ..cluster import open_client  # lazy: +0.9 s (pandas, pyarrow)
+    from ..features.preprocess_stage import fit_page_encoder  # lazy: +0.9 s (pandas, pyarrow)
     cfg = _discover_config(config, set_)
     if scheduler:
         cfg.cluster.scheduler = scheduler

@@ -29,6 +29,9 @@ from .discovery import (DiscoveryConfig, DiscoveryResult, discover, draw_discove
                         one_row_per_session)
 from .graph import epoch_dir
 from .within_document_ci import DOCUMENT_CODE
+from ..rankers.base import score_frame
+from ..rankers.registry import load_ranker
+import shutil
 
 def _read_sessions(sessions_dir: str | Path, columns: list[str], session_ids: np.ndarray) -> pd.DataFrame:
     """Rows of the chosen sessions only (pushed down to the Parquet scan)."""
@@ -147,8 +150,6 @@ def discover_epoch(sessions_dir: str | Path, scores: str | Path, page_features: 
 
 def _score_partition(path: str, out: str, ranker_dir: str, rows_per_batch: int) -> int:
     """Write r̂ of every shown result of one partition to `out` (runs on a Dask worker); the rows written."""
-    from ..rankers.base import score_frame
-    from ..rankers.registry import load_ranker
     frame = pd.read_parquet(path)
     scores = score_frame(load_ranker(ranker_dir), frame, rows_per_batch)
     write_parquet(out, pd.DataFrame({SESSION_ID: frame[SESSION_ID].to_numpy(), POSITION: frame[POSITION].to_numpy(),
@@ -162,7 +163,6 @@ def score_sessions(sessions_dir: Path, out: Path, ranker_dir: Path, rows_per_bat
     them after the stage; the stage's record marks them complete); the rows scored."""
     parts = [str(p) for p in partition_paths(sessions_dir)]
     if out.exists():
-        import shutil
         shutil.rmtree(out) if out.is_dir() else out.unlink()
     out.mkdir(parents=True)
     written = client.map(_score_partition, parts, [str(out / Path(p).name) for p in parts],

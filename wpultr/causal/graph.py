@@ -23,6 +23,7 @@ from ..errors import WpultrError
 from ..rundir.files import write_json
 from ..rundir.layout import EPOCH_PREFIX, GRAPH_FILE
 from ..tables import table
+import graphviz
 
 DIRECTED = "directed"
 UNDIRECTED = "undirected"
@@ -374,7 +375,6 @@ _NODE_SHAPES = {"relevance": "doubleoctagon", "click": "box"}
 
 def to_dot(graph: DiscoveredGraph) -> str:
     """Graphviz DOT source: directed →, undirected without heads, bidirected with two; prior edges dashed."""
-    import graphviz
     dot = graphviz.Digraph("click_model", graph_attr={"rankdir": "LR"})
     for node in graph.nodes:
         dot.node(node, shape=_NODE_SHAPES.get(graph.node_kinds.get(node, ""), "ellipse"))
@@ -390,7 +390,6 @@ def to_dot(graph: DiscoveredGraph) -> str:
 
 def render(graph: DiscoveredGraph, fmt: str) -> bytes:
     """The graph drawn by Graphviz's `dot` program in `fmt` (svg, png)."""
-    import graphviz
     try:
         return graphviz.Source(to_dot(graph)).pipe(format=fmt)
     except graphviz.ExecutableNotFound:

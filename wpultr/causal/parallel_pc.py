@@ -43,6 +43,8 @@ from causallearn.search.ConstraintBased.PC import pc
 from causallearn.utils.cit import CIT, CIT_Base, register_ci_test
 from causallearn.utils.PCUtils.BackgroundKnowledge import BackgroundKnowledge
 from causallearn.utils.PCUtils.SkeletonDiscovery import skeleton_discovery
+from distributed import wait
+from ..progress import gather
 
 CITest = tuple[int, int, tuple[int, ...]]
 _META_KEYS = ("data_hash", "method_name", "parameters_hash")
@@ -308,7 +310,6 @@ def _evaluate(batch: list[tuple[_Progress, list[tuple[str, CITest]]]], spec: CIT
             _check_deadline(deadline, run.depth)
             run.test.pvalue_cache[key_of[t]] = float(run.test(*t))
     if client is not None and deadline is not None and any(futures for _, _, futures in jobs):
-        from distributed import wait
         pending = [f for _, _, futures in jobs for f in futures]
         try:
             wait(pending, timeout=max(0.0, deadline - time.monotonic()))
@@ -318,7 +319,6 @@ def _evaluate(batch: list[tuple[_Progress, list[tuple[str, CITest]]]], spec: CIT
     for run, keys, futures in jobs:
         if not futures:
             continue
-        from ..progress import gather
         results = gather(client, futures, desc=f"PC depth {run.depth}", unit="test", weights=[len(k) for k in keys])
         for part_keys, part in zip(keys, results, strict=True):
             run.test.pvalue_cache.update(zip(part_keys, part, strict=True))

@@ -8,6 +8,10 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ..schema import QUERY_ID, QUERY_KEY, query_key
+from .metrics import evaluate as evaluate_scores, per_query
+from ..rankers.base import score_frame
+from ..rankers.registry import load_ranker
+from ..rankers.precision import scoring_precision
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -15,10 +19,6 @@ if TYPE_CHECKING:
 
 def evaluate_ranker(ranker_dir: Path, annotations: pd.DataFrame, cfg: RunConfig):
     """Score `annotations` with the ranker saved in `ranker_dir`: (metrics dict, per-query table, scores)."""
-    from .metrics import evaluate as evaluate_scores, per_query
-    from ..rankers.base import score_frame
-    from ..rankers.registry import load_ranker
-    from ..rankers.precision import scoring_precision
     ranker = load_ranker(ranker_dir)
     scored = annotations.copy()     # scored in the precision the ranker trained in on the device it sits on
     scored["score"] = score_frame(ranker, annotations, cfg.train.batch_size,

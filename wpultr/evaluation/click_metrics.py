@@ -36,6 +36,9 @@ from ..rundir.layout import BIAS, HISTORY, LEXICAL_STATE, RANKER_DIR, TRUTH_DIR,
 from ..rundir.tables import training_tables
 from ..schema import CLICK, DOC_ID, FEATURES, POSITION, SESSION_ID, SchemaError
 from ..settings.methods import METHODS, WHOLE_PAGE
+from ..rankers.base import score_frame
+from ..rankers.registry import load_ranker
+from ..features.lexical import LexicalFeaturizer
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -153,11 +156,8 @@ class RunClickModels:
 
     def scores(self, frame: pd.DataFrame) -> np.ndarray:
         """r̂ of every row by the run's saved ranker (lexical features added as the run's featurize stage did)."""
-        from ..rankers.base import score_frame
-        from ..rankers.registry import load_ranker
         lexical = self.run_root / LEXICAL_STATE
         if FEATURES not in frame.columns and lexical.exists():
-            from ..features.lexical import LexicalFeaturizer
             frame = frame.assign(**{FEATURES: list(LexicalFeaturizer.load(lexical).transform(frame))})
         return np.asarray(score_frame(load_ranker(self.run_root / RANKER_DIR), frame, self.batch_size), np.float64)
 

@@ -29,6 +29,9 @@ from .metrics import click_mse, mcc
 from ..rundir.files import read_json
 from ..rundir.layout import BIAS, IDENTIFIABILITY, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
 from ..schema import DOC_ID, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, query_key
+import pyarrow.parquet as pq
+from ..rankers.base import score_frame
+from ..rankers.registry import load_ranker
 
 POINTWISE = frozenset({"pointwise"})
 _PART, _ROW = "__partition", "__row"     # where a key row lives: partition index, row within the partition
@@ -37,7 +40,6 @@ _PART, _ROW = "__partition", "__row"     # where a key row lives: partition inde
 def _key_rows(parts: list[Path], left_out: set[str]) -> pd.DataFrame:
     """Session, position, query and document (when logged) of every row not of a query in `left_out`
     (schema.query_key), with its partition and row index."""
-    import pyarrow.parquet as pq
     frames = []
     for i, part in enumerate(parts):
         present = pq.read_schema(part).names
@@ -73,8 +75,6 @@ def _position_map(run_root: Path) -> dict[int, int]:
 
 def truth_metrics(run_root: Path, sessions_path: Path, batch_size: int = 1024) -> dict[str, Any] | None:
     """{"MCC", "click_MSE", "documents", "rows"} of the run's ranker, or None when the logs were not simulated."""
-    from ..rankers.base import score_frame
-    from ..rankers.registry import load_ranker
     run_root = Path(run_root)
     truth_path = run_root / TRUTH_DIR / TRUTH_SESSIONS
     if not truth_path.exists():

@@ -30,6 +30,7 @@ from ..rundir.layout import BIAS
 from ..settings.methods import learns_graph
 from .paper_tables import Column, SettingResults, significance_rows
 from .spec import Experiment
+import html
 
 CLAIM_METRIC = "DCG@10"          # BAL §4.1 selects epochs by it; the claims are judged on it
 
@@ -229,7 +230,6 @@ def claims_markdown(claims: Sequence[Claim]) -> str:
 
 
 def claims_html(claims: Sequence[Claim]) -> str:
-    import html
     if not claims:
         return ""
     items = []

@@ -36,6 +36,10 @@ from ..report.plots import colors as _colors, new_figure as _figure
 from ..rundir.layout import EPOCH_PREFIX, GRAPH_FILE, SESSIONS_DIR, TEST_SCORES, TRUTH_DIR, TRUTH_JSON
 from ..schema import DOC_ID, LABEL, POSITION, QUERY_ID
 from .paper_tables import SettingResults, Table
+from ..rundir.files import atomic_path
+from .spec import EXPERIMENT_OUTPUT
+from ..io.parquet import read_table
+from matplotlib.patches import FancyArrowPatch
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +48,6 @@ _DOC_KEY = "_doc"
 
 
 def save(fig, path: Path) -> Path:
-    from ..rundir.files import atomic_path
-    from .spec import EXPERIMENT_OUTPUT
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path, EXPERIMENT_OUTPUT, key="out_dir") as tmp:
         fig.savefig(tmp, format="png")
@@ -66,7 +68,6 @@ def _scores(run_dir: Path) -> pd.DataFrame:
 
 def logging_order(run_dir: Path) -> pd.DataFrame | None:
     """Mean logged position of each (query, doc) from a run's sessions table; None without doc ids."""
-    from ..io.parquet import read_table
     sessions_dir = run_dir / SESSIONS_DIR
     try:
         sessions = read_table(sessions_dir, columns=[QUERY_ID, DOC_ID, POSITION])
@@ -288,7 +289,6 @@ def _layout(nodes: Sequence[str]) -> dict[str, tuple[float, float]]:
 
 
 def draw_graph(ax, graph: dict[str, Any], pos: dict[str, tuple[float, float]], title: str) -> None:
-    from matplotlib.patches import FancyArrowPatch
     for edge in graph.get("edges", []):
         a, b = edge.get("from"), edge.get("to")
         if a not in pos or b not in pos:

@@ -21,13 +21,19 @@ import yaml
 from ..config import ConfigError, changed_keys, config_from_dict, saved_config, to_dict
 from .spec import (EXPERIMENT_FILE, EXPERIMENT_OUTPUT, FAILURE_FILE, RUNS_CSV, RUNS_JSON, Experiment, RunRecord,
                    RunSpec, slug)
+from ..rundir.files import RunDir
+from ..rundir.layout import CONFIG_FILE
+from ..pipeline.stages import STAGES
+from ..pipeline.run_lock import RunLocked
+from ..pipeline.runner import run_pipeline
+from distributed import as_completed, worker_client
+from ..progress import progress as progress_bar
+from ..rundir.files import write_text
+import pandas as pd
 
 
 def is_finished(spec: RunSpec) -> bool:
     """Every stage of the run is done and its config computes what this experiment's would (`cluster.*` aside)."""
-    from ..rundir.files import RunDir
-    from ..rundir.layout import CONFIG_FILE
-    from ..pipeline.stages import STAGES
     if spec.config is None:
         return False
     run = RunDir(spec.run_dir)
@@ -45,14 +51,11 @@ def is_finished(spec: RunSpec) -> bool:
 
 def run_task(config: dict[str, Any]) -> dict[str, Any]:
     """One run, inside a Dask worker: the pipeline on the worker's own client; never raises."""
-    from ..pipeline.run_lock import RunLocked
-    from ..pipeline.runner import run_pipeline
     start = time.perf_counter()
     run_dir = Path(config["run_dir"])
     try:
         cfg = config_from_dict(config)
         try:
-            from distributed import worker_client
             with worker_client() as client:
                 result = run_pipeline(cfg, client=client)
         except ValueError as e:
@@ -82,7 +85,6 @@ def run_experiment(exp: Experiment, client: Any, *, parallel: int | None = None,
     Returns one record per run, in the experiment's order. Records go to `<out_dir>/runs.json` and
     `runs.csv`; the tables, figures and `report.html` are report.write_experiment_report's job.
     """
-    from distributed import as_completed
     say = progress or (lambda line: None)
     exp.out_dir.mkdir(parents=True, exist_ok=True)
     write_resolved_experiment(exp)
@@ -110,7 +112,6 @@ def run_experiment(exp: Experiment, client: Any, *, parallel: int | None = None,
         by_future[future] = spec
         return future
 
-    from ..progress import progress as progress_bar
     bar = progress_bar(total=len(todo), desc=f"experiment {exp.name}", unit="run")
     pending = as_completed([submit(todo.popleft()) for _ in range(min(parallel, len(todo)))])
     for future in pending:
@@ -140,7 +141,6 @@ def _run_name(spec: RunSpec) -> str:
 
 
 def write_resolved_experiment(exp: Experiment) -> Path:
-    from ..rundir.files import write_text
     values = to_dict(exp.spec)
     values.update(name=exp.name, out_dir=str(exp.out_dir), base=exp.base)
     path = exp.out_dir / EXPERIMENT_FILE
@@ -149,8 +149,6 @@ def write_resolved_experiment(exp: Experiment) -> Path:
 
 
 def write_records(exp: Experiment, records: Sequence[RunRecord]) -> None:
-    import pandas as pd
-    from ..rundir.files import write_text
     rows = [vars(r) for r in records]
     write_text(exp.out_dir / RUNS_JSON, json.dumps(rows, indent=2) + "\n", EXPERIMENT_OUTPUT, "out_dir")
     write_text(exp.out_dir / RUNS_CSV, pd.DataFrame(rows, columns=list(RunRecord.__dataclass_fields__))

@@ -30,6 +30,8 @@ import pandas as pd
 from ..evaluation.metrics import paired_test
 from ..rundir.files import read_json
 from ..rundir.layout import METRICS, PER_QUERY
+from ..rundir.files import write_text
+from .spec import EXPERIMENT_OUTPUT
 
 BETTER, WORSE = "↑", "↓"
 
@@ -160,8 +162,6 @@ class Table:
         return (f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{note}")
 
     def write(self, directory: Path) -> tuple[Path, Path]:
-        from ..rundir.files import write_text
-        from .spec import EXPERIMENT_OUTPUT
         md, csv = directory / f"{self.name}.md", directory / f"{self.name}.csv"
         write_text(md, self.to_markdown(), EXPERIMENT_OUTPUT, "out_dir")
         write_text(csv, self.frame().to_csv(index=False), EXPERIMENT_OUTPUT, "out_dir")

@@ -29,6 +29,8 @@ from .claims import Claim, claims_html, claims_markdown, setting_claims
 from .identifiability_tables import identifiability_tables
 from .paper_tables import TITLES, SettingResults, Table, build_sweep_table, build_table, clear_cache, table_columns
 from .spec import EXPERIMENT_FILE, EXPERIMENT_OUTPUT, RUNS_CSV, RUNS_JSON, Experiment, RunRecord, slug
+from ..errors import RunDirError
+from ..rundir.files import check_output
 
 REPORT_FILE = "report.html"
 TABLES_MD = "tables.md"
@@ -42,8 +44,6 @@ def check_outputs(exp: Experiment, config: Path) -> None:
     """RunDirError (one line naming the file) before any run starts when out_dir holds a file of the experiment's
     own names that `wpultr experiment` did not write (or the experiment's YAML itself): nothing the user wrote
     there is replaced (rundir.ownership)."""
-    from ..errors import RunDirError
-    from ..rundir.files import check_output
     if exp.out_dir.exists() and not exp.out_dir.is_dir():
         raise RunDirError(f"out_dir {exp.out_dir}: exists and is not a directory; choose another out_dir")
     for name in TOP_FILES:

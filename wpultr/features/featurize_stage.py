@@ -12,6 +12,7 @@ from ..io.parquet import partition_paths, read_table
 from ..rundir.files import write_parquet
 from ..schema import FEATURES
 from .lexical import LexicalFeaturizer, featurize_partitions
+from distributed import wait
 
 
 def _fit_lexical_partition(path: str) -> LexicalFeaturizer:
@@ -22,7 +23,6 @@ def featurize_run(sessions_dir: Path, annotations: Path, out_dir: Path, featured
                   client: Any) -> dict[str, Any]:
     """Fit the lexical featurizer over every partition of `sessions_dir` (on `client`), save it to `state`, write the
     featured partitions to `out_dir` and the featured annotations to `featured_annotations`; what the stage reports."""
-    from distributed import wait
     parts = [str(p) for p in partition_paths(sessions_dir)]
     states = client.gather(client.map(_fit_lexical_partition, parts, pure=False))
     featurizer = states[0]

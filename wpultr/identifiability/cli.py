@@ -17,6 +17,8 @@ import typer
 from ..cli_support import user_errors
 from ..rundir.layout import CONFIG_FILE, SESSIONS_DIR
 from ..storage import is_url, readable_run_dir
+from ..rundir.files import check_output
+from ..rundir.ownership import output_path
 
 identifiability_app = typer.Typer(add_completion=False, no_args_is_help=True,
                                   help="Can these logs separate bias factors from relevance? (Identifiability Matters)")
@@ -29,12 +31,12 @@ class OnDisconnected(str, Enum):
 
 def _sessions_and_kinds(path: Path) -> tuple[Any, dict[str, str]]:
     """(sessions frame, declared page-feature kinds) of a run directory or a sessions table."""
-    from ..io.parquet import read_table
+    from ..io.parquet import read_table  # lazy: +0.9 s (pandas, pyarrow)
     if (path / SESSIONS_DIR).exists():
         kinds: dict[str, str] = {}
         config = path / CONFIG_FILE
         if config.exists():
-            from ..config import read_yaml_mapping
+            from ..config import read_yaml_mapping  # lazy: +0.9 s (pandas, pyarrow)
             data = read_yaml_mapping(config, "run config").get("data")    # bounded safe loader: one line if hostile
             kinds = dict((data if isinstance(data, dict) else {}).get("page_features") or {})
         return read_table(path / SESSIONS_DIR), kinds
@@ -80,14 +82,12 @@ def check_command(
         on_disconnected: OnDisconnected = typer.Option(OnDisconnected.report, "--on-disconnected",
                                                        help="report (exit 0) or fail (exit 2 naming the components)")):
     """Check the identifiability graph of a click log over the given bias factors."""
-    from .preflight import IdentifiabilityError, check, describe_components
+    from .preflight import IdentifiabilityError, check, describe_components  # lazy: +1.9 s (pandas, pyarrow, scipy)
     names = [f.strip() for f in factors.split(",") if f.strip()]
     if not names:
         raise typer.BadParameter("--factors: give at least one column, e.g. position,media_type")
     if figure is not None:     # before reading the sessions, so a refused --figure costs nothing
-        from ..rundir.files import check_output
-        from ..rundir.ownership import output_path
-        from .figure import FIGURE
+        from .figure import FIGURE  # lazy: +1.9 s (pandas, pyarrow, scipy)
         figure = output_path(figure, "--figure")
         check_output(figure, FIGURE, [] if is_url(path) else [path], "--figure")
     if is_url(path):    # a run at a URL; a local path may be a run or a sessions table (no run marker needed)
@@ -97,7 +97,7 @@ def check_command(
         frame, kinds = _sessions_and_kinds(Path(path))
     ig, report = check(frame, names, kinds, swap_sessions=swap_sessions)
     if figure is not None:
-        from .figure import plot_graph
+        from .figure import plot_graph  # lazy: +1.9 s (pandas, pyarrow, scipy)
         plot_graph(ig, figure)
     typer.echo(json.dumps(report, indent=2, default=str) if as_json else format_report(report))
     if not ig.connected and on_disconnected is OnDisconnected.fail:

@@ -13,6 +13,8 @@ import numpy as np
 from ..rundir.files import atomic_path
 from ..rundir.ownership import output_of
 from .factor_graph import IdentifiabilityGraph
+import matplotlib
+from matplotlib.figure import Figure
 
 MAX_LABELLED_NODES = 60
 FIGURE = output_of("wpultr identifiability check --figure")   # what --figure may replace: its own earlier figure
@@ -35,8 +37,6 @@ def _layout(ig: IdentifiabilityGraph) -> tuple[np.ndarray, np.ndarray, str, str]
 def plot_graph(ig: IdentifiabilityGraph, path: Path, title: str | None = None) -> Path:
     """Draw `ig` to `path` (PNG, written atomically; an existing path is replaced only when this command wrote it,
     rundir.ownership); returns the path. Labels are data values: never parsed as mathtext."""
-    import matplotlib
-    from matplotlib.figure import Figure
     matplotlib.rcParams["text.parse_math"] = False
     x, y, xlabel, ylabel = _layout(ig)
     levels = int(y.max()) + 1 if len(y) and ylabel else 1

@@ -21,6 +21,8 @@ from ..schema import POSITION, SESSION_ID
 from ..settings.methods import BACKBONES, METHODS
 from .factor_graph import IdentifiabilityGraph, build_graph
 from .repair import apply_merges, mapping_table, merged_mapping, plan_interventions, plan_merges
+from .figure import plot_graph
+from .intervention import append_sessions, simulate_interventions
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -97,7 +99,6 @@ def preflight(frame: pd.DataFrame, cfg: "RunConfig", run_root: Path | None = Non
     report = {"checked": True, "method": method, "on_disconnected": settings.on_disconnected, **report,
               "action": "none"}
     if run_root is not None:
-        from .figure import plot_graph
         plot_graph(ig, Path(run_root) / IDENTIFIABILITY_FIGURE)
         report["figure"] = IDENTIFIABILITY_FIGURE
     if ig.connected:
@@ -121,7 +122,6 @@ def preflight(frame: pd.DataFrame, cfg: "RunConfig", run_root: Path | None = Non
             raise ConfigError("identifiability.on_disconnected: 'intervene' needs data.source 'simulate' (the "
                               f"simulator plays the online swaps); got data.source {cfg.data.source!r}; allowed "
                               "here: warn, merge, fail")
-        from .intervention import append_sessions, simulate_interventions
         swaps = plan_interventions(ig, sessions=settings.intervention_sessions)
         extra = simulate_interventions(cfg.data.simulate, cfg.seed, swaps, factors, settings.intervention_sessions,
                                        int(frame[SESSION_ID].max()) + 1)

@@ -49,6 +49,9 @@ from ..storage import is_url, open_input, size
 from .quarantine import IngestSummary, QuarantineRecord, QuarantineWriter, quarantine_table
 from .tables import (PARQUET_SUFFIXES, QUARANTINE_SUBDIR, SessionPartitionWriter, checked_paths, ingest_output,
                      map_files, write_table_atomic)
+import pyarrow.parquet as pq
+from ..progress import ingest_rates
+import pandas as pd
 
 FEATHER_SUFFIXES = (".feather", ".arrow", ".ipc")
 FILE_INDEX_SHIFT = 40               # session_id = file_index << 40 | the session's ordinal
@@ -181,7 +184,6 @@ def file_kind(path: str) -> str:
 def is_embedding_parquet(path: str) -> bool:
     """Whether a Parquet file (path or URL) holds the embedding datasets' query_document_embedding column (its footer
     alone is read); False for one that cannot be read (the ingest it is then given says why, naming it)."""
-    import pyarrow.parquet as pq
     try:
         if is_url(path):
             with open_input(path) as handle:
@@ -203,7 +205,6 @@ class BatchSource:
         self._handle: Any = None
 
     def __enter__(self) -> "BatchSource":
-        import pyarrow.parquet as pq
         try:
             if self.kind == "feather":
                 self._handle = open_input(self.path) if is_url(self.path) else pa.memory_map(self.path, "r")
@@ -640,7 +641,6 @@ def ingest_embedding_sessions(paths: Sequence[str | Path], out_dir: str | Path, 
     None), into out_dir/sessions and out_dir/quarantine (swapped into place when every file is done,
     tables.ingest_output); (the summary, the sessions table's columns). SchemaError when two files give different
     columns (one lacks an optional column the other has)."""
-    from ..progress import ingest_rates
     files, duplicates = checked_paths(paths)
     for f in files:     # opened here first (the footer read): a file that is no Feather or Parquet at all is one line
         with BatchSource(f, 1):       # naming it before any task runs, never a worker's 'Compute Failed' block
@@ -690,7 +690,6 @@ def _judged_once(path: str, table: pa.Table) -> tuple[pa.Table, list[QuarantineR
     """The rows with one label per (query key, doc_id), and the records of the others."""
     if table.num_rows == 0:
         return table, []
-    import pandas as pd
     ids = table.select([c for c in (QUERY_ID, QUERY_TOKENS) if c in table.column_names]).to_pandas()
     pairs = pd.DataFrame({"q": query_key(ids).to_numpy(), "d": table[DOC_ID].to_numpy(zero_copy_only=False)})
     pair = pairs.groupby(["q", "d"], sort=False).ngroup().to_numpy()

@@ -15,6 +15,8 @@ from ..rundir.layout import HELDOUT_SESSIONS_DIR, SESSIONS_DIR, SPLIT
 from ..rundir.tables import training_tables
 from ..schema import SESSION_ID, query_key
 from .parquet import partition_paths, row_count
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 
 def split_queries(annotations: pd.DataFrame, valid_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -66,8 +68,6 @@ def hold_out_sessions(run: RunDir, fraction: float, seed: int) -> int:
     HELDOUT_SESSIONS_DIR (the training table's rows, one file per partition); the rows held out.
 
     Each partition is rewritten only after its held-out rows are written, so a rerun finds them there."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     def write(path: Path, table: pa.Table) -> None:
         with atomic_path(path) as tmp:

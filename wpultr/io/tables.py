@@ -32,6 +32,13 @@ from ..schema import (ABSTRACT_TOKENS, ANNOTATION_CORE_FIELDS, ANNOTATION_OPTION
 from ..storage import is_file, is_url, open_input, size
 from .parquet import check_ingest_complete
 from .quarantine import IngestSummary
+import json
+import shutil
+from ..processes import process_started
+from ..progress import ingest_rates
+from ..progress import gather
+from ..rundir.ownership import file_sha256
+import hashlib
 
 SESSIONS_SUBDIR = "sessions"
 QUARANTINE_SUBDIR = "quarantine"
@@ -102,9 +109,6 @@ def sweep_stale_ingests(out: Path) -> list[Path]:
     """Remove the temporary `.sessions.tmp-PID` (and its `.quarantine.tmp-PID`) of ingests into `out` that died on
     this host: their marker names this host and a pid that no longer lives (processes.process_started). Another
     host's, or a live one's, are left. Returns what was removed."""
-    import json
-    import shutil
-    from ..processes import process_started
     removed = []
     for path in sorted(out.glob(f".{SESSIONS_SUBDIR}.tmp-*")):
         match = _STALE.fullmatch(path.name)
@@ -128,7 +132,6 @@ def _swap_here(moves: Sequence[tuple[str, str]], keep: bool) -> None:
     """On a worker (client.run): each temporary directory this host still holds (its own copy of the output: on a
     shared file system the caller has moved it already) renamed over its final one (`keep`), else removed. A worker
     first claims it by renaming it to a name of its own, so of the workers of one host exactly one acts."""
-    import shutil
     for tmp, final in map(lambda m: (Path(m[0]), Path(m[1])), moves):
         claimed = tmp.with_name(f"{tmp.name}.{os.getpid()}")
         try:
@@ -427,7 +430,6 @@ def ingest_tables(paths: Sequence[str | Path], out_dir: str | Path, page_feature
     taken as given and must be unique across the files (else SchemaError naming both); nothing under out_dir
     changes unless the whole ingest succeeds (`ingest_output`).
     """
-    from ..progress import ingest_rates
     files, duplicates = checked_paths(paths)
     with ingest_output(out_dir, files, key, client) as output:
         done = map_files(client, _ingest_table_file, files,
@@ -446,7 +448,6 @@ def map_files(client: Any, task: Any, files: Sequence[str], postfix: Any, **kwar
     `cluster.client_for_input`)."""
     if client is None:
         return [task(f, i, **kwargs) for i, f in enumerate(files)]
-    from ..progress import gather
     futures = client.map(task, files, range(len(files)), pure=False, **kwargs)
     return gather(client, futures, desc="ingest", unit="file", postfix=postfix)
 
@@ -488,7 +489,6 @@ def checked_paths(paths: Sequence[str | Path]) -> tuple[list[str], list[list[str
 def _same_content(files: Sequence[str]) -> list[tuple[str, str]]:
     """(copy, first) for each of `files` whose bytes equal an earlier one's: compared by sha256 among files of the
     same size only, so distinct inputs are never read twice to tell them apart."""
-    from ..rundir.ownership import file_sha256
     by_size: dict[int, list[str]] = {}
     for f in files:
         by_size.setdefault(size(f), []).append(f)
@@ -505,7 +505,6 @@ def _same_content(files: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def _url_sha256(url: str) -> str:
-    import hashlib
     digest = hashlib.sha256()
     with open_input(url) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

@@ -11,6 +11,9 @@ import pandas as pd
 from ..schema import (ABSTRACT_TOKENS, BAIDU_BEHAVIOUR_COLUMNS, DOC_ID, EMBEDDING_EXTRA_COLUMNS, FEATURES,
                       QUERY_REFORMULATION, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS)
 from .parquet import partition_paths, read_table, table_to_pandas
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -45,9 +48,6 @@ def read_sampled_sessions(directory: Path, max_sessions: int | None, seed: int,
     """
     if max_sessions is None:
         return read_table(directory, columns, arrow_lists)
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
     ids = read_table(directory, columns=[SESSION_ID])[SESSION_ID].unique()
     if len(ids) <= max_sessions:
         return read_table(directory, columns, arrow_lists)

@@ -23,6 +23,8 @@ from ..rundir.layout import CONFIG_FILE, MARKER, STAGE_NAMES, STAGES_DIR
 from ..tables import table
 from ..storage import is_url, readable_run_dir
 from .run_lock import holder_alive, process_record, read_lock
+from ..rundir.safe_yaml import safe_yaml
+from ..errors import WpultrError
 
 RUNNING_SUFFIX = ".running"
 FAILED_SUFFIX = ".failed"
@@ -134,8 +136,6 @@ def _stage_names(stages_dir: Path) -> list[str]:
 
 
 def _run_name(root: Path) -> str | None:
-    from ..rundir.safe_yaml import safe_yaml
-    from ..errors import WpultrError
     try:                                   # the bounded safe loader: a hostile config.yaml is no name, not a hang
         values = safe_yaml((root / CONFIG_FILE).read_text(), str(root / CONFIG_FILE))
     except (OSError, WpultrError, UnicodeDecodeError):

@@ -27,6 +27,8 @@ import torch
 from safetensors.torch import save_file
 
 from ..errors import ExportError, cut
+from .precision import autocast
+from ..errors import ConfigError
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -271,7 +273,6 @@ def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]
 def score_inputs(ranker: Ranker, inputs: Inputs, batch_size: int = 1024, precision: str = "fp32") -> np.ndarray:
     """Scores (float32) of every prepared row, in order, in eval mode, under torch.inference_mode and the autocast of
     `precision` (a resolved `train.precision`, rankers.precision: the training's own, so scores match its passes)."""
-    from .precision import autocast
     was_training = ranker.training
     ranker.eval()
     device = ranker.device
@@ -298,6 +299,5 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        from ..errors import ConfigError
         raise ConfigError("train.device: 'cuda' requested but no CUDA device is available; use 'cpu' or 'auto'")
     return torch.device(name)

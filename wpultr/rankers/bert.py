@@ -34,6 +34,7 @@ from ..memory import large_blocks_kept
 from ..schema import ABSTRACT_TOKENS, QUERY_TOKENS, TITLE_TOKENS, SchemaError
 from .base import Arg, Inputs, Ranker, check_args
 from .mlp import MAX_LAYERS, MAX_WIDTH, mlp
+from transformers.activations import ACT2FN
 
 INPUT_IDS, TOKEN_TYPES, ATTENTION = "input_ids", "token_type_ids", "attention_mask"
 CLS_VECTORS = "cls_vectors"
@@ -132,7 +133,6 @@ class BertRanker(Ranker):
     def checked_args(cls, args: Any, where: str) -> dict[str, Any]:
         """The generic checks, then the encoder config's own fields and how they bound the rest: special
         ids inside the vocabulary, max_length within the position embeddings, heads dividing the width."""
-        from transformers.activations import ACT2FN
         args = super().checked_args(args, where)
         config = check_args(args["bert_config"], BERT_CONFIG_ARGS, f"{where}.bert_config")
         vocab = config["vocab_size"]

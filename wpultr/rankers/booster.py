@@ -17,6 +17,7 @@ import torch
 
 from .base import Inputs, Ranker
 from .mlp import FEATURE_INPUT, feature_inputs
+from ..errors import ExportError
 
 
 class BoosterRanker(Ranker):
@@ -64,7 +65,6 @@ class BoosterRanker(Ranker):
 
     def check_loaded(self, where: str) -> None:
         """The loaded bytes must be a model of this library over `n_features` features (ExportError otherwise)."""
-        from ..errors import ExportError
         self._booster = self._parse(self.model_bytes(), where)
         found = self._n_features_of(self._booster)
         if found != self.n_features:

@@ -14,6 +14,8 @@ import numpy as np
 from .base import CONFIG_FILE, RANKER_FORMAT, Arg
 from .booster import BoosterRanker
 from .mlp import MAX_FEATURES
+from ..errors import ExportError
+import lightgbm as lgb
 
 MODEL_TEXT_FILE = "model.txt"
 
@@ -44,8 +46,6 @@ class LightGBMRanker(BoosterRanker):
         return {**super().init_args(), "position_aware": self.position_aware}
 
     def _parse(self, data: bytes, where: str) -> Any:
-        from ..errors import ExportError
-        import lightgbm as lgb
         try:
             return lgb.Booster(model_str=data.decode("utf-8"))
         except Exception as error:  # UnicodeDecodeError, lightgbm's own LightGBMError

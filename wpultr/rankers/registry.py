@@ -20,6 +20,7 @@ from .embedding import EmbeddingRanker
 from .lightgbm import LightGBMRanker
 from .mlp import MLPRanker
 from .xgboost import XGBoostRanker
+from ..settings.methods import METHODS
 
 
 def ranker_classes() -> dict[str, type[Ranker]]:
@@ -51,7 +52,6 @@ def build_ranker(cfg: Any, train: Any) -> Ranker:
     weights drawn from the run's seed."""
     name = cfg.ranker.backbone
     if BACKBONES[name].boosts:   # a booster has no parameters for the shared trainer: its methods boost it
-        from ..settings.methods import METHODS
         boosting = sorted(m for m, s in METHODS.items() if name in s.backbones)
         raise ConfigError(f"ranker.backbone: {name!r} trains with train.method {' or '.join(map(repr, boosting))} "
                           f"only, got train.method {cfg.train.method!r}; use a backbone of "

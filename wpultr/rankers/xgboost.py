@@ -23,7 +23,7 @@ MAX_MODEL_BYTES = 1 << 31
 def import_xgboost(error: type[Exception], where: str) -> Any:
     """The xgboost module; `error` (a WpultrError kind) naming `where` and the extra to install when it is missing."""
     try:
-        import xgboost
+        import xgboost  # lazy: optional package (the xgboost extra), +9 s
     except ImportError:
         raise error(f"{where}: needs the optional package xgboost, which is not installed: "
                     f"{install_hint('xgboost')}") from None

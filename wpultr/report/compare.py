@@ -23,6 +23,8 @@ from ..rundir.layout import PER_QUERY
 from ..schema import BUCKET, QUERY_ID, QUERY_KEY
 from ..storage import readable_run_dir
 from ..tables import fixed, pvalue, table
+from .plots import new_figure, png_bytes
+from .page import _table, page, png_img
 
 PAGE_MARK = "<!-- wpultr compare -->"    # the first line of every page this command writes
 PAGE = output_of("wpultr compare --html")  # what --html may replace: a page this command wrote (its manifest)
@@ -131,7 +133,6 @@ def to_dict(c: Comparison) -> dict:
 
 def _differences_png(c: Comparison, metric: str) -> bytes:
     """Sorted per-query differences (run − first) of `metric`, one panel per later run, as PNG bytes."""
-    from .plots import new_figure, png_bytes
     later = c.labels[1:]
     fig = new_figure(7, 2.4 * len(later))
     base = c.per_query[c.labels[0]][metric].to_numpy(float)
@@ -148,7 +149,6 @@ def _differences_png(c: Comparison, metric: str) -> bytes:
 
 def render_html(c: Comparison) -> str:
     """A self-contained page: the table and the per-query difference figure (PNG embedded as base64)."""
-    from .page import _table, page, png_img     # the run report's table markup and page
     header, rows = table_rows(c)
     metric = PLOTTED if PLOTTED in c.metrics else c.metrics[0]
     runs = ", ".join(f"<code>{html.escape(label)}</code>" for label in c.labels)

@@ -25,6 +25,8 @@ from ..rundir import layout as L
 from ..rundir.epochs import epoch_label, history_entries, is_graph_epoch, shipped_graph_epoch
 from ..rundir.files import read_json
 from .plots import colors, new_figure, png_bytes
+from ..causal.graph import GRAPH_FILE, DiscoveredGraph, GraphFileError, epoch_dir, graph_epochs
+from .graph_svg import LEGEND, graph_svg, no_edge_notes
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +67,6 @@ def _shipped_epoch(root: Path) -> int | None:
 # ---------------------------------------------------------------------------------------------
 def causal_graph_figure(root: Path) -> Figure:
     """One SVG per epoch on one layout, with the candidate click edges each graph left out listed under it."""
-    from ..causal.graph import GRAPH_FILE, DiscoveredGraph, GraphFileError, epoch_dir, graph_epochs
-    from .graph_svg import LEGEND, graph_svg, no_edge_notes
     title = "Causal graph of every epoch"
     graphs = []
     for k in graph_epochs(root):
@@ -95,12 +95,12 @@ def causal_graph_figure(root: Path) -> Figure:
 # ---------------------------------------------------------------------------------------------
 def true_examination(root: Path) -> dict[int, float] | None:
     """The simulator's mean examination probability by position relative to position 1 (None: not simulated)."""
-    from ..schema import POSITION
-    from ..simulate.generate import EXAMINATION_PROB
+    from ..schema import POSITION  # lazy: +0.9 s (pandas, pyarrow)
+    from ..simulate.generate import EXAMINATION_PROB  # lazy: +0.9 s (pandas, pyarrow)
     path = root / L.TRUTH_DIR / L.TRUTH_SESSIONS
     if not path.exists():
         return None
-    import pandas as pd
+    import pandas as pd  # lazy: +0.9 s (pandas, pyarrow)
     truth = pd.read_parquet(path, columns=[POSITION, EXAMINATION_PROB])
     by_position = truth.groupby(POSITION)[EXAMINATION_PROB].mean().sort_index()
     return {int(k): float(v / by_position.iloc[0]) for k, v in by_position.items()}
@@ -109,7 +109,7 @@ def true_examination(root: Path) -> dict[int, float] | None:
 def level_names(root: Path, feature: str, n_codes: int) -> Callable[[str], str]:
     """Code → the level's own value, from the page encoder's vocabulary (codes 1..K, 0 unknown) when it has the
     run's number of codes; 'code c' otherwise."""
-    from ..features.encoders import ENCODER_JSON
+    from ..features.encoders import ENCODER_JSON  # lazy: +0.9 s (pandas, pyarrow)
     state = _json(root, f"{L.PAGE_ENCODER}/{ENCODER_JSON}") or {}
     vocabulary = next((f["state"].get("vocabulary") for f in state.get("features", []) if f.get("name") == feature),
                       None)

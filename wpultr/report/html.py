@@ -11,6 +11,12 @@ from .page import PAGE_STYLE, _cell, _table, page, png_img  # noqa: F401 - the p
 from ..rundir.epochs import epoch_label, history_entries
 from ..rundir.files import RunDir, read_json, write_text
 from ..settings.methods import learns_graph
+from ..causal.graph import WITHIN_DOCUMENT_HEADER, graph_epochs, load_epoch_graph, within_document_rows
+from ..rundir.epochs import shipped_graph_epoch
+from .figures import run_figures
+from .verdict import verdict
+from ..identifiability.html import section as identifiability_section
+import yaml
 
 if TYPE_CHECKING:
     from .figures import Figure
@@ -50,8 +56,6 @@ def _optional_json(run: RunDir, rel: str) -> Any:
 def click_edges_section(root: Path) -> str:
     """How sure the shipped epoch's graph (the latest when it has none) is of each page feature → click edge
     (within-document effects); '' when no graph or no within-document evidence."""
-    from ..causal.graph import WITHIN_DOCUMENT_HEADER, graph_epochs, load_epoch_graph, within_document_rows
-    from ..rundir.epochs import shipped_graph_epoch
     epochs = graph_epochs(root)
     if not epochs:
         return ""
@@ -77,7 +81,6 @@ def figure_html(figure: "Figure") -> str:
 
 def figures_section(root: Path) -> str:
     """The run's pictures (`report.figures`): graph, examination, weights, training curves."""
-    from .figures import run_figures
     return _section("Figures", "".join(figure_html(f) for f in run_figures(root)))
 
 
@@ -100,7 +103,6 @@ def click_metrics_section(metrics: dict[str, Any] | None) -> str:
 def render_report(run: RunDir, baseline: str | None = None) -> str:
     """The page: the verdict first (with `baseline`, paired tests against that run), then metrics, figures, input,
     training, evidence, identifiability, stages in the order they ran, the method's config and versions."""
-    from .verdict import verdict
     parts = [f"<h1>wpultr run <code>{html.escape(run.root.name)}</code></h1>"]
     metrics = _optional_json(run, L.METRICS)
     parts.append(verdict(run.root, baseline).html())
@@ -120,7 +122,6 @@ def render_report(run: RunDir, baseline: str | None = None) -> str:
         header, rows = history_table(history)
         parts.append(_section("Training", _table(rows, header)))
     parts.append(click_edges_section(run.root))
-    from ..identifiability.html import section as identifiability_section
     parts.append(identifiability_section(run.root))   # '' when no pre-flight ran
     stage_rows = []
     for name in L.STAGE_NAMES:                         # in the order they ran
@@ -145,7 +146,6 @@ _RUN_SECTIONS = ("name", "seed", "run_dir", "data", "cluster", "ranker", "train"
 def config_html(text: str) -> str:
     """The resolved config: the sections this run reads, then the other methods' sections folded away (they hold
     defaults this run never read)."""
-    import yaml
     try:
         values = yaml.safe_load(text)
     except yaml.YAMLError:

@@ -8,15 +8,15 @@ import io
 def new_figure(width: float, height: float):
     """A figure of `width` × `height` inches at 100 dpi with constrained layout, outside pyplot's state. Its text is
     never parsed as mathtext (`text.parse_math` off): run names and data values with `$` are drawn as written."""
-    import matplotlib
-    from matplotlib.figure import Figure
+    import matplotlib  # lazy: +0.9 s (matplotlib)
+    from matplotlib.figure import Figure  # lazy: +0.9 s (matplotlib)
     matplotlib.rcParams["text.parse_math"] = False
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
 def colors(n: int) -> list:
     """n distinct colours: tab10, or tab20 past ten."""
-    from matplotlib import colormaps
+    from matplotlib import colormaps  # lazy: +0.9 s (matplotlib)
     cmap = colormaps["tab10" if n <= 10 else "tab20"]
     return [cmap(i % cmap.N) for i in range(n)]
 

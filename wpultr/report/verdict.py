@@ -18,6 +18,8 @@ from ..rundir.epochs import is_graph_epoch, shipped, shipped_graph_epoch, shippe
 from ..rundir.files import read_json
 from ..settings.methods import learns_graph
 from ..tables import fixed, pvalue, table
+from ..causal.graph import GraphFileError, deciding_p, graph_epochs, load_epoch_graph
+from .page import _table
 
 HEADLINE = ("DCG@10", "nDCG@10", "ERR@10")
 PAIRED = ("DCG@5", "DCG@10", "nDCG@10", "ERR@10")
@@ -43,7 +45,6 @@ class Verdict:
         return "\n".join(out)
 
     def html(self) -> str:
-        from .page import _table
         parts = ["".join(f"<p>{html.escape(s)}</p>" for s in self.lines)]
         parts += [f"<h3>{html.escape(t[0])}</h3>{_table(t[2], t[1])}" for t in self.tables]
         if self.warnings:
@@ -87,7 +88,6 @@ def verdict(root: str | Path, baseline: str | None = None) -> Verdict:
 
 def _biases(root: Path, bias: dict[str, Any], record: dict[str, Any] | None, v: Verdict) -> None:
     """The shipped epoch's click evidence: each page feature's decision and within-document effect."""
-    from ..causal.graph import GraphFileError, deciding_p, graph_epochs, load_epoch_graph
     epochs = graph_epochs(root)
     if not epochs:
         return
@@ -180,7 +180,7 @@ def _click_models(metrics: dict[str, Any], method: str | None, v: Verdict) -> No
 
 def _against_baseline(root: Path, baseline: str, v: Verdict) -> None:
     """Paired t-tests over the test queries both runs scored (`report.compare`), one row per metric."""
-    from .compare import compare_runs
+    from .compare import compare_runs  # lazy: +0.9 s (pandas, pyarrow)
     comparison = compare_runs([baseline, str(root)])
     label, base = comparison.labels[1], comparison.labels[0]
     rows, tests = [], {}

@@ -255,7 +255,7 @@ def package_versions() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     try:
-        import torch
+        import torch  # lazy: +3.0 s (torch)
         versions["torch_cuda"] = torch.version.cuda
         versions["cuda_available"] = bool(torch.cuda.is_available())
     except ImportError:  # torch is a dependency; this only guards odd environments

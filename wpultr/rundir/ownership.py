@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable
+from ..errors import ConfigError
 
 OWNED_FILE = ".wpultr-outputs.json"
 OWNED_FORMAT = "wpultr.outputs/1"
@@ -93,7 +94,6 @@ def normalise(path: str | os.PathLike) -> Path:
 def output_path(value: str | os.PathLike, key: str) -> Path:
     """A command's local output as given on its command line: a path, or a file:// URL as the path it names (`..`
     resolved); ConfigError naming `key` for another protocol (the command writes local files only)."""
-    from ..errors import ConfigError
     text = os.fspath(value)
     if isinstance(text, str) and _URL.match(text):
         local = local_path_of(text)

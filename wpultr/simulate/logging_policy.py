@@ -35,7 +35,7 @@ def linear_logging_score(features: np.ndarray, label: np.ndarray, doc_query: np.
     """Each document's score under a Ranking SVM (linear, squared hinge on every within-query pair of unequal
     grades, C = LINEAR_RANKER_C) fitted on `n_train_queries` queries drawn by `rng`; on standardised features,
     rescaled to the grades' spread so that `logging_noise` means the same in both rankers."""
-    from scipy.optimize import minimize
+    from scipy.optimize import minimize  # lazy: +1.0 s (scipy)
     x = np.asarray(features, dtype=np.float64)
     std = x.std(axis=0)
     x = (x - x.mean(axis=0)) / np.where(std > 0, std, 1.0)

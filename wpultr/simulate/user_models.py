@@ -21,6 +21,7 @@ import numpy as np
 from ..schema import FEATURES, MAX_LABEL, POSITION
 from ..settings.user_model import MEDIA_TYPE_NAMES, USER_MODEL_PARAMS, Param, resolve_user_model_params
 from .page import MEDIA_TYPE, SERP_MAX_SHOW_HEIGHT, Page
+from sklearn.ensemble import ExtraTreesRegressor
 
 
 class UserModel(Protocol):
@@ -283,7 +284,6 @@ EYE_TRACKING_EXAMINATION = (0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08
 def crux_features(features: np.ndarray, labels: np.ndarray, n_crux: int) -> np.ndarray:
     """Indices of the n_crux features most important for the labels by extremely randomised trees fitted on
     the standardised features of the whole corpus (LBD §6.1, after Tian et al. 2020); fixed random state."""
-    from sklearn.ensemble import ExtraTreesRegressor
     std = features.std(axis=0)
     x = (features - features.mean(axis=0)) / np.where(std > 0, std, 1.0)
     trees = ExtraTreesRegressor(n_estimators=20, max_depth=8, min_samples_leaf=20, random_state=0, n_jobs=1)

@@ -16,6 +16,7 @@ from ..tables import (SessionPartitionWriter, checked_paths, ingest_output, map_
 
 from .blocks import CHUNK_BYTES, GZIP_SUFFIXES, unverified_record
 from .sessions import QUERY_FIELD_COUNT, SESSIONS_SCHEMA, SessionLogParser
+from ...progress import ingest_rates
 
 ROW_GROUP_ROWS = 1 << 16       # parsed rows gathered per Parquet write (row group): fewer dictionaries and pages
 TEXT_SUFFIXES = (".txt", ".tsv", ".log")
@@ -135,7 +136,6 @@ def ingest_baidu(paths: Sequence[str | Path], out_dir: str | Path, client, parti
     directories are written under temporary names and swapped into place when every file is done
     (tables.ingest_output); `key` names out_dir in a refusal.
     """
-    from ...progress import ingest_rates
     files, duplicates = checked_paths(paths)
     check_log_names(files)
     with ingest_output(out_dir, files, key, client) as output:
