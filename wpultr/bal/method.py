@@ -59,6 +59,18 @@ from .cpu_threads import torch_threads
 from .influence import FeatureInfluence, fit_influence_estimators
 from .rows import GraphRows, TrainingRows, discovery_seed
 from .weights import clip_and_normalise, importance_weights
+from ..cluster import current_client
+from ..methods.training.ranks import rank_client
+import json
+from .influence import influence_state, estimators_from_state
+from ..methods.training.distributed import fit_data_parallel, RankBatches, rank_ranker_and_table, on_rank0
+from ..methods.training.warmup import warm_up
+from ..io.parquet import column_names, partition_paths
+from ..methods.training.streaming import streaming_trainer
+from .column_sources import PartitionColumns
+from ..errors import ConfigError
+from ..methods.training.gbdt import BoostingTrainer
+from ..methods.losses import boosted as boosted_losses
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -154,8 +166,6 @@ def _current_client() -> Any:
     """The Dask client the pipeline runs on, if any: discovery spreads its CI tests over it.
 
     Without one (BAL fitted outside a pipeline) discovery runs serially here, and says so."""
-    from ..cluster import current_client
-    from ..methods.training.ranks import rank_client
     client = current_client() or rank_client()     # in a DDP rank: the run's scheduler, which the launcher names
     if client is None:
         log.warning("BAL: no Dask client found; causal discovery runs its CI tests serially in this process")
@@ -171,17 +181,13 @@ class EpochState:
         self.estimators: dict[str, FeatureInfluence] = {}
 
     def state_dict(self) -> dict[str, Any]:
-        import json
 
-        from .influence import influence_state
         meta, arrays = influence_state(self.estimators)
         return {"graphs": json.dumps([g.to_dict() for g in self.graphs]), "estimators": json.dumps(meta),
                 **{f"estimator.{k}": torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        import json
 
-        from .influence import estimators_from_state
         self.graphs = [DiscoveredGraph.from_dict(g) for g in json.loads(state["graphs"])]
         arrays = {k[len("estimator."):]: v.numpy() for k, v in state.items() if k.startswith("estimator.")}
         self.estimators = estimators_from_state(json.loads(state["estimators"]), arrays, "train/checkpoint.pt")
@@ -194,14 +200,12 @@ class BAL:
         """BAL on an in-memory sessions table (every column the ranker reads)."""
         train = train.reset_index(drop=True)
         if config.train.processes > 1:       # DDP ranks, each scoring, weighting and stepping on its share
-            from ..methods.training.distributed import fit_data_parallel
             return fit_data_parallel(train, valid, config)
         if BACKBONES[config.ranker.backbone].boosts:
             trainer = self.booster_trainer(train, valid, config)
             trainer.warm_up()
         else:
             # here: it imports transformers, which a booster never needs
-            from ..methods.training.warmup import warm_up
             trainer = Trainer(build_ranker(config, train), train, valid, config)
             warm_up(trainer)
         return self.epochs(trainer, TrainingRows.build(train, config), config)
@@ -217,15 +221,11 @@ class BAL:
         training) runs first on `prepare_columns`; the columns it changes (merged bias factors) are read from its
         output from then on. The ranker is warmed up, scored and trained unit by unit, each batch gathering its
         rows' weights and page logits."""
-        from ..io.parquet import column_names, partition_paths
-        from ..methods.training.streaming import streaming_trainer
-        from .column_sources import PartitionColumns
         source = PartitionColumns([str(p) for p in partition_paths(directory)],
                                   streamed_columns(config, column_names(directory)))
         if prepare is not None:
             source = source.prepared(prepare, prepare_columns or source.columns)
         if config.train.processes > 1:     # the ranks read the partitions, and the pre-flight's merges from here
-            from ..methods.training.distributed import fit_data_parallel
             return fit_data_parallel(directory, valid, config, overrides=source.overrides)
         rows = TrainingRows.build(source, config, spill=True)
         return self.epochs(streaming_trainer(directory, valid, config), rows, config)
@@ -235,17 +235,12 @@ class BAL:
         """One DDP rank's BAL (`training.distributed`: the process group is up): the same rows and warm-up as one
         process; each epoch's scores and ranker step on this rank's share, the graph and the influence estimators
         fitted by rank 0 and sent to all, the click model stepped as DDP (`epochs`' `ranks`)."""
-        from ..methods.training.distributed import RankBatches, rank_ranker_and_table
         if config.train.streaming:
-            from ..io.parquet import column_names, partition_paths
-            from ..methods.training.streaming import streaming_trainer
-            from .column_sources import PartitionColumns
             source = PartitionColumns([str(p) for p in partition_paths(sessions)],
                                       streamed_columns(config, column_names(sessions)), overrides)
             rows = TrainingRows.build(source, config, spill=True)
             return self.epochs(streaming_trainer(sessions, valid, config, trainer_class), rows, config,
                                RankBatches())
-        from ..methods.training.warmup import warm_up
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         train = train.reset_index(drop=True)
         trainer = trainer_class(ranker, train, valid, config)
@@ -261,7 +256,7 @@ class BAL:
         boosted = BACKBONES[config.ranker.backbone].boosts
         once: Callable[[Callable[[], Any]], Any] = lambda fit: fit()   # noqa: E731
         if ranks is not None:
-            from ..methods.training.distributed import on_rank0 as once
+            once = on_rank0
         lead = ranks is None or ranks.rank == 0
         client = _current_client() if config.bal.graph == "discovered" and lead else None
         device = getattr(trainer, "device", None) or resolve_device(config.train.device)   # BAL's own networks' too
@@ -343,11 +338,9 @@ class BAL:
     def booster_trainer(train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> Any:
         """The LightGBM backbone's trainer; an empty booster scores every result alike, so it needs a warm-up first."""
         if config.train.warmup_epochs < 1:
-            from ..errors import ConfigError
             raise ConfigError("train.warmup_epochs: BAL with ranker.backbone 'lightgbm' needs >= 1 (an empty booster "
                               "gives every result the same r̂, leaving discovery nothing to test), got "
                               f"{config.train.warmup_epochs}")
-        from ..methods.training.gbdt import BoostingTrainer
         return BoostingTrainer(train, valid, config)
 
     @staticmethod
@@ -364,7 +357,6 @@ class BAL:
         `skip` (`bal.pair_weights` other than click), its skipped result's chance of having been skipped for
         irrelevance.
         """
-        from ..methods.losses import boosted as obj
         if LOSSES[loss].boosted_only:                   # LambdaMART's λ-gradients
             order = trainer.in_dataset_order
             return trainer.boost(*trainer.lambda_objective(order(np.asarray(weights, np.float64)),
@@ -379,8 +371,8 @@ class BAL:
         v = trainer.in_dataset_order(np.asarray(page_logits, np.float64))
         w = trainer.in_dataset_order(np.asarray(weights, dtype=np.float64))
         c, form = trainer.clicks, click_model.form
-        return trainer.boost(lambda f: obj.bal_click_grad_hess(f, v, c, w, alpha, beta, form),
-                             lambda f: obj.bal_click_loss(f, v, c, w, alpha, beta, form))
+        return trainer.boost(lambda f: boosted_losses.bal_click_grad_hess(f, v, c, w, alpha, beta, form),
+                             lambda f: boosted_losses.bal_click_loss(f, v, c, w, alpha, beta, form))
 
     @staticmethod
     def graph(nodes: "NodeColumns | pd.DataFrame", features: Sequence[PageFeature], config: "RunConfig", client: Any,

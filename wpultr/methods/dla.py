@@ -35,6 +35,7 @@ from .losses.lists import dla_sums
 from .propensities.position import as_table
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up
+from .training.distributed import fit_data_parallel, rank_ranker_and_table
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -51,7 +52,6 @@ class DLA:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            from .training.distributed import fit_data_parallel
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
@@ -60,7 +60,6 @@ class DLA:
         """One DDP rank's fit (`training.distributed`): both losses' sums on this rank's share of each global batch,
         divided by the global batch's total weights (summed over the ranks); the ranker's gradient averaged by DDP,
         the propensity logits' by the trainer (`sync_gradients`), so every rank holds one process's logits."""
-        from .training.distributed import rank_ranker_and_table
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 

@@ -26,6 +26,7 @@ from .losses import click_loss_named
 from .propensities.position import as_table, propensity_array, resolve_propensities
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up
+from .training.distributed import fit_data_parallel, rank_ranker_and_table
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -42,7 +43,6 @@ class IPW:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            from .training.distributed import fit_data_parallel
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
@@ -50,7 +50,6 @@ class IPW:
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
         """One DDP rank's fit (`training.distributed`): the same propensities as one process (every rank estimates
         them from the same table), the IPW epochs on this rank's shares."""
-        from .training.distributed import rank_ranker_and_table
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 

@@ -41,6 +41,7 @@ from ..schema import FEATURES, SchemaError
 from .base import FitResult
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up
+from .training.distributed import fit_data_parallel, rank_ranker_and_table
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -144,7 +145,6 @@ class LBD:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            from .training.distributed import fit_data_parallel
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
@@ -153,7 +153,6 @@ class LBD:
         """One DDP rank's fit (`training.distributed`): the loss on this rank's share of each global batch (the
         Bernoulli mask γ drawn for the whole global batch, as one process draws it), the ranker's gradient averaged
         by DDP and the observation model's by the trainer (`sync_gradients`)."""
-        from .training.distributed import rank_ranker_and_table
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 

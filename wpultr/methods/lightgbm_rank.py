@@ -37,6 +37,8 @@ from ..rankers.lightgbm import LightGBMRanker
 from ..rankers.mlp import feature_matrix
 from .base import FitResult
 from .training.trainer import SessionLists
+from ..cluster import inside_worker, n_workers, current_client
+from ..config import ConfigError
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -76,14 +78,14 @@ class _PositionBiasLog:
         self._reading = False
 
     def __enter__(self) -> "_PositionBiasLog":
-        import lightgbm.basic as basic
+        import lightgbm.basic as basic   # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
         self._previous = (getattr(basic, "_LOGGER", None), getattr(basic, "_INFO_METHOD_NAME", "info"),
                           getattr(basic, "_WARNING_METHOD_NAME", "warning"))
         basic.register_logger(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        import lightgbm.basic as basic
+        import lightgbm.basic as basic   # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
         logger, info, warning = self._previous
         if logger is not None:
             basic.register_logger(logger, info, warning)
@@ -105,7 +107,6 @@ def wants_dask(config: "RunConfig", client: Any, rows: int) -> bool:
     """Whether `ranker.lightgbm.distributed` puts a booster of `rows` training rows on the Dask cluster: true
     always, false never, auto when `client` has >= 2 workers, the rows exceed one ingest partition and this is
     not itself a worker's task."""
-    from ..cluster import inside_worker, n_workers
     mode = config.ranker.lightgbm.distributed
     if mode is True or mode is False:
         return mode
@@ -129,7 +130,7 @@ class LightGBMLambdaRank:
         }
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        import lightgbm as lgb
+        import lightgbm as lgb   # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
 
         lists = SessionLists.from_frame(train)
         order = lists.rows[lists.mask]                          # session by session, in position order
@@ -194,13 +195,11 @@ class LightGBMLambdaRank:
     # ------------------------------------------------------------------ lightgbm.dask
     def dask_client(self, config: "RunConfig", rows: int) -> Any:
         """The Dask client to train on (`ranker.lightgbm.distributed`), or None to train in this process."""
-        from ..cluster import current_client
         mode = config.ranker.lightgbm.distributed
         if mode is False:
             return None
         client = current_client()
         if mode is True and client is None:
-            from ..config import ConfigError
             raise ConfigError("ranker.lightgbm.distributed: true needs a Dask client (the run's cluster) and "
                               "none is running; set it to auto or false")
         if client is None or not wants_dask(config, client, rows):
@@ -213,13 +212,12 @@ class LightGBMLambdaRank:
     def _fit_dask(self, client: Any, x: np.ndarray, y: np.ndarray, groups: np.ndarray,
                   valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         """DaskLGBMRanker on session-aligned partitions of (x, y, groups) scattered to the workers."""
-        import dask
-        import dask.array as da
-        from lightgbm.dask import DaskLGBMRanker
+        import dask   # lazy: with lightgbm.dask, only for a Dask-sharded fit
+        import dask.array as da   # lazy: dask.array ~1.7 s (-X importtime), only for a Dask-sharded fit
+        from lightgbm.dask import DaskLGBMRanker   # lazy: lightgbm.dask ~2.2 s, only for a Dask-sharded fit
 
         params = self.params(config)
         rounds = config.ranker.lightgbm.rounds
-        from ..cluster import n_workers
         n_parts = max(n_workers(client), math.ceil(len(x) / config.data.partition_rows))
         bounds = session_partitions(groups, n_parts)
         starts = np.r_[0, np.cumsum(groups)]
@@ -275,7 +273,7 @@ def booster_without_cluster_settings(booster: Any, x: np.ndarray) -> Any:
     """The booster with the fit's cluster settings (the workers' ports, drawn at random per fit) left out of its model
     text, and its `feature_infos` (each feature's range, informational: prediction reads the trees) the range over all
     the rows `x` rather than over the rows of whichever worker lightgbm.dask took the booster from."""
-    import lightgbm as lgb
+    import lightgbm as lgb   # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
     low, high = np.fmin.reduce(x, axis=0), np.fmax.reduce(x, axis=0)           # NaN-skipping, without a copy of x
     lines = []
     for line in booster.model_to_string().split("\n"):

@@ -14,6 +14,10 @@ import pandas as pd
 from ..settings.methods import BACKBONES
 from .base import FitResult
 from .losses import click_loss
+from ..errors import ConfigError
+from .training.distributed import fit_data_parallel
+from .training.warmup import warmed_up_trainer
+from .training.gbdt import BoostingTrainer
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -24,7 +28,6 @@ class Naive:
     name = "naive"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        from ..errors import ConfigError
         boosts = BACKBONES[config.ranker.backbone].boosts
         if boosts and config.train.processes > 1:
             raise ConfigError("train.processes: DDP ranks train the neural backbones ('mlp', 'bert'); a LightGBM "
@@ -35,9 +38,7 @@ class Naive:
             raise ConfigError("train.streaming: true streams the sessions' partitions (methods.training.distributed."
                               "fit_streamed), not an in-memory table; set train.streaming: false to fit this one")
         if config.train.processes > 1:   # DDP ranks on loopback, each on its shard of every batch
-            from .training.distributed import fit_data_parallel
             return fit_data_parallel(train, valid, config)
-        from .training.warmup import warmed_up_trainer   # here: it imports transformers, which a booster never needs
         return self.fit_trainer(warmed_up_trainer(train, valid, config), config)
 
     def fit_trainer(self, trainer: "Trainer", config: "RunConfig") -> FitResult:
@@ -49,7 +50,6 @@ class Naive:
 
     def fit_booster(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         """The naive click loss as a LightGBM custom objective, `ranker.lightgbm.rounds_per_epoch` trees per epoch."""
-        from .training.gbdt import BoostingTrainer
         trainer = BoostingTrainer(train, valid, config)
         trainer.warm_up()
         ranker = trainer.fit(*trainer.naive_objective(config.train.loss))

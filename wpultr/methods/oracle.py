@@ -28,6 +28,9 @@ from ..schema import MAX_LABEL, POSITION, SESSION_ID, query_key
 from .base import FitResult
 from .losses.lists import listwise_softmax_loss, pointwise_click_loss
 from .training.trainer import LossFn, Trainer, build_ranker
+from .training.distributed import fit_data_parallel
+from ..io.parquet import read_table, sample_sessions
+from .losses import click_loss_named
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -78,7 +81,6 @@ class Oracle:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            from .training.distributed import fit_data_parallel
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
@@ -87,13 +89,11 @@ class Oracle:
         """One DDP rank's fit (`training.distributed`): the same rows and labels as one process, the epochs on this
         rank's shares (each shard's loss scaled by its share of the global batch's shown results, or of its lists
         with a relevant result)."""
-        from ..io.parquet import read_table, sample_sessions
         train = sample_sessions(read_table(sessions, arrow_lists=arrow_lists), config.data.max_sessions, config.seed)
         return self.fit_with(train, valid, config, trainer_class)
 
     def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig",
                  trainer_class: type) -> FitResult:
-        from .losses import click_loss_named
         n_rows = len(train)
         train = without_test_queries(train, config)
         labels = true_labels(train, config)

@@ -33,6 +33,10 @@ from .base import FitResult
 from .propensities.joint_examination import joint_examination, unbiased_pairs
 from .propensities.position import as_table, propensity_array, resolve_propensities
 from .training.trainer import ListBatch
+from .training.distributed import fit_data_parallel, rank_ranker_and_table
+from .training.trainer import Trainer, build_ranker
+from .training.warmup import warm_up
+from .training.gbdt import BoostingTrainer
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -112,22 +116,18 @@ class PairwiseFramework:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            from .training.distributed import fit_data_parallel
             return fit_data_parallel(train, valid, config)
-        from .training.trainer import Trainer, build_ranker
         return self.fit_with(train, valid, config, Trainer, build_ranker(config, train))
 
     def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
         """One DDP rank's fit (`training.distributed`): the same examination estimates as one process, the epochs
         on this rank's shares (the loss divides by the global batch's sessions)."""
-        from .training.distributed import rank_ranker_and_table
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 
     def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
                  ranker: Any) -> FitResult:
-        from .training.warmup import warm_up   # here: it imports transformers, which the booster never needs
         trainer = trainer_class(ranker, train, valid, config)
         warm_up(trainer)
         n_positions = int(trainer.lists.positions.max())
@@ -153,7 +153,6 @@ class RobustUnbiasedLambdaMART:
     name = "robust_lambdamart"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        from .training.gbdt import BoostingTrainer
         trainer = BoostingTrainer(train, valid, config)
         positions = trainer.in_dataset_order(train[POSITION].to_numpy()).astype(np.int64)
         start = time.perf_counter()
@@ -183,7 +182,6 @@ class UnbiasedLambdaMART:
     name = "unbiased_lambdamart"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        from .training.gbdt import BoostingTrainer
         trainer = BoostingTrainer(train, valid, config)
         positions = trainer.in_dataset_order(train[POSITION].to_numpy()).astype(np.int64)
         n_positions = int(positions.max())

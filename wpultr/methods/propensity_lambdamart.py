@@ -24,6 +24,7 @@ from . import lambda_pairs as lp
 from .base import FitResult
 from .lambda_pairs import lambda_objective
 from .propensities.pair_weights import resolve_pair_weights
+from .training.gbdt import BoostingTrainer
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -34,7 +35,6 @@ class PropensityLambdaMART:
     name = "propensity_lambdamart"
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        from .training.gbdt import BoostingTrainer
         trainer = BoostingTrainer(train, valid, config)
         positions = trainer.in_dataset_order(train[POSITION].to_numpy()).astype(np.int64)
         table, info = resolve_pair_weights(train, config, int(positions.max()))

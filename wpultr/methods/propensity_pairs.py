@@ -22,6 +22,7 @@ from .losses.lists import pair_terms
 from .propensities.pair_weights import resolve_pair_weights
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up
+from .training.distributed import fit_data_parallel, rank_ranker_and_table
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -42,7 +43,6 @@ class PropensityPairs:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            from .training.distributed import fit_data_parallel
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
@@ -50,7 +50,6 @@ class PropensityPairs:
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
         """One DDP rank's fit (`training.distributed`): the same pair weights as one process, the epochs on this
         rank's shares (the loss divides by the global batch's sessions)."""
-        from .training.distributed import rank_ranker_and_table
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 

@@ -33,6 +33,9 @@ from .base import FitResult
 from .losses.lists import pointwise_click_loss, regression_em_posteriors
 from .propensities.position import as_table, relative_to_first
 from .training.trainer import ListBatch
+from .training.distributed import fit_data_parallel, rank_ranker_and_table
+from .training.trainer import Trainer, build_ranker
+from .training.warmup import warm_up
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -45,9 +48,7 @@ class RegressionEM:
 
     def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            from .training.distributed import fit_data_parallel
             return fit_data_parallel(train, valid, config)
-        from .training.trainer import Trainer
         return self.fit_with(train, valid, config, Trainer)
 
     def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
@@ -56,14 +57,11 @@ class RegressionEM:
         M-step for θ from the batch's counts and posteriors summed over the ranks (every rank holds the same θ), the
         ranker's step as DDP. With `regression_em.sample_labels` the sampled labels are drawn for the whole global
         batch, as one process draws them."""
-        from .training.distributed import rank_ranker_and_table
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 
     def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
                  ranker: Any = None) -> FitResult:
-        from .training.trainer import build_ranker
-        from .training.warmup import warm_up
         trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config)
         warm_up(trainer)
         n_positions = int(trainer.lists.positions.max())

@@ -29,6 +29,33 @@ from ..rundir.layout import (ANNOTATIONS, ANNOTATIONS_FILE, BIAS, BIASES_FILE, F
                              INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANK_LOGS, RANKER_DIR,
                              REPORT, SESSIONS_DIR, SESSION_SCORES, SPLIT, TEST_SCORES, TRAIN_CHECKPOINT, TRUTH_DIR)
 from ..schema import FEATURES, query_key
+from ..io.tables import ingest_tables, read_annotations_table
+from ..simulate import simulate
+from ..simulate.unbiased import with_unbiased_clicks
+from ..io.baidu import ingest_baidu, ingest_baidu_annotations
+from ..io.baidu_embeddings import ingest_embedding_annotations, ingest_embedding_sessions
+from ..errors import ConfigError
+from ..storage import is_file, expand
+import shutil
+from ..rundir.files import atomic_path
+from ..features.featurize_stage import featurize_run
+from ..features.preprocess_stage import fit_page_encoder
+from ..methods.training.checkpoint import config_key, keep_checkpoints
+from ..methods.training.ranks import keep_rank_logs
+from ..methods.base import get_method
+from ..memory import map_large_allocations
+from ..identifiability.preflight import preflight, summary_entry
+from ..rundir.epochs import renumber     # one numbering: warm-up named, the method's epochs 0…N−1
+from importlib import import_module
+from ..settings.methods import METHODS, METHODS_PACKAGE
+from ..methods.training.distributed import fit_streamed
+from ..causal.biases import identify_biases
+from ..causal.graph import epoch_dir, graph_epochs
+from ..causal.discover_stage import discover_epoch, score_sessions
+from ..evaluation.annotated import evaluate_ranker
+from ..evaluation.click_metrics import heldout_click_metrics
+from ..evaluation.truth_metrics import truth_metrics   # MCC, click MSE (simulated logs)
+from ..report.html import write_report
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +91,9 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
     page_features = data.parsed_page_features
     sessions_dir = run.path(SESSIONS_DIR).parent  # ingest writers append "sessions/"
     if data.source == "simulate":
-        from ..io.tables import ingest_tables
-        from ..simulate import simulate
         raw = run.path("data/raw")
         logs = simulate(data.simulate, seed=cfg.seed)
         if data.clicks == "unbiased":   # the ceiling: the same shown results, clicks with no bias
-            from ..simulate.unbiased import with_unbiased_clicks
             logs = with_unbiased_clicks(logs, cfg.seed)
         logs.write(raw, fmt="parquet")
         summary = ingest_tables(sorted(glob.glob(str(raw / "train" / "*.parquet"))), sessions_dir,
@@ -78,7 +102,6 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
         _copy_truth(raw, run.path(TRUTH_DIR))
         write_parquet(run.path(ANNOTATIONS), annotations)
     elif data.source == "baidu":
-        from ..io.baidu import ingest_baidu, ingest_baidu_annotations
         summary = ingest_baidu(_expand(data.train, "data.train"), sessions_dir, ctx.client,
                                data.partition_rows, key="run_dir").to_dict()
         # annotations.parquet and quarantine/annotations.parquet beside the sessions (ANNOTATIONS' directory)
@@ -87,7 +110,6 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
     elif data.source == "baidu_embeddings":
         summary, annotations = _ingest_embeddings(ctx, sessions_dir)
     else:
-        from ..io.tables import ingest_tables, read_annotations_table
         summary = ingest_tables(_expand(data.train, "data.train"), sessions_dir, page_features,
                                 ctx.client, data.partition_rows, key="run_dir").to_dict()
         annotations = read_annotations_table(data.annotations)
@@ -102,14 +124,12 @@ def ingest(ctx: StageContext) -> dict[str, Any]:
 def _ingest_embeddings(ctx: StageContext, sessions_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     """The Baidu-ULTR embedding datasets (io/baidu_embeddings.py): data.train's files as the sessions, data.heldout's
     as the held-out sessions (HELDOUT_INGEST_DIR, scored label-free by the evaluate stage), data.annotations."""
-    from ..io.baidu_embeddings import ingest_embedding_annotations, ingest_embedding_sessions
     data, run = ctx.config.data, ctx.run
     emb = data.embeddings
     options = dict(width=emb.width, ltr_features=tuple(emb.ltr_features), batch_rows=emb.batch_rows)
     train, held = _expand(data.train, "data.train"), _expand(data.heldout, "data.heldout") if data.heldout else []
     both = sorted(set(map(os.path.realpath, train)) & set(map(os.path.realpath, held)))
     if both:
-        from ..errors import ConfigError
         raise ConfigError(f"data.heldout: {both[0]} is in data.train too; held-out sessions must never be trained on")
     summary, _ = ingest_embedding_sessions(train, sessions_dir, ctx.client,
                                            partition_rows=data.partition_rows, key="run_dir", **options)
@@ -130,7 +150,6 @@ def check_inputs(cfg: RunConfig) -> None:
     (FileNotFoundError naming the key), so a typo costs a second, not the cluster's start and an ingest."""
     if cfg.data.source not in ("baidu", "parquet", "baidu_embeddings"):     # simulated logs
         return
-    from ..storage import is_file
     _expand(cfg.data.train, "data.train")
     if cfg.data.source == "baidu_embeddings" and cfg.data.heldout:
         _expand(cfg.data.heldout, "data.heldout")
@@ -140,7 +159,6 @@ def check_inputs(cfg: RunConfig) -> None:
 
 def _expand(patterns: list[str], key: str) -> list[str]:
     """The files `patterns` (paths, `*` globs, fsspec URLs) name, in order; FileNotFoundError naming `key`."""
-    from ..storage import expand
     paths: list[str] = []
     for pattern in patterns:
         found = expand(pattern)
@@ -151,8 +169,6 @@ def _expand(patterns: list[str], key: str) -> list[str]:
 
 
 def _copy_truth(raw: Path, truth: Path) -> None:
-    import shutil
-    from ..rundir.files import atomic_path
     with atomic_path(truth) as tmp:
         shutil.copytree(raw / "truth", tmp)
 
@@ -166,7 +182,6 @@ def _ingest_outputs(cfg: RunConfig) -> list[str]:
 def featurize(ctx: StageContext) -> dict[str, Any]:
     """Lexical features for token-only logs, fitted over all partitions in parallel and merged
     (features/featurize_stage.py)."""
-    from ..features.featurize_stage import featurize_run
     if not _needs_lexical_features(ctx.config, ctx.run):
         return {"skipped": "sessions carry dense features or the backbone reads tokens"}
     run = ctx.run
@@ -181,7 +196,6 @@ def _featurize_outputs(cfg: RunConfig) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 def preprocess(ctx: StageContext) -> dict[str, Any]:
     """Fit the page-feature encoder (Bradley–Terry scores, vocabularies, standardisation) over all partitions."""
-    from ..features.preprocess_stage import fit_page_encoder
     cfg = ctx.config
     features = cfg.data.parsed_page_features
     encoder = fit_page_encoder(ctx.run.path(SESSIONS_DIR), features, cfg.discovery.preprocess,
@@ -209,8 +223,6 @@ def train(ctx: StageContext) -> dict[str, Any]:
     (`train.processes` > 1) leave their logs in the run's train/ranks/. After every finished epoch the shared
     trainer writes train/checkpoint.pt: a rerun of a failed train stage resumes from it (training/checkpoint.py),
     and it is deleted once the ranker and history are written."""
-    from ..methods.training.checkpoint import config_key, keep_checkpoints
-    from ..methods.training.ranks import keep_rank_logs
     with keep_rank_logs(ctx.run.path(RANK_LOGS)), \
             keep_checkpoints(ctx.run.path(TRAIN_CHECKPOINT), config_key(ctx.config)) as checkpoint:
         resumed = checkpoint.finished_epochs()
@@ -223,14 +235,11 @@ def train(ctx: StageContext) -> dict[str, Any]:
 
 
 def _train(ctx: StageContext) -> dict[str, Any]:
-    from ..methods.base import get_method
     cfg, run = ctx.config, ctx.run
-    from ..memory import map_large_allocations
     map_large_allocations()
     sessions_path, annotations_path = training_tables(run)
     annotations = read_table(annotations_path)
     valid = annotation_split(run, annotations, "valid")
-    from ..identifiability.preflight import preflight, summary_entry
     if cfg.train.streaming:   # the method's own streamed fit (its spec's streamed_fit), or the shared trainer's
         result, identifiability = streamed_fit(cfg.train.method)(sessions_path, valid if len(valid) else None, cfg,
                                                                  run.root)
@@ -241,10 +250,8 @@ def _train(ctx: StageContext) -> dict[str, Any]:
         sessions, identifiability = preflight(sessions, cfg, run.root)   # warn | merge | fail | intervene
         result = get_method(cfg.train.method).fit(sessions, valid if len(valid) else None, cfg)
         n_rows = len(sessions)
-    from ..rundir.files import atomic_path
     with atomic_path(run.path(RANKER_DIR)) as tmp:
         result.ranker.save(tmp)
-    from ..rundir.epochs import renumber     # one numbering: warm-up named, the method's epochs 0…N−1
     history, bias = renumber(result.history, result.bias, cfg.train.select_metric)
     # the precision the ranker's passes ran in (train.precision resolved on the device; none for a booster)
     precision = next((e["precision"] for e in result.history if isinstance(e, dict) and "precision" in e), None)
@@ -261,8 +268,6 @@ def _train(ctx: StageContext) -> dict[str, Any]:
 def streamed_fit(method: str) -> Callable[..., tuple[Any, dict[str, Any]]]:
     """The train stage's fit of `method` with `train.streaming`: its MethodSpec's `streamed_fit` hook (BAL's rows
     built a few columns at a time, bal/streamed.py), or the shared trainer streaming batches from the partitions."""
-    from importlib import import_module
-    from ..settings.methods import METHODS, METHODS_PACKAGE
     target = METHODS[method].streamed_fit
     if target is None:
         return _shared_streamed_fit
@@ -274,15 +279,12 @@ def _shared_streamed_fit(sessions_path: Path, valid: pd.DataFrame | None, cfg: R
                          run_root: Path) -> tuple[Any, dict[str, Any]]:
     """Batches streamed from the partitions (methods/training/distributed.fit_streamed); no pre-flight: the methods
     that stream this way (the config checks which) model no bias factor."""
-    from ..methods.training.distributed import fit_streamed
     return fit_streamed(sessions_path, valid, cfg), {"checked": False,
                                                      "reason": f"method {cfg.train.method!r} models no bias factor"}
 
 
 def _write_graphs(run: RunDir, result) -> None:
     """Each epoch's learned graph as epoch_<k>/graph.json and its biases as epoch_<k>/biases.json."""
-    from ..causal.biases import identify_biases
-    from ..causal.graph import epoch_dir
     for k, graph in enumerate(result.graphs):
         out = epoch_dir(run.root, k)
         write_json(out / BIASES_FILE, identify_biases(graph).to_dict())
@@ -292,8 +294,6 @@ def _write_graphs(run: RunDir, result) -> None:
 # ---------------------------------------------------------------------------------------------
 def discover(ctx: StageContext) -> dict[str, Any]:
     """The click model's graph under the trained ranker's scores (epoch 0), unless training learned its own."""
-    from ..causal.graph import graph_epochs
-    from ..causal.discover_stage import discover_epoch, score_sessions
     cfg, run = ctx.config, ctx.run
     if graph_epochs(run.root):
         return {"skipped": f"training wrote graphs for epochs {graph_epochs(run.root)}"}
@@ -314,10 +314,7 @@ def evaluate(ctx: StageContext) -> dict[str, Any]:
     cfg, run = ctx.config, ctx.run
     _, annotations_path = training_tables(run)
     test = annotation_split(run, read_table(annotations_path), "test")
-    from ..evaluation.annotated import evaluate_ranker
     metrics, table, scores = evaluate_ranker(run.path(RANKER_DIR), test, cfg)
-    from ..evaluation.click_metrics import heldout_click_metrics
-    from ..evaluation.truth_metrics import truth_metrics   # MCC, click MSE (simulated logs)
     truth = truth_metrics(run.root, training_tables(run)[0], cfg.train.batch_size)
     if truth is not None:
         metrics["truth"] = truth
@@ -332,7 +329,6 @@ def evaluate(ctx: StageContext) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------
 def report(ctx: StageContext) -> dict[str, Any]:
-    from ..report.html import write_report
     write_report(ctx.run)
     return {}
 

@@ -32,6 +32,9 @@ from ...settings.propensity import SOURCES
 from ...errors import ConfigError
 from ...schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, SchemaError, query_document_pairs, \
     row_spans
+from ...simulate.generate import simulation_engine
+from ...simulate.logging_policy import logging_scores, shown_order
+from ...simulate.page import build_page, presented_media
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -164,9 +167,6 @@ def simulate_swaps(cfg: "SimulateConfig", seed: int, n_sessions: int, draw: Swap
     and the columns to record; with probability 1/2 (`randpair_swapped`) the results at pivots[:, t] and
     partners[:, t] trade places for every t. `stream` tags the experiment's own SeedSequence.
     """
-    from ...simulate.generate import simulation_engine
-    from ...simulate.logging_policy import logging_scores, shown_order
-    from ...simulate.page import build_page, presented_media
 
     engine = simulation_engine(cfg, seed)
     corpus, model, context_scales = engine.corpus, engine.model, engine.context_scales

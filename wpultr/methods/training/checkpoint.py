@@ -20,6 +20,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
+from ...config import results_config
+import torch
+from ...rundir.files import Replaces, atomic_path
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -31,7 +34,6 @@ FORMAT = 1
 def config_key(cfg: "RunConfig") -> str:
     """The sha256 of what `cfg` computes (`config.results_config`: where it runs aside): a checkpoint resumes only
     the config that wrote it."""
-    from ...config import results_config
     return hashlib.sha256(json.dumps(results_config(cfg), sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -48,7 +50,6 @@ class Checkpoint:
         the file, not read (to look at its epochs)."""
         if not self.path.is_file():
             return None
-        import torch
         try:
             payload = torch.load(self.path, map_location="cpu", weights_only=True, mmap=mapped)
         except Exception as e:   # noqa: BLE001 (any unreadable file: start over, as if there were none)
@@ -61,9 +62,7 @@ class Checkpoint:
 
     def save(self, payload: dict[str, Any]) -> None:
         """Write `payload` (and this key) atomically: a rank killed mid-write leaves the previous checkpoint."""
-        import torch
 
-        from ...rundir.files import Replaces, atomic_path
         # an existing file is replaced only when it is a checkpoint (a user's file at --checkpoint is refused)
         ours = Replaces("a wpultr training checkpoint", is_checkpoint, in_runs=True)
         with atomic_path(self.path, ours, key="--checkpoint") as tmp:
@@ -80,7 +79,6 @@ class Checkpoint:
 
 def is_checkpoint(path: Path) -> bool:
     """`path` is a checkpoint this module wrote (its format mark; the tensors are mapped, not read)."""
-    import torch
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:   # noqa: BLE001 (anything that does not load as one is not one)

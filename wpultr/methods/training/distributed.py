@@ -54,6 +54,18 @@ from ..base import FitResult
 from ..losses import click_loss, click_loss_named
 from .ranks import GRAPHS_FILE, HISTORY_FILE, RANKER_SUBDIR, fit_data_parallel  # its callers' name
 from .trainer import ListBatch, LossFn, Trainer, build_ranker, list_scores
+from ...rankers.bert import IGNORE_INDEX
+import os
+import signal
+from .streaming import streaming_trainer
+from .warmup import warm_up
+from ...io.parquet import read_table, sample_sessions, column_names
+from ...errors import ConfigError
+from ...schema import SESSION_ID
+from ...cli_support import USER_ERRORS
+from ...config import load_config, parse_overrides
+from contextlib import nullcontext
+from .checkpoint import config_key, keep_checkpoints
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -99,7 +111,6 @@ def shard_masking(ranker: Ranker, batch: ListBatch, inputs: Inputs, rank: int, w
     """The masking one process draws from `generator` for global batch `batch` (BertRanker.mlm_masking of its
     rows of `inputs`, or of its own prepared rows), cut to rank `rank`'s shard: every rank draws the whole
     batch's, so all keep one process's draws and know the batch's masked-token count without communicating."""
-    from ...rankers.bert import IGNORE_INDEX
     part = shard_sessions(len(batch.rows), rank, world)
     first = int(batch.mask[: part.start].sum())      # the shard's rows are a contiguous run of the batch's
     mine = slice(first, first + int(batch.mask[part].sum()))
@@ -280,7 +291,6 @@ KILL_ENV = "WPULTR_TEST_KILL_RANK"   # "<rank>:<epoch>": that rank SIGKILLs itse
 
 def _kill_hook(rank: int) -> int | None:
     """The epoch in which this rank is to kill itself (`KILL_ENV`, set by the resume tests), or None."""
-    import os
     wanted = os.environ.get(KILL_ENV, "")
     who, _, when = wanted.partition(":")
     return int(when) if wanted and who == str(rank) and when.isdigit() else None
@@ -288,8 +298,6 @@ def _kill_hook(rank: int) -> int | None:
 
 def _die() -> None:
     """SIGKILL this process mid-epoch, as a lost machine would end it: no cleanup, no error line of its own."""
-    import os
-    import signal
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -301,12 +309,10 @@ def fit_rank(sessions: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
     if hasattr(method, "fit_rank"):
         return method.fit_rank(sessions, valid, cfg, DataParallelTrainer, arrow_lists, overrides)
     if cfg.train.streaming:
-        from .streaming import streaming_trainer
         trainer = streaming_trainer(sessions, valid, cfg, DataParallelTrainer)
     else:
         trainer = DataParallelTrainer(*rank_ranker_and_table(sessions, cfg, arrow_lists), valid, cfg)
         if cfg.train.warmup_epochs:   # only then: the warm-up imports transformers (seconds per rank)
-            from .warmup import warm_up
             warm_up(trainer)
     return method.fit_trainer(trainer, cfg)
 
@@ -315,7 +321,6 @@ def rank_ranker_and_table(sessions: str | Path, cfg: "RunConfig", arrow_lists: S
                           ) -> tuple[Ranker, pd.DataFrame]:
     """The sessions table a rank trains on in memory (read as the parent handed it over: `arrow_lists` as Arrow) and
     the ranker built on it, the same on every rank."""
-    from ...io.parquet import read_table, sample_sessions
     train = sample_sessions(read_table(sessions, arrow_lists=arrow_lists), cfg.data.max_sessions, cfg.seed)
     return build_ranker(cfg, train), train
 
@@ -325,7 +330,6 @@ def fit_streamed(sessions_dir: str | Path, valid: pd.DataFrame | None, cfg: "Run
     `sessions_dir` in this process, or by `train.processes` DDP ranks; the table is never read whole."""
     if cfg.train.processes > 1:
         return fit_data_parallel(sessions_dir, valid, cfg)
-    from .streaming import streaming_trainer
     return get_method(cfg.train.method).fit_trainer(streaming_trainer(sessions_dir, valid, cfg), cfg)
 
 
@@ -376,9 +380,6 @@ class RankBatches:
 def check_sessions_path(path: str | Path) -> None:
     """ConfigError unless `path` is a sessions table (a Parquet file or partition directory with a session_id
     column): a run's data/featured/ holds the table in sessions/ beside annotations.parquet, not as its partitions."""
-    from ...errors import ConfigError
-    from ...io.parquet import column_names
-    from ...schema import SESSION_ID
     path = Path(path)
     if path.is_dir() and not any(p.suffix == ".parquet" for p in path.iterdir()):
         hint = f"; did you mean {path / 'sessions'}?" if (path / "sessions").is_dir() else ""
@@ -405,9 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              "e.g. a run's train/checkpoint.pt")
     parser.add_argument("--checkpoint-key", help=argparse.SUPPRESS)   # the launching config's key (checkpoint.py)
     args = parser.parse_args(argv)
-    from ...cli_support import USER_ERRORS
     try:
-        from ...config import load_config, parse_overrides
         cfg = load_config(args.config, parse_overrides(args.set))
         check_sessions_path(args.sessions)
     except USER_ERRORS as e:
@@ -421,9 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.overrides:
             with np.load(args.overrides, allow_pickle=False) as saved:
                 overrides = {k: saved[k] for k in saved.files}
-        from contextlib import nullcontext
 
-        from .checkpoint import config_key, keep_checkpoints
         with keep_checkpoints(args.checkpoint, args.checkpoint_key or config_key(cfg)) if args.checkpoint \
                 else nullcontext():
             result = fit_rank(args.sessions, valid if valid is not None and len(valid) else None, cfg,

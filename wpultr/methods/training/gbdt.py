@@ -31,6 +31,8 @@ from ...schema import CLICK
 from ..lambda_pairs import GradHess, Loss, lambda_objective, session_pairs
 from ..losses import click_loss_named
 from .trainer import SessionLists
+from ...cluster import current_client
+from ..lightgbm_rank import wants_dask
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -49,8 +51,6 @@ def booster_params(cfg: "RunConfig") -> dict[str, Any]:
 
 def note_in_process(cfg: "RunConfig", rows: int) -> bool:
     """Log (and say True) when `ranker.lightgbm.distributed` would put this booster on Dask; it stays here."""
-    from ...cluster import current_client
-    from ..lightgbm_rank import wants_dask
     mode = cfg.ranker.lightgbm.distributed
     wanted = wants_dask(cfg, current_client() if mode is not False else None, rows)
     if wanted:
@@ -63,7 +63,7 @@ class BoostingTrainer:
     """One booster's training run: dataset (sessions contiguous, by position), validation, history, best epoch."""
 
     def __init__(self, train: pd.DataFrame, valid: pd.DataFrame | None, cfg: "RunConfig"):
-        import lightgbm as lgb
+        import lightgbm as lgb   # lazy: lightgbm ~2.2 s (-X importtime); BAL and naive import gbdt for neural runs
 
         self.cfg = cfg
         self.lists = SessionLists.from_frame(train)

@@ -24,10 +24,22 @@ from collections.abc import Iterator
 import pandas as pd
 
 from ...errors import ClusterError, WpultrError
+import pyarrow as pa
+import pyarrow.parquet as pq
+from ...config import dump_config
+import numpy as np
+from .checkpoint import current
+from ...cluster import current_client
+from distributed import Client, Event, secede, get_worker
+from ..base import FitResult
+from ...rankers.registry import load_ranker
+from ...causal.graph import DiscoveredGraph
+import signal
+import inspect
+import ctypes
 
 if TYPE_CHECKING:
     from ...config import RunConfig
-    from ..base import FitResult
 
 RANK_ENTRY = "wpultr.methods.training.distributed"   # the module every rank runs (`python -m`)
 HISTORY_FILE = "history.json"
@@ -56,8 +68,6 @@ def write_rank_table(frame: pd.DataFrame, path: Path) -> tuple[str, ...]:
     pandas records an Arrow column's dtype by its string ('list<element: int32>[pyarrow]') in the file's pandas
     metadata, and pandas 3 cannot parse that string back (`TypeError: data type ... not understood`): those
     columns' entries are left out of the metadata, so they read as plain Arrow lists."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     arrow = tuple(str(c) for c, dtype in frame.dtypes.items() if isinstance(dtype, pd.ArrowDtype))
     table = pa.Table.from_pandas(frame, preserve_index=False)
     meta = dict(table.schema.metadata or {})
@@ -82,7 +92,6 @@ class RankJob:
     @classmethod
     def prepare(cls, work: Path, sessions: pd.DataFrame | str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
                 world: int, overrides: dict[str, Any] | None = None) -> "RankJob":
-        from ...config import dump_config
         arrow: tuple[str, ...] = ()
         if isinstance(sessions, pd.DataFrame):
             arrow = write_rank_table(sessions, work / "sessions.parquet")
@@ -93,10 +102,8 @@ class RankJob:
         if arrow:
             command += ["--arrow-lists", ",".join(arrow)]
         if overrides:
-            import numpy as np
             np.savez(work / "overrides.npz", **{k: np.asarray(v) for k, v in overrides.items()})
             command += ["--overrides", str(work / "overrides.npz")]
-        from .checkpoint import current
         checkpoint = current()      # the train stage's: rank 0 writes it after each epoch, every rank resumes from it
         if checkpoint is not None:
             command += ["--checkpoint", str(checkpoint.path), "--checkpoint-key", checkpoint.key]
@@ -134,7 +141,6 @@ def rank_env(rank: int, world: int, address: str, port: int, threads: int,
 def scheduler_address(client: Any = None) -> str | None:
     """The address of the run's Dask scheduler (`client`'s, else this process's current client's), if any."""
     if client is None:
-        from ...cluster import current_client
         client = current_client()
     try:
         return str(client.scheduler.address) if client is not None and client.scheduler is not None else None
@@ -147,7 +153,6 @@ def rank_client() -> Any:
     address = os.environ.get(SCHEDULER_ENV)
     if not address:
         return None
-    from distributed import Client
     return Client(address, set_as_default=False)
 
 
@@ -158,7 +163,6 @@ def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame |
     `cluster.scheduler`, one task per Dask worker of that cluster (`run_on_dask`). `overrides`: per-row columns that
     replace the partitions' (a streamed BAL's identifiability pre-flight merges). A rank's failure stops the
     others and raises one line naming the rank and its kept log."""
-    from ..base import FitResult
     n = processes or cfg.train.processes
     client = _scheduler_client(cfg)
     parent = _rank_logs.get()
@@ -177,10 +181,8 @@ def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame |
             where = kept.get(rank, job.log(rank))
             raise WpultrError(f"train.processes: DDP rank {rank} of {n} failed: {line} (its log: {where})")
         saved = json.loads((job.work / HISTORY_FILE).read_text())
-        from ...rankers.registry import load_ranker
         graphs = []
         if (job.work / GRAPHS_FILE).exists():
-            from ...causal.graph import DiscoveredGraph
             graphs = [DiscoveredGraph.from_dict(g) for g in json.loads((job.work / GRAPHS_FILE).read_text())]
         bias = {**saved["bias"], "processes": n}
         if job.workers:
@@ -222,7 +224,6 @@ def run_local(job: RankJob) -> tuple[int, str] | None:
         return None
     code = ranks[failed][0].returncode
     if code < 0:      # a signal: its log ends wherever the rank was, so say what ended it
-        import signal
         return failed, f"killed by {signal.Signals(-code).name} (last output: {last_line(job.log(failed))})"
     return failed, last_line(job.log(failed))
 
@@ -255,10 +256,8 @@ def _scheduler_client(cfg: "RunConfig") -> Any:
     """The run's Dask client when the ranks go to an existing cluster (`cluster.scheduler`), else None."""
     if cfg.cluster.scheduler is None:
         return None
-    from ...cluster import current_client
     client = current_client()
     if client is None or client.scheduler is None or client.scheduler.address != _normal(cfg.cluster.scheduler):
-        from distributed import Client
         client = Client(cfg.cluster.scheduler, timeout=cfg.cluster.connect_timeout, set_as_default=False)
     return client
 
@@ -291,26 +290,20 @@ def rank_workers(client: Any, cfg: "RunConfig", world: int) -> list[dict[str, An
 
 
 def _takes_n_workers(client: Any) -> bool:
-    import inspect
     return "n_workers" in inspect.signature(client.scheduler_info).parameters
 
 
 def _die_with_parent() -> None:
     """In a rank's process before it runs (Linux): SIGKILL when the process that started it dies, so a rank never
     outlives its lost Dask worker (or its killed launcher)."""
-    try:
-        import ctypes
-        import signal
+    with suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _rank_task(command: list[str], env: dict[str, str], log: str, out: str | None, stop: str) -> dict[str, Any]:
     """One rank, run on a Dask worker as a subprocess (its own process: torch's process group and global state
     stay out of the worker); its exit code, its log and, for rank 0, the files it wrote (ranker, history). The
     client sets the Dask Event `stop` when the fit failed elsewhere: the rank is killed then, not left running."""
-    from distributed import Event, secede
     secede()      # the rank waits here in its own process: the worker's thread pool serves other tasks (discovery)
     stopped = Event(stop)
     with open(log, "wb") as handle:
@@ -336,7 +329,6 @@ def _rank_task(command: list[str], env: dict[str, str], log: str, out: str | Non
 
 def _worker_port() -> tuple[str, int]:
     """This worker's host and a port free on it: the rendezvous of rank 0, which runs here."""
-    from distributed import get_worker
     host = get_worker().address.split("://")[-1].rsplit(":", 1)[0]
     return host, free_port("")
 
@@ -360,7 +352,6 @@ def run_on_dask(client: Any, job: RankJob, cfg: "RunConfig") -> tuple[int, str] 
                                      str(job.work) if rank == 0 else None, stop, workers=[worker["address"]],
                                      allow_other_workers=False, resources=cfg.cluster.rank_resources or None,
                                      pure=False, retries=0, key=f"wpultr-rank-{rank}-{job.work.name}"))
-    from distributed import Event
     stopped = Event(stop, client=client)
     try:
         failure = _wait_tasks(client, futures, workers, job)

@@ -34,6 +34,8 @@ from ...io.parquet import partition_paths, row_count, table_to_pandas
 from ...rankers.base import Ranker, score_inputs, take
 from ...schema import CLICK, FEATURES, POSITION, SESSION_ID
 from .trainer import ListBatch, SessionLists, Trainer
+from ...rankers.mlp import feature_matrix, MLPRanker
+from .warmup import warm_up
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -170,7 +172,6 @@ def assemble(pieces: Sequence[Piece], device: torch.device, extras: dict[str, np
 def feature_moments(paths: Sequence[str | Path]) -> tuple[int, np.ndarray, np.ndarray]:
     """(width, mean, population std) of the `features` vectors over all partitions, merged partition by
     partition (Chan et al.'s pairwise update of count, mean and sum of squared deviations, in float64)."""
-    from ...rankers.mlp import feature_matrix
     n, mean, m2 = 0, None, None
     for path in paths:
         matrix = feature_matrix(pd.read_parquet(path, columns=[FEATURES]), str(path)).astype(np.float64)
@@ -199,7 +200,6 @@ def streaming_ranker(cfg: "RunConfig", directory: str | Path) -> Ranker:
     if not BACKBONES[cfg.ranker.backbone].streams:     # the config refuses it at load; a changed config here
         raise ConfigError(f"train.streaming: true trains ranker.backbone 'mlp' only (its standardisation merges "
                           f"over partitions), got {cfg.ranker.backbone!r}; set train.streaming: false")
-    from ...rankers.mlp import MLPRanker
     width, mean, std = feature_moments(partition_paths(directory))
     torch.manual_seed(cfg.seed)   # the same initial weights as training.build_ranker
     ranker = MLPRanker(width, cfg.ranker.head, cfg.ranker.dropout)
@@ -218,6 +218,5 @@ def streaming_trainer(directory: str | Path, valid: pd.DataFrame | None, cfg: "R
     stream = PartitionSessions(directory, ranker, cfg.train.batch_size)
     trainer = trainer_class(ranker, None, valid, cfg, stream=stream, **kwargs)
     if cfg.train.warmup_epochs:   # only then: the warm-up imports transformers (seconds in a fresh process)
-        from .warmup import warm_up
         warm_up(trainer)
     return trainer

@@ -23,6 +23,9 @@ from ...rankers import registry
 from ...rankers.base import Inputs, Ranker, resolve_device, score_inputs, take
 from ...rankers.precision import autocast, grad_scaler, resolve_precision
 from ...schema import CLICK, POSITION, SESSION_ID, SchemaError
+from .checkpoint import current
+import json
+import logging
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -152,7 +155,6 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
         # the per-epoch checkpoint (checkpoint.py) of the train stage in progress, and what this run resumes from
-        from .checkpoint import current
         self.checkpoint = current()
         self.resume: dict[str, Any] | None = self.checkpoint.load() if self.checkpoint is not None else None
         self.resumed_epochs = 0           # the finished epochs taken from the checkpoint (0: a fresh start)
@@ -178,7 +180,6 @@ class Trainer:
 
     def restore(self, payload: dict[str, Any]) -> None:
         """Everything `checkpoint_state` saved, back in place: the run continues as if it had not stopped."""
-        import json
         self.ranker.load_state_dict(payload["ranker"])
         self.optimizer.load_state_dict(payload["optimizer"])
         if self.scaler is not None and payload.get("scaler"):
@@ -200,13 +201,11 @@ class Trainer:
             if name in payload["kept"]:
                 _load_kept(state, payload["kept"][name])
         self.resume = {"kept": payload["kept"]}     # what `keep` may still load; the rest is in place (memory freed)
-        import logging
         logging.getLogger(__name__).warning("train: resuming after the %d finished epochs in %s",
                                             self.resumed_epochs, self.checkpoint.path if self.checkpoint else "")
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What a resume needs (checkpoint.py): tensors, numbers and JSON text only (weights_only loading)."""
-        import json
         best = self.best
         return {"epochs": len(self.history), "ranker": self.ranker.state_dict(),
                 "optimizer": self.optimizer.state_dict(),

@@ -16,6 +16,7 @@ import torch
 from ...rankers.base import Inputs, Ranker, take
 from ..losses import click_loss
 from .trainer import ListBatch, Trainer, build_ranker
+from ...rankers.bert import CLS_VECTORS
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -26,7 +27,6 @@ def trains_masked_lm(ranker: Ranker, inputs: Inputs) -> bool:
     Any other ranker never imports the BERT module (transformers: seconds in every fresh DDP rank)."""
     if type(ranker).__module__ != "wpultr.rankers.bert":
         return False
-    from ...rankers.bert import CLS_VECTORS
     return not getattr(ranker, "freeze_encoder", True) and CLS_VECTORS not in inputs
 
 
