@@ -10,9 +10,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "wpultr"
 
-# Modules another branch was changing when the rule came in (issue 43: the methods' data-parallel training and
-# train-stage resume); their function-level imports are still to be sorted. Shrink this, never grow it.
-NOT_YET = ("wpultr/methods/", "wpultr/bal/method.py", "wpultr/bal/influence.py", "wpultr/pipeline/stages.py")
 
 
 def _bindings(node: ast.Import | ast.ImportFrom) -> dict[str, tuple]:
@@ -48,15 +45,13 @@ def _modules() -> list[Path]:
 
 def test_every_function_level_import_names_its_reason():
     bare = [f"{p.relative_to(ROOT)}:{line}: {src}" for p in _modules()
-            if not str(p.relative_to(ROOT)).startswith(NOT_YET)
             for line, src, _ in function_level_imports(p) if "# lazy:" not in src and "# local:" not in src]
     assert not bare, "move these imports to the top, or name the start-up reason (# lazy: ...):\n" + "\n".join(bare)
 
 
 def test_no_function_re_imports_what_its_module_imports_at_the_top():
     again = [f"{p.relative_to(ROOT)}:{line}: {src}" for p in _modules()
-             if not str(p.relative_to(ROOT)).startswith(NOT_YET)
-             for line, src, dup in function_level_imports(p) if dup]
+              for line, src, dup in function_level_imports(p) if dup]
     assert not again, "\n".join(again)
 
 
