@@ -61,23 +61,21 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from outputs import check_json_output, write_json_output  # bench/outputs.py: --json replaces only its own file
+from worlds import LETOR_HELD_OUT, LETOR_WORLDS, WORLDS  # bench/worlds.py: the worlds, shared with bench/discovery.py
 from wpultr.bal.weights import clip_and_normalise
 from wpultr.cluster import open_client
 from wpultr.config import config_from_dict, set_dotted
+from wpultr.evaluation.metrics import paired_test, per_query
 from wpultr.io.letor import read_letor
 from wpultr.methods.losses.lists import listwise_softmax_loss, weighted_softmax_loss
 from wpultr.methods.training.gbdt import BoostingTrainer
 from wpultr.methods.training.trainer import Trainer, build_ranker
-from wpultr.evaluation.metrics import paired_test
-from wpultr.evaluation.metrics import per_query
 from wpultr.rankers.base import score_frame
-from wpultr.schema import CLICK, DOC_ID, LABEL, POSITION, QUERY_ID, QUERY_KEY, SESSION_ID
-from wpultr.schema import FEATURES
+from wpultr.schema import CLICK, DOC_ID, FEATURES, LABEL, POSITION, QUERY_ID, QUERY_KEY, SESSION_ID
 from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
 from wpultr.simulate.user_models import click_relevance
-from outputs import check_json_output, write_json_output   # bench/outputs.py: --json replaces only its own file
-from worlds import LETOR_HELD_OUT, LETOR_WORLDS, WORLDS   # bench/worlds.py: the worlds, shared with bench/discovery.py
 
 BENCH_WORLDS = {**WORLDS, **LETOR_WORLDS}
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bal import METHODS, base_config, epoch_seconds, split_annotations, with_overrides   # bench/bal.py
+from bal import METHODS, base_config, epoch_seconds, split_annotations, with_overrides  # bench/bal.py
 from worlds import WORLDS
 from wpultr.cluster import open_client
 from wpultr.config import config_from_dict

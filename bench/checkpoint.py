@@ -18,15 +18,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import wpultr  # noqa: F401,I001  first, as in `wpultr run`: its OpenMP wait policy is read when torch loads
 import torch
 
+import wpultr  # noqa: F401,I001  first, as in `wpultr run`: its OpenMP wait policy is read when torch loads
+from worlds import WORLDS  # bench/worlds.py (the script's folder is on the path)
 from wpultr.config import config_from_dict, read_yaml_mapping
 from wpultr.methods.training.checkpoint import Checkpoint, config_key, keep_checkpoints
 from wpultr.rundir.files import RunDir
 from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
-from worlds import WORLDS   # bench/worlds.py (the script's folder is on the path)
 
 DEMO = Path(__file__).resolve().parents[1] / "pipelines" / "demo.yaml"
 BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}

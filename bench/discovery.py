@@ -71,22 +71,40 @@ from causallearn.search.ConstraintBased.PC import pc
 from scipy import stats
 from threadpoolctl import threadpool_info
 
+from outputs import check_json_output, write_json_output  # bench/outputs.py: --json replaces only its own file
+from worlds import MEDIA_WORLDS, WORLDS  # bench/worlds.py: shared with bench/bal.py
 from wpultr.causal.biases import identify_biases
-from wpultr.causal.discovery import (DiscoveryConfig, DiscoveryResult, ci_test_spec, discover, node_order,
-                                     one_row_per_session, prior_knowledge, sample_click_rows, sample_session_ids)
+from wpultr.causal.click_evidence import deciding_p_values
+from wpultr.causal.discovery import (
+    DiscoveryConfig,
+    DiscoveryResult,
+    ci_test_spec,
+    discover,
+    node_order,
+    one_row_per_session,
+    prior_knowledge,
+    sample_click_rows,
+    sample_session_ids,
+)
 from wpultr.causal.graph import GraphEdge, structural_hamming_distance
 from wpultr.causal.kci import clear_store
+from wpultr.causal.within_document_ci import DOCUMENT_CODE
 from wpultr.cluster import open_client
 from wpultr.config import ClusterConfig
 from wpultr.features.encoders import PageFeatureEncoder
-from wpultr.schema import (BAIDU_PAGE_FEATURES, CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID,
-                           FeatureKind, query_document_pairs)
+from wpultr.schema import (
+    BAIDU_PAGE_FEATURES,
+    CLICK,
+    DOC_ID,
+    POSITION,
+    QUERY_ID,
+    RELEVANCE_SCORE,
+    SESSION_ID,
+    FeatureKind,
+    query_document_pairs,
+)
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-from outputs import check_json_output, write_json_output   # bench/outputs.py: --json replaces only its own file
-from worlds import MEDIA_WORLDS, WORLDS          # bench/worlds.py: shared with bench/bal.py
-from wpultr.causal.click_evidence import deciding_p_values
-from wpultr.causal.within_document_ci import DOCUMENT_CODE
 from wpultr.simulate.generate import TRUE_LABEL
 
 FEATURES = BAIDU_PAGE_FEATURES

@@ -38,8 +38,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bal import (METHODS, WORLDS, base_config, oracle_examination, oracle_ipw, paired_test, split_annotations,
-                 test_metrics, true_examination, truth_of, with_overrides)
+from bal import (
+    METHODS,
+    WORLDS,
+    base_config,
+    oracle_examination,
+    oracle_ipw,
+    paired_test,
+    split_annotations,
+    test_metrics,
+    true_examination,
+    truth_of,
+    with_overrides,
+)
 from wpultr.cluster import open_client
 from wpultr.config import config_from_dict
 from wpultr.schema import CLICK

@@ -46,8 +46,7 @@ import wpultr  # noqa: F401  first, as in `wpultr run`: its OpenMP wait policy i
 # isort: split
 import torch
 
-import bert_throughput as bt   # bench/bert_throughput.py (the script's folder is on the path): sessions and config
-
+import bert_throughput as bt  # bench/bert_throughput.py (the script's folder is on the path): sessions and config
 from wpultr.config import config_from_dict
 from wpultr.methods.naive import Naive
 from wpultr.methods.training.trainer import Trainer, build_ranker
@@ -173,7 +172,7 @@ BAL_YAML = Path(__file__).resolve().parents[1] / "pipelines" / "bal.yaml"
 
 def bal_figures(sizes: dict[str, Any], device: torch.device, smoke: bool, max_length: int) -> dict[str, Any]:
     """BAL-BERT-base against Naive-BERT-base on one simulated log, end to end (part 3)."""
-    from worlds import WORLDS          # bench/worlds.py
+    from worlds import WORLDS  # bench/worlds.py
     from wpultr.config import read_yaml_mapping
     shipped = read_yaml_mapping(BAL_YAML)
     bert = dict(bt.BASE) if not smoke else {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -194,6 +193,7 @@ def bal_figures(sizes: dict[str, Any], device: torch.device, smoke: bool, max_le
     }
     try:
         import distributed  # noqa: F401
+
         from wpultr.cluster import open_client
         cluster = open_client(config_from_dict(values).cluster) if not smoke else None
     except ImportError:

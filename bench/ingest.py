@@ -62,8 +62,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wpultr.io.baidu import ingest_baidu
-from wpultr.schema import (BAIDU_BEHAVIOUR_COLUMNS, BAIDU_N_RESULT_FIELDS, BAIDU_RESULT_FIELDS, BAIDU_TOKEN_SEP,
-                           baidu_sessions_arrow_schema)
+from wpultr.schema import (
+    BAIDU_BEHAVIOUR_COLUMNS,
+    BAIDU_N_RESULT_FIELDS,
+    BAIDU_RESULT_FIELDS,
+    BAIDU_TOKEN_SEP,
+    baidu_sessions_arrow_schema,
+)
 
 SEED = 20240601
 RESULTS_PER_SESSION = 10
@@ -280,8 +285,8 @@ def _child_ours(spec: dict) -> dict:
     script's top level, and wpultr.config pulls in the heavy modeling stack, which the ingest
     tasks themselves never import.
     """
-    from wpultr.config import ClusterConfig
     from wpultr.cluster import open_client
+    from wpultr.config import ClusterConfig
 
     started = time.perf_counter()
     cluster = ClusterConfig(n_workers=spec["workers"], threads_per_worker=1, memory_limit="4GiB")
@@ -348,6 +353,7 @@ def _child_ours_embeddings(spec: dict) -> dict:
     """Our ingest of the files on a warm LocalCluster of `workers` workers (start-up untimed), or with 0 workers in
     this one process (as `wpultr ingest` reads under 50 MB of input)."""
     import contextlib
+
     from wpultr.cluster import open_client
     from wpultr.config import ClusterConfig
     from wpultr.io.baidu_embeddings import ingest_embedding_sessions
@@ -521,7 +527,7 @@ class PeakRss:
             self.peak = max(self.peak, sum(_rss(p) for p in processes))
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> PeakRss:
         self._thread.start()
         return self
 

@@ -27,12 +27,11 @@ import time
 import numpy as np
 import torch
 
+from outputs import check_json_output, write_json_output  # bench/outputs.py: --json replaces only its own file
 from wpultr.config import RunConfig
 from wpultr.settings.methods import get_method
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-
-from outputs import check_json_output, write_json_output   # bench/outputs.py: --json replaces only its own file
 
 METHODS = ("naive", "ipw", "regression_em", "dla", "pairwise_debias", "lightgbm_lambdarank", "lightgbm_position",
            "propensity_pairs", "propensity_lambdamart",   # PRS pairs on the MLP; PRS-LambdaMART per 50-round epoch

@@ -23,11 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import seed_tables  # bench/seed_tables.py, shared with bench/prs_probe.py
 from wpultr.config import parse_overrides
 from wpultr.schema import QUERY_ID, QUERY_KEY, query_key
 from wpultr.simulate import simulate
-
-import seed_tables   # bench/seed_tables.py, shared with bench/prs_probe.py
 
 YAML = Path(__file__).resolve().parents[1] / "pipelines" / "reproduce" / "pairwise_framework.yaml"
 KS = (1, 3, 5, 10)

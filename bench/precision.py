@@ -24,6 +24,7 @@ import wpultr  # noqa: F401  first, as in `wpultr run`: its OpenMP wait policy i
 import numpy as np
 import torch
 
+from worlds import WORLDS  # bench/worlds.py (the script's folder is on the path)
 from wpultr.config import config_from_dict, read_yaml_mapping
 from wpultr.evaluation.metrics import paired_test, per_query
 from wpultr.rankers.base import score_frame
@@ -31,7 +32,6 @@ from wpultr.rankers.precision import scoring_precision
 from wpultr.schema import QUERY_ID
 from wpultr.settings.methods import get_method
 from wpultr.simulate import simulate
-from worlds import WORLDS   # bench/worlds.py (the script's folder is on the path)
 
 DEMO = Path(__file__).resolve().parents[1] / "pipelines" / "demo.yaml"
 BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}

@@ -34,13 +34,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+# bench/seed_tables.py, shared with bench/pairwise_size.py
+from seed_tables import (
+    add_output_arguments,
+    append_record,
+    check_out,
+    fit_and_score,
+    paired_entry,
+    print_summary,
+    run_configs,
+    validation_and_test,
+)
 from wpultr.config import parse_overrides
 from wpultr.schema import CLICK, query_key
 from wpultr.simulate import simulate
-
-# bench/seed_tables.py, shared with bench/pairwise_size.py
-from seed_tables import (add_output_arguments, append_record, check_out, fit_and_score, paired_entry, print_summary,
-                         run_configs, validation_and_test)
 
 YAML = Path(__file__).resolve().parents[1] / "pipelines" / "reproduce" / "prs.yaml"
 ORACLE = "IPS-LR+oracle"          # IPS-LR without the skipped relevant results among its negatives

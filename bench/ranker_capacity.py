@@ -24,18 +24,18 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
 from wpultr.config import config_from_dict
+from wpultr.evaluation.metrics import per_query
 from wpultr.methods.losses.lists import listwise_softmax_loss
 from wpultr.methods.training.trainer import Trainer, build_ranker
-from wpultr.evaluation.metrics import per_query
 from wpultr.rankers.base import score_frame
 from wpultr.schema import CLICK, FEATURES, LABEL, POSITION, QUERY_ID, SESSION_ID
 from wpultr.simulate import simulate

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Hashable
 
 import numpy as np
 import pandas as pd
 
 from wpultr.config import config_from_dict
-from wpultr.experiment.spec import load_experiment
 from wpultr.evaluation.metrics import paired_test, per_query
+from wpultr.experiment.spec import load_experiment
 from wpultr.io.split import split_queries
 from wpultr.rankers.base import score_frame
 from wpultr.schema import query_key

@@ -6,16 +6,21 @@ import pandas as pd
 import pytest
 import torch
 
-from wpultr.bal.click_model import (ClickModel, PageInputs, document_offsets, log_click_likelihood, ranker_loss,
-                                    skipped_irrelevance)
-from wpultr.bal.method import (BAL, click_model_rows, click_side_weights, fixed_graph,
-                               listwise_click_weights)
+from ranking_bars import random_ranker_dcg10
+from wpultr.bal.click_model import (
+    ClickModel,
+    PageInputs,
+    document_offsets,
+    log_click_likelihood,
+    ranker_loss,
+    skipped_irrelevance,
+)
+from wpultr.bal.method import BAL, click_model_rows, click_side_weights, fixed_graph, listwise_click_weights
 from wpultr.bal.rows import document_pairs
 from wpultr.causal.biases import identify_biases
 from wpultr.causal.discovery import prior_violations
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
 from wpultr.config import ConfigError, RunConfig, config_from_dict
-from wpultr.settings.lightgbm import LightGBMConfig
 from wpultr.evaluation.metrics import evaluate
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
@@ -23,10 +28,10 @@ from wpultr.rankers.mlp import MLPRanker
 from wpultr.rundir import layout as L
 from wpultr.schema import BAIDU_PAGE_FEATURES, CLICK, POSITION, RELEVANCE_SCORE
 from wpultr.settings.bal import VARIANTS, ClickModelConfig
+from wpultr.settings.lightgbm import LightGBMConfig
 from wpultr.settings.methods import get_method
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-from ranking_bars import random_ranker_dcg10
 
 
 def _frame(n=64, seed=0):
@@ -379,6 +384,7 @@ def test_short_bal_run_on_a_local_cluster(tmp_path, dask_client, backbone):
     assert bias["epochs"][-1]["examination_by_position"] == history[-1]["train"]["examination_by_position"]
     assert "rows_in_pairs_at_two_positions" in bias["document_effects"]
     from typer.testing import CliRunner
+
     from wpultr.causal.cli import graph_app
     shown = CliRunner().invoke(graph_app, ["show", str(run)])
     assert shown.exit_code == 0 and "'s click model, relative to the first): 1: 1.000" in shown.output

@@ -12,9 +12,9 @@ from wpultr.bal.click_model import ClickModel, PageInputs
 from wpultr.bal.influence import InfluenceConfig, fit_influence_estimators
 from wpultr.bal.weights import importance_weights
 from wpultr.causal.biases import BiasReport, ConfoundedFeature
+from wpultr.schema import CLICK, RELEVANCE_SCORE
 from wpultr.settings.bal import ClickModelConfig
 from wpultr.settings.bal_weighting import WeightConfig
-from wpultr.schema import CLICK, RELEVANCE_SCORE
 
 R = RELEVANCE_SCORE
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -43,9 +43,9 @@ def fingerprint() -> dict:
 
 def _fit_record() -> dict:
     from wpultr.config import RunConfig
-    from wpultr.settings.methods import get_method
     from wpultr.evaluation.metrics import evaluate
     from wpultr.rankers.base import score_frame
+    from wpultr.settings.methods import get_method
     from wpultr.settings.simulate import SimulateConfig
     from wpultr.simulate import simulate
     cfg = SimulateConfig(n_queries=30, docs_per_query=6, n_sessions=1500, n_annotated_queries=10, results_per_page=5,

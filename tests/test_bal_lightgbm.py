@@ -12,8 +12,8 @@ import pytest
 
 from wpultr.causal.graph import DiscoveredGraph, epoch_dir
 from wpultr.config import ConfigError, RunConfig, config_from_dict
-from wpultr.methods.training.gbdt import BoostingTrainer
 from wpultr.evaluation.metrics import evaluate
+from wpultr.methods.training.gbdt import BoostingTrainer
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from bench_scripts import load_bench_script
 
+from bench_scripts import load_bench_script
 from wpultr.methods.base import FitResult
 
 

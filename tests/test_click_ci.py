@@ -8,8 +8,7 @@ from scipy import stats
 from scipy.special import expit
 
 from wpultr.causal.click_ci import ClickCITest, natural_spline_basis
-from wpultr.causal.discovery import (DiscoveryConfig, PageFeatureCIT, discover, one_row_per_session,
-                                     sample_click_rows)
+from wpultr.causal.discovery import DiscoveryConfig, PageFeatureCIT, discover, one_row_per_session, sample_click_rows
 from wpultr.causal.hybrid_ci import HybridCIT, resample_sessions, split_click_rows, stack_click_rows
 from wpultr.causal.near_determinism import determination
 from wpultr.config import ConfigError

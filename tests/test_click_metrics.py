@@ -8,12 +8,12 @@ import pytest
 from scipy.special import expit
 from typer.testing import CliRunner
 
+from tiny_runs import tiny_run
 from wpultr.evaluation.click_metrics import by_position, fit_logistic_calibration, position_ctr
 from wpultr.evaluation.metrics import click_log_likelihood, click_perplexity
 from wpultr.io.split import heldout_session_mask
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-from tiny_runs import tiny_run
 
 
 def test_formulas_against_a_hand_computation():

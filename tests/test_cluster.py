@@ -174,6 +174,7 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path):
 def test_local_cluster_workers_profile_only_when_asked(profiling):
     """Dask's statistical profiler (every thread's stack each 10 ms) costs the CPU-bound stages: off by default."""
     import dask
+
     from wpultr.config import ClusterConfig
     with open_client(ClusterConfig(n_workers=1, worker_profiling=profiling)) as client:
         seen = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from wpultr.cli import app
 from wpultr.config import config_from_dict
 from wpultr.pipeline.runner import run_pipeline
-from wpultr.tables import pvalue
 from wpultr.report.compare import PAGE_MARK, compare_runs
 from wpultr.rundir.layout import PER_QUERY
+from wpultr.tables import pvalue
 
 pytestmark = pytest.mark.e2e
 

@@ -9,8 +9,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wpultr.config import (MOVED_KEYS, ConfigError, RunConfig, check_machine, config_from_dict, dump_config,
-                           load_config, parse_overrides, to_dict)
+from wpultr.config import (
+    MOVED_KEYS,
+    ConfigError,
+    RunConfig,
+    check_machine,
+    config_from_dict,
+    dump_config,
+    load_config,
+    parse_overrides,
+    to_dict,
+)
 from wpultr.settings.lightgbm import LightGBMConfig
 from wpultr.settings.propensity import PropensityConfig
 
@@ -383,8 +392,8 @@ def test_sizes_beyond_export_and_this_machine_are_refused_at_load(tmp_path, over
 
 
 def test_the_config_bounds_are_the_ones_a_saved_ranker_is_checked_against():
-    from wpultr.settings import ranker as C
     from wpultr.rankers import bert, mlp
+    from wpultr.settings import ranker as C
     assert mlp.MLPRanker.ARGS["hidden"].high == C.MAX_WIDTH and mlp.MLPRanker.ARGS["hidden"].max_items == C.MAX_LAYERS
     assert bert.BERT_CONFIG_ARGS["hidden_size"].high == C.MAX_BERT_HIDDEN
     assert bert.BERT_CONFIG_ARGS["num_hidden_layers"].high == C.MAX_BERT_LAYERS

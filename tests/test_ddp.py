@@ -14,14 +14,14 @@ import torch
 
 from wpultr.config import RunConfig
 from wpultr.errors import ConfigError, WpultrError
-from wpultr.rankers.registry import load_ranker
 from wpultr.io.tables import SessionPartitionWriter, to_arrow
 from wpultr.methods.naive import Naive
-from wpultr.methods.training.ranks import keep_rank_logs
 from wpultr.methods.training.distributed import click_normaliser, fit_data_parallel, fit_streamed, shard, shard_masking
+from wpultr.methods.training.ranks import keep_rank_logs
 from wpultr.methods.training.streaming import PartitionSessions, streaming_ranker
 from wpultr.methods.training.trainer import SessionLists, batches, build_ranker, list_scores
 from wpultr.rankers.base import n_rows, score_frame, take
+from wpultr.rankers.registry import load_ranker
 from wpultr.schema import FEATURES, SESSION_ID
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate

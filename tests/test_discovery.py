@@ -11,15 +11,35 @@ from scipy.special import expit
 from wpultr.causal.biases import identify_biases
 from wpultr.causal.click_evidence import REQUIRED_UNTESTED, holm_adjusted
 from wpultr.causal.discover_stage import discover_epoch
-from wpultr.causal.discovery import (DiscoveryConfig, PageFeatureCIT, ci_test_spec, discover, enforce_priors,
-                                     one_row_per_session, prior_knowledge, prior_violations, query_strata,
-                                     required_pairs, sample_session_ids, validate_discovery_config)
+from wpultr.causal.discovery import (
+    DiscoveryConfig,
+    PageFeatureCIT,
+    ci_test_spec,
+    discover,
+    enforce_priors,
+    one_row_per_session,
+    prior_knowledge,
+    prior_violations,
+    query_strata,
+    required_pairs,
+    sample_session_ids,
+    validate_discovery_config,
+)
 from wpultr.causal.graph import DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, to_text
 from wpultr.causal.parallel_pc import CITestSpec, level_tests, parallel_pc
 from wpultr.config import ConfigError
 from wpultr.features.preprocess_stage import fit_page_encoder
-from wpultr.schema import (CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature,
-                           SchemaError)
+from wpultr.schema import (
+    CLICK,
+    DOC_ID,
+    POSITION,
+    QUERY_ID,
+    RELEVANCE_SCORE,
+    SESSION_ID,
+    FeatureKind,
+    PageFeature,
+    SchemaError,
+)
 
 FEATURES = (PageFeature(POSITION, FeatureKind.ORDINAL), PageFeature("media_type", FeatureKind.CATEGORICAL),
             PageFeature("serp_height", FeatureKind.CONTINUOUS))
@@ -99,6 +119,7 @@ KERNEL_TESTS = [([0], [2], []), ([3, 4, 5], [6], []), ([0], [6], [2]), ([1], [6]
 @pytest.mark.parametrize("n", [150, 400, 1250])               # causal-learn's three kernel-width regimes
 def test_cached_kci_equals_causallearn_kci(n):
     from causallearn.utils.cit import CIT
+
     from wpultr.causal.kci import CachedKCI, clear_store, store_stats
     data = kernel_test_data(n, seed=n)
     clear_store()
@@ -112,6 +133,7 @@ def test_cached_kci_equals_causallearn_kci(n):
 def test_cached_kci_dense_path_equals_causallearn_kci(monkeypatch):
     """Sides whose kernel is not low-rank are kept as n × n matrices: the same p-values."""
     from causallearn.utils.cit import CIT
+
     import wpultr.causal.kci as kci
     data = kernel_test_data(150, seed=9)
     kci.clear_store()
@@ -124,6 +146,7 @@ def test_cached_kci_dense_path_equals_causallearn_kci(monkeypatch):
 
 def test_pivoted_cholesky_bounds_the_residual():
     from causallearn.utils.KCI.GaussianKernel import GaussianKernel
+
     from wpultr.causal.kci import pivoted_cholesky
     x = np.random.default_rng(0).normal(size=(300, 2))
     kernel = GaussianKernel(0.7)
@@ -136,6 +159,7 @@ def test_pivoted_cholesky_bounds_the_residual():
 
 def test_cached_kci_is_a_causallearn_ci_test_and_falls_back_for_other_options():
     from causallearn.utils.cit import CIT
+
     from wpultr.causal.kci import CachedKCI, supports
     data = linear_dag_data(200, 4, seed=3) ** 3
     names = [f"x{i}" for i in range(4)]
@@ -568,8 +592,8 @@ def test_bal_and_the_discover_stage_draw_discovery_rows_with_one_sampler(tmp_pat
     """BAL's in-memory rows (`bal.rows.GraphRows`) and the discover stage's sample read from the partitions
     (`discover_stage.sample_rows`) come from one sampler with one seed rule (`draw_discovery_sessions`): the same
     seed draws the same shown results for the KCI sample and the same whole sessions for hybrid's click tests."""
-    from wpultr.causal.discover_stage import sample_rows
     from wpultr.bal.rows import GraphRows, discovery_seed
+    from wpultr.causal.discover_stage import sample_rows
     from wpultr.config import RunConfig
     sessions_dir = tmp_path / "sessions"
     write_sessions(sessions_dir, 400, seed=1)

@@ -66,6 +66,7 @@ def test_config_show_lists_every_key_of_a_section_with_its_default_and_allowed_v
     assert "torch's CPU threads" in rows["bal.cpu_threads"]                        # the comment above it
     defaults = CliRunner().invoke(app, ["config", "show", "--defaults", "bal"]).output
     import yaml
+
     from wpultr.config import config_from_dict
     assert config_from_dict(yaml.safe_load(defaults)).bal == BalConfig()         # the defaults load back as they are
     bad = CliRunner().invoke(app, ["config", "show", "nope"])

@@ -3,8 +3,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wpultr.features.encoders import (UNKNOWN_CODE, CategoricalEncoder, ContinuousScaler, PageFeatureEncoder,
-                                      PreprocessConfig, one_hot)
+from wpultr.features.encoders import (
+    UNKNOWN_CODE,
+    CategoricalEncoder,
+    ContinuousScaler,
+    PageFeatureEncoder,
+    PreprocessConfig,
+    one_hot,
+)
 from wpultr.schema import POSITION, SESSION_ID, FeatureKind, PageFeature, SchemaError
 
 FEATURES = (PageFeature(POSITION, FeatureKind.ORDINAL), PageFeature("media_type", FeatureKind.CATEGORICAL),

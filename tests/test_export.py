@@ -19,8 +19,16 @@ from typer.testing import CliRunner
 
 from wpultr.cli import app
 from wpultr.errors import ExportError
-from wpultr.export import (CHECKSUMS, EXPORT_FILE, LEXICAL_DIR, export_checksums, export_run, load_export,
-                           read_input_table, score_table)
+from wpultr.export import (
+    CHECKSUMS,
+    EXPORT_FILE,
+    LEXICAL_DIR,
+    export_checksums,
+    export_run,
+    load_export,
+    read_input_table,
+    score_table,
+)
 from wpultr.rankers.base import CONFIG_FILE, WEIGHTS_FILE
 from wpultr.rundir import layout as L
 

@@ -15,12 +15,12 @@ from typer.testing import CliRunner
 from export_roundtrip import CASES
 from wpultr.cli import app
 from wpultr.export import CHECKSUMS, EXPORT_FILE, LEXICAL_DIR, read_input_table
-from wpultr.rundir import layout as L
 from wpultr.rankers.base import CONFIG_FILE, WEIGHTS_FILE, score_frame
 from wpultr.rankers.embedding import VOCABULARY_FILE
 from wpultr.rankers.lightgbm import MODEL_TEXT_FILE, LightGBMRanker
 from wpultr.rankers.registry import ranker_classes
 from wpultr.rankers.xgboost import MODEL_JSON_FILE
+from wpultr.rundir import layout as L
 
 pytestmark = pytest.mark.e2e
 

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from wpultr.methods.losses import boosted as obj
+from finite_differences import central_grad, central_hess_diag
 from wpultr.bal.click_model import log_click_likelihood
+from wpultr.methods.losses import boosted as obj
 from wpultr.methods.losses.lists import listwise_softmax_loss as torch_listwise
 from wpultr.methods.losses.lists import weighted_softmax_loss as torch_weighted
-from finite_differences import central_grad, central_hess_diag
 
 
 def bal_inputs(seed, n=24):

@@ -10,11 +10,24 @@ from causallearn.graph.GraphClass import CausalGraph
 from typer.testing import CliRunner
 
 from wpultr.causal.cli import graph_app
-from wpultr.causal.graph import (BIDIRECTED, DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, GraphFileError,
-                                 PairStability, diff_graphs, edges_from_matrix, epoch_dir, load_epoch_graph,
-                                 structural_hamming_distance, to_dot, to_text)
-from wpultr.schema import CLICK, RELEVANCE_SCORE
+from wpultr.causal.graph import (
+    BIDIRECTED,
+    DIRECTED,
+    UNDIRECTED,
+    DiscoveredGraph,
+    GraphEdge,
+    GraphFileError,
+    PairStability,
+    diff_graphs,
+    edges_from_matrix,
+    epoch_dir,
+    load_epoch_graph,
+    structural_hamming_distance,
+    to_dot,
+    to_text,
+)
 from wpultr.rundir.files import RunDir
+from wpultr.schema import CLICK, RELEVANCE_SCORE
 
 R, C = RELEVANCE_SCORE, CLICK
 NODES = (R, "position", "media_type", C)

@@ -7,15 +7,14 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from wpultr.evaluation import metrics
 from wpultr.cli import app
 from wpultr.config import config_from_dict
 from wpultr.errors import ConfigError
+from wpultr.evaluation import metrics
 from wpultr.identifiability.factor_graph import build_graph
 from wpultr.identifiability.intervention import append_sessions, simulate_interventions
 from wpultr.identifiability.preflight import IdentifiabilityError, bias_factors, preflight, summary_entry
-from wpultr.identifiability.repair import (apply_merges, merged_mapping, plan_interventions, plan_merges,
-                                           swap_cost)
+from wpultr.identifiability.repair import apply_merges, merged_mapping, plan_interventions, plan_merges, swap_cost
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
 from wpultr.simulate.logging_policy import candidate_blocks, shown_order

@@ -7,9 +7,14 @@ import pandas as pd
 import pytest
 from scipy.stats import norm
 
-from wpultr.bal.influence import (ConditionalDensity, InfluenceConfig, categorical_frequencies,
-                                  fit_influence_estimators, load_influence_estimators,
-                                  save_influence_estimators)
+from wpultr.bal.influence import (
+    ConditionalDensity,
+    InfluenceConfig,
+    categorical_frequencies,
+    fit_influence_estimators,
+    load_influence_estimators,
+    save_influence_estimators,
+)
 from wpultr.causal.biases import BiasReport, ConfoundedFeature
 from wpultr.schema import RELEVANCE_SCORE
 

@@ -20,10 +20,10 @@ from test_io_baidu import query, result, write_gz
 from test_io_tables import PAGE, sessions_frame
 from wpultr.cli import app
 from wpultr.errors import RunDirError
+from wpultr.evaluation.metrics import per_query
 from wpultr.io.baidu import ingest_baidu, ingest_baidu_annotations, read_baidu_annotations, read_baidu_sessions
 from wpultr.io.parquet import read_table
 from wpultr.io.tables import ingest_tables
-from wpultr.evaluation.metrics import per_query
 from wpultr.rundir.ownership import OWNED_FILE
 from wpultr.schema import BAIDU_TOKEN_SEP, SESSION_ID, SchemaError
 
@@ -132,8 +132,8 @@ def test_a_symlinked_sessions_directory_is_refused_and_its_target_kept(tmp_path,
 @pytest.mark.e2e
 def test_a_run_whose_data_sessions_is_a_symlink_is_refused_on_resume(tmp_path, dask_client):
     from wpultr.config import RunConfig
-    from wpultr.rundir.files import RunDir
     from wpultr.pipeline.stages import StageContext, ingest
+    from wpultr.rundir.files import RunDir
     foreign = tmp_path / "elsewhere"
     foreign.mkdir()
     sessions_frame().to_parquet(foreign / "part-00000-00000.parquet")
@@ -233,8 +233,8 @@ def test_evaluation_and_own_annotation_tables_refuse_a_document_judged_twice(tmp
 @pytest.mark.e2e
 def test_the_run_stage_writes_quarantined_annotation_lines(tmp_path, dask_client):
     from wpultr.config import RunConfig
-    from wpultr.rundir.files import RunDir
     from wpultr.pipeline.stages import StageContext, ingest
+    from wpultr.rundir.files import RunDir
     log = write_gz(tmp_path / "train.gz", _log(3))
     annotations = write_gz(tmp_path / "annotations.gz", [f"0\t5{SEP}6\t1\t2\t3\t0", f"0\t5{SEP}6\t1\t2\t1\t0", "x"])
     cfg = RunConfig()

@@ -14,13 +14,32 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wpultr.io.baidu import driver
-from wpultr.io.baidu import (FILE_INDEX_SHIFT, MAX_LINE_BYTES, ingest_baidu, ingest_baidu_annotations,
-                             read_baidu_annotations, read_baidu_sessions)
+from wpultr.io.baidu import (
+    FILE_INDEX_SHIFT,
+    MAX_LINE_BYTES,
+    driver,
+    ingest_baidu,
+    ingest_baidu_annotations,
+    read_baidu_annotations,
+    read_baidu_sessions,
+)
 from wpultr.io.quarantine import FILE_REASONS, REASONS
-from wpultr.schema import (BAIDU_MEDIA_TYPE_DASH, BAIDU_N_RESULT_FIELDS, BAIDU_RESULT_FIELDS, BAIDU_TOKEN_SEP,
-                           CLICK, DOC_ID, POSITION, QUARANTINE_SCHEMA, QUERY_ID, QUERY_REFORMULATION, QUERY_TOKENS,
-                           SESSION_ID, TITLE_TOKENS, baidu_sessions_arrow_schema)
+from wpultr.schema import (
+    BAIDU_MEDIA_TYPE_DASH,
+    BAIDU_N_RESULT_FIELDS,
+    BAIDU_RESULT_FIELDS,
+    BAIDU_TOKEN_SEP,
+    CLICK,
+    DOC_ID,
+    POSITION,
+    QUARANTINE_SCHEMA,
+    QUERY_ID,
+    QUERY_REFORMULATION,
+    QUERY_TOKENS,
+    SESSION_ID,
+    TITLE_TOKENS,
+    baidu_sessions_arrow_schema,
+)
 
 SEP = BAIDU_TOKEN_SEP
 INDEX = {name: i for i, name in enumerate(BAIDU_RESULT_FIELDS) if name}

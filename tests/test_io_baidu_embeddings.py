@@ -14,10 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from baidu_embeddings_fixture import (LTR, annotation_tables, click_tables, make_corpus, make_part,
-                                      write_dataset)
+from baidu_embeddings_fixture import LTR, annotation_tables, click_tables, make_corpus, make_part, write_dataset
 from wpultr.config import ConfigError, config_from_dict
-from wpultr.io.baidu_embeddings import (ingest_embedding_sessions, read_embedding_annotations)
+from wpultr.io.baidu_embeddings import ingest_embedding_sessions, read_embedding_annotations
 from wpultr.schema import QUARANTINE_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,6 +283,7 @@ def test_the_pipeline_runs_on_the_fixture(tmp_path):
 
 def test_a_heldout_file_in_the_training_files_is_refused(tmp_path):
     from types import SimpleNamespace
+
     from wpultr.pipeline.stages import _ingest_embeddings
     from wpultr.rundir.files import RunDir
     part = ROOT / "data" / "sample_embeddings" / "parts" / "part-0_split-0.feather"

@@ -11,8 +11,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wpultr.io.tables import SessionPartitionWriter, ingest_tables, read_annotations_table, read_sessions_table
-from wpultr.schema import (ABSTRACT_TOKENS, CLICK, FEATURES, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS,
-                           FeatureKind, PageFeature, SchemaError, TOKEN_TYPE)
+from wpultr.schema import (
+    ABSTRACT_TOKENS,
+    CLICK,
+    FEATURES,
+    QUERY_TOKENS,
+    SESSION_ID,
+    TITLE_TOKENS,
+    TOKEN_TYPE,
+    FeatureKind,
+    PageFeature,
+    SchemaError,
+)
 
 PAGE = (PageFeature("position", FeatureKind.ORDINAL), PageFeature("media_type", FeatureKind.CATEGORICAL),
         PageFeature("serp_height", FeatureKind.CONTINUOUS))

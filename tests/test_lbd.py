@@ -14,8 +14,14 @@ import yaml
 
 from ranking_bars import random_ranker_dcg10
 from wpultr.config import ConfigError, config_from_dict
-from wpultr.methods.lbd import (ObservationModel, bernoulli_mask, click_logits, gradient_penalty, lbd_loss,
-                                softmax_click_loss)
+from wpultr.methods.lbd import (
+    ObservationModel,
+    bernoulli_mask,
+    click_logits,
+    gradient_penalty,
+    lbd_loss,
+    softmax_click_loss,
+)
 from wpultr.methods.training.trainer import ListBatch
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rundir import layout as L

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wpultr.features.lexical import (STATE_JSON, STATE_NPZ, LexicalFeaturizer, featurize_partitions,
-                                     fit_partitions)
+from wpultr.features.lexical import STATE_JSON, STATE_NPZ, LexicalFeaturizer, featurize_partitions, fit_partitions
 from wpultr.schema import ABSTRACT_TOKENS, FEATURES, QUERY_ID, QUERY_TOKENS, TITLE_TOKENS, SchemaError
 
 TITLES = [[1, 2, 3], [1, 1], [4, 5, 6, 7]]

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from wpultr.config import config_from_dict
-from wpultr.methods.lightgbm_rank import LightGBMLambdaRank, LightGBMPositionLambdaRank, session_partitions
 from wpultr.evaluation.metrics import evaluate
+from wpultr.methods.lightgbm_rank import LightGBMLambdaRank, LightGBMPositionLambdaRank, session_partitions
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.rundir import layout as L
 

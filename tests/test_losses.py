@@ -12,8 +12,14 @@ import torch
 
 from wpultr.config import TRAIN_LOSSES
 from wpultr.methods.losses import CLICK_LOSSES, boosted, click_loss, click_loss_named, lists
-from wpultr.methods.losses.lists import (dla_losses, listwise_softmax_loss, pair_terms, pointwise_click_loss,
-                                         regression_em_posteriors, weighted_softmax_loss)
+from wpultr.methods.losses.lists import (
+    dla_losses,
+    listwise_softmax_loss,
+    pair_terms,
+    pointwise_click_loss,
+    regression_em_posteriors,
+    weighted_softmax_loss,
+)
 
 LN2, LN3 = math.log(2.0), math.log(3.0)
 SCORES = torch.tensor([[0.0, LN2, 0.0], [LN3, 0.0, 5.0]])

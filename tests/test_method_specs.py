@@ -14,7 +14,8 @@ from wpultr.config import BACKBONES, TRAIN_LOSSES, config_from_dict
 from wpultr.errors import ConfigError
 from wpultr.rankers.base import score_frame
 from wpultr.schema import POSITION, SESSION_ID
-from wpultr.settings.methods import BACKBONES as BACKBONE_SPECS, EXTRAS, LOSSES, METHODS, get_method, supported
+from wpultr.settings.methods import BACKBONES as BACKBONE_SPECS
+from wpultr.settings.methods import EXTRAS, LOSSES, METHODS, get_method, supported
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
 from wpultr.simulate.generate import TRUE_LABEL

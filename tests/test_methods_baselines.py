@@ -15,23 +15,28 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
+from ranking_bars import random_ranker_dcg10
 from wpultr.config import ConfigError, RunConfig
+from wpultr.evaluation.metrics import evaluate
 from wpultr.methods.base import FitResult
 from wpultr.methods.losses.lists import weighted_softmax_loss
-from wpultr.methods.propensities.position import (harvest_propensities, propensity_array, randpair_estimate,
-                                                  resolve_propensities, simulate_randpair,
-                                                  true_position_examination)
-from wpultr.settings.lightgbm import LightGBMConfig
-from wpultr.settings.propensity import PropensityConfig
-from wpultr.evaluation.metrics import evaluate
+from wpultr.methods.propensities.position import (
+    harvest_propensities,
+    propensity_array,
+    randpair_estimate,
+    resolve_propensities,
+    simulate_randpair,
+    true_position_examination,
+)
 from wpultr.rankers import registry as rankers_registry
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.rankers.registry import load_ranker
+from wpultr.settings.lightgbm import LightGBMConfig
 from wpultr.settings.methods import get_method
+from wpultr.settings.propensity import PropensityConfig
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-from ranking_bars import random_ranker_dcg10
 
 SIM = SimulateConfig(n_queries=60, docs_per_query=12, n_sessions=3000, n_annotated_queries=30,
                      results_per_page=8, vocab_size=300, n_dense_features=8, user_model="pbm",

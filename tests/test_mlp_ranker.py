@@ -9,9 +9,9 @@ from safetensors.torch import load_file, save_file
 
 from wpultr.config import config_from_dict
 from wpultr.errors import ExportError
+from wpultr.evaluation.metrics import per_query
 from wpultr.methods.losses.lists import listwise_softmax_loss
 from wpultr.methods.training.trainer import Trainer, build_ranker
-from wpultr.evaluation.metrics import per_query
 from wpultr.rankers.base import WEIGHTS_FILE, score_frame
 from wpultr.rankers.registry import load_ranker
 from wpultr.schema import CLICK, FEATURES, LABEL, POSITION, QUERY_ID, SESSION_ID

@@ -36,7 +36,6 @@ from wpultr.rundir import layout as L
 from wpultr.rundir.files import atomic_path
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-
 from writers import SPELLINGS, WRITERS, spell, writer_args
 
 pytestmark = pytest.mark.e2e

@@ -30,7 +30,6 @@ from wpultr.rundir import layout as L
 from wpultr.rundir.ownership import OWNED_FILE, normalise, normalise_url
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-
 from writers import SPELLINGS, USER_FILE, WRITERS, spell, user_files, writer_args
 
 SIM = {"n_queries": 16, "docs_per_query": 8, "n_sessions": 160, "n_annotated_queries": 10,
@@ -349,6 +348,7 @@ def test_item9_mathtext_in_a_run_name_or_a_value_is_drawn_as_written(finished, t
 @pytest.mark.parametrize("content", [b"", b"\n\n"], ids=["no_bytes", "blank_lines"])
 def test_item10_an_empty_baidu_annotation_file_is_refused(tmp_path, content):
     import gzip
+
     from wpultr.errors import SchemaError
     from wpultr.io.baidu import ingest_baidu_annotations, read_baidu_annotations
     path = tmp_path / "annotations.tsv.gz"

@@ -10,21 +10,30 @@ import numpy as np
 import pytest
 import torch
 
+from ranking_bars import random_ranker_dcg10
 from wpultr.config import ConfigError, RunConfig, config_from_dict
+from wpultr.evaluation.metrics import evaluate
 from wpultr.methods import lambda_pairs as lp
 from wpultr.methods.pairwise_framework import RobustObjective, unbiased_pair_loss
-from wpultr.methods.propensities.joint_examination import (a_matrix, expected_b, joint_examination, pair_type,
-                                                          unbiased_pairs)
-from wpultr.methods.propensities.joint_swap import (estimate_joint_examination, joint_swap_estimate,
-                                                    simulate_pair_swaps, swap_pairs)
-from wpultr.evaluation.metrics import evaluate
+from wpultr.methods.propensities.joint_examination import (
+    a_matrix,
+    expected_b,
+    joint_examination,
+    pair_type,
+    unbiased_pairs,
+)
+from wpultr.methods.propensities.joint_swap import (
+    estimate_joint_examination,
+    joint_swap_estimate,
+    simulate_pair_swaps,
+    swap_pairs,
+)
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.settings.methods import get_method
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-from wpultr.simulate.user_models import row_skipping_reach   # θ(u) of Eq. 22 (the row-skipping user)
-from ranking_bars import random_ranker_dcg10
+from wpultr.simulate.user_models import row_skipping_reach  # θ(u) of Eq. 22 (the row-skipping user)
 
 THETA3 = np.array([1.0, 1 / 2, 1 / 3])
 

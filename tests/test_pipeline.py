@@ -7,12 +7,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from ranking_bars import random_ranker_dcg10
 from wpultr.cli import app
 from wpultr.config import ConfigError, config_from_dict
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import STAGES, Stage
 from wpultr.rundir import layout as L
-from ranking_bars import random_ranker_dcg10
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample"

@@ -7,8 +7,10 @@ import pandas as pd
 import pytest
 import torch
 
+from finite_differences import central_grad, central_hess_diag
+from ranking_bars import random_ranker_dcg10
 from wpultr.config import ConfigError, RunConfig, config_from_dict
-from wpultr.settings.propensity import PropensityConfig
+from wpultr.evaluation.metrics import evaluate
 from wpultr.methods import lambda_pairs as lp
 from wpultr.methods.lambda_pairs import lambda_objective
 from wpultr.methods.losses.lists import pair_terms
@@ -16,14 +18,12 @@ from wpultr.methods.propensities.pair_weights import pair_weights, resolve_pair_
 from wpultr.methods.propensities.position import propensity_array
 from wpultr.methods.propensity_pairs import weighted_pair_loss
 from wpultr.methods.training.trainer import SessionLists, batches
-from wpultr.evaluation.metrics import evaluate
 from wpultr.rankers.base import score_frame
 from wpultr.rankers.lightgbm import LightGBMRanker
 from wpultr.settings.methods import get_method
+from wpultr.settings.propensity import PropensityConfig
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import simulate
-from ranking_bars import random_ranker_dcg10
-from finite_differences import central_grad, central_hess_diag
 
 
 def random_sessions(seed, n_sessions=6):

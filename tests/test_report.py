@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy.special import logit
 
+from tiny_runs import tiny_run
 from wpultr.bal.click_model import ClickModel, examination_table, page_inputs
 from wpultr.bal.node_columns import NodeColumns
 from wpultr.bal.rows import RAW_POSITION, TrainingRows
@@ -17,7 +18,6 @@ from wpultr.report.figures import FIGURE_KEYS
 from wpultr.report.graph_svg import evidence_label
 from wpultr.schema import CLICK
 from wpultr.settings.bal import ClickModelConfig
-from tiny_runs import tiny_run
 
 
 class Page(HTMLParser):

@@ -137,6 +137,7 @@ def test_the_verdict_tests_the_ranker_against_a_baseline_run(runs):
 def test_compare_marks_significant_rows_and_rounds_every_number_alike():
     import numpy as np
     import pandas as pd
+
     from wpultr.report.compare import Comparison, format_text, to_dict
     rng = np.random.default_rng(0)
     base = pd.DataFrame({"query_id": [str(i) for i in range(30)], "DCG@10": rng.normal(20, 2, 30),
@@ -259,6 +260,7 @@ def test_every_reader_says_not_a_run_directory(tmp_path, command):
 
 def test_dask_messages_go_to_the_run_directory_not_the_terminal(tmp_path, capsys):
     import logging
+
     from wpultr.cluster import dask_messages_to
     with dask_messages_to(tmp_path / "logs" / "cluster.log") as path:
         logging.getLogger("distributed.worker").warning("Compute Failed\nKey: x\nTraceback ...")

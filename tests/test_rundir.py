@@ -6,8 +6,7 @@ from typer.testing import CliRunner
 
 from wpultr.cli import app
 from wpultr.errors import RunDirError
-from wpultr.rundir.files import (MARKER, RunDir, atomic_path, is_run_dir, package_versions, read_json,
-                                 write_json)
+from wpultr.rundir.files import MARKER, RunDir, atomic_path, is_run_dir, package_versions, read_json, write_json
 
 
 def test_atomic_write_leaves_old_file_when_writer_fails(tmp_path):

@@ -14,8 +14,15 @@ import pytest
 
 from wpultr.config import ConfigError
 from wpultr.io.baidu_writer import write_baidu_annotations, write_baidu_sessions
-from wpultr.schema import (BAIDU_ANNOTATION_FIELDS, BAIDU_N_RESULT_FIELDS, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS,
-                           BAIDU_TOKEN_SEP, N_BUCKETS, SchemaError)
+from wpultr.schema import (
+    BAIDU_ANNOTATION_FIELDS,
+    BAIDU_N_RESULT_FIELDS,
+    BAIDU_QUERY_FIELDS,
+    BAIDU_RESULT_FIELDS,
+    BAIDU_TOKEN_SEP,
+    N_BUCKETS,
+    SchemaError,
+)
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.simulate import USER_MODELS, simulate
 from wpultr.simulate.bundled_sample import KINDS, MANIFEST, write_sample

@@ -18,8 +18,8 @@ from wpultr.experiment.spec import experiment_from_dict
 from wpultr.experiment.status import experiment_status, format_experiment_status
 from wpultr.pipeline.runner import run_pipeline
 from wpultr.pipeline.stages import STAGES, Stage
-from wpultr.rundir.files import RunDir
 from wpultr.pipeline.status import format_status, mark_running, run_status
+from wpultr.rundir.files import RunDir
 
 NAMES = [s.name for s in STAGES]
 

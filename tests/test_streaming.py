@@ -18,8 +18,7 @@ from wpultr.io.parquet import column_table, partition_paths
 from wpultr.io.tables import SessionPartitionWriter, to_arrow
 from wpultr.methods.naive import Naive
 from wpultr.methods.training.distributed import fit_streamed
-from wpultr.methods.training.streaming import (PartitionSessions, feature_moments, streaming_ranker,
-                                               streaming_trainer)
+from wpultr.methods.training.streaming import PartitionSessions, feature_moments, streaming_ranker, streaming_trainer
 from wpultr.methods.training.trainer import build_ranker, list_scores
 from wpultr.schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, SESSION_ID, ids_as_text
 from wpultr.settings.simulate import SimulateConfig

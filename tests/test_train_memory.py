@@ -17,8 +17,7 @@ from wpultr.methods.base import get_method
 from wpultr.methods.training.trainer import Trainer, build_ranker
 from wpultr.pipeline import stages as S
 from wpultr.rankers.mlp import FEATURE_INPUT, feature_matrix
-from wpultr.schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, SchemaError, \
-    query_key
+from wpultr.schema import CLICK, DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, SchemaError, query_key
 
 N_SESSIONS, PAGE, N_FEATURES = 60, 5, 6
 LISTS = (FEATURES, QUERY_TOKENS)
@@ -158,9 +157,9 @@ print(mapped, (rss() - before) >> 20)
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's mallopt")
 def test_the_train_stage_hands_freed_large_blocks_back_to_the_os():
     """With glibc's default, the freed 20 MiB blocks stay resident (heap); mapped, none of them does."""
+    import os
     import subprocess
     import sys
-    import os
     # glibc's own defaults: a Dask cluster started earlier in this process may have set MALLOC_TRIM_THRESHOLD_ etc.
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
 
@@ -178,6 +177,7 @@ def _retain_freed_blocks() -> int:
     """In a Dask worker: free 190 MiB of 64 KiB blocks that a task thread allocated, every 50th pinned by a small live
     block (a stage's temporaries): they stay on that thread's glibc arena. Returns the resident bytes they added."""
     import threading
+
     import numpy
     import psutil
     pins = globals().setdefault("_pins", [])
@@ -202,8 +202,8 @@ def test_workers_hand_their_freed_heap_back_between_stages():
     """Freed, retained heap on the workers is handed back by `release_worker_memory`. On fresh workers: the session's
     shared cluster carries earlier tests' arenas and leftovers (once, late in a full CI run, a worker grew 125 MB and
     released 2 MB), which would make the figures about those tests rather than the release."""
-    from wpultr.config import ClusterConfig
     from wpultr.cluster import open_client, release_worker_memory
+    from wpultr.config import ClusterConfig
     with open_client(ClusterConfig(n_workers=2, threads_per_worker=1, memory_limit="2GiB")) as client:
         retained = sum(client.run(_retain_freed_blocks).values())
         assert retained >= 100 << 20                   # of 2 x 190 MiB freed; a reused arena may hold less
@@ -368,6 +368,7 @@ def test_spilled_rows_sweep_the_scratch_a_killed_fit_left_and_keep_live_and_othe
     (its process is gone), never one of a live process or of another host sharing the directory."""
     import subprocess
     import sys
+
     from wpultr.bal.node_columns import NodeColumns, scratch_prefix
     child = subprocess.Popen([sys.executable, "-c", "import os, signal, tempfile, sys; "
                               "from wpultr.bal.node_columns import NodeColumns; "

@@ -9,9 +9,19 @@ from hypothesis import strategies as st
 from scipy.stats import norm
 
 from wpultr.bal.influence import FeatureInfluence, InfluenceConfig, fit_influence_estimators
-from wpultr.bal.weights import (WeightConfig, clip_and_normalise, clip_and_normalise_log, clip_cap, log_weight_summary,
-                                effective_sample_size, feature_log_weight, importance_weights, log_mean_exp,
-                                normalised_from_log, self_normalise)
+from wpultr.bal.weights import (
+    WeightConfig,
+    clip_and_normalise,
+    clip_and_normalise_log,
+    clip_cap,
+    effective_sample_size,
+    feature_log_weight,
+    importance_weights,
+    log_mean_exp,
+    log_weight_summary,
+    normalised_from_log,
+    self_normalise,
+)
 from wpultr.causal.biases import BiasReport, ConfoundedFeature
 from wpultr.schema import RELEVANCE_SCORE
 

@@ -10,8 +10,13 @@ from wpultr.causal.click_ci import ClickCITest
 from wpultr.causal.discovery import DiscoveryConfig, discover
 from wpultr.causal.graph import GRAPH_FILE, DiscoveredGraph, epoch_dir, to_text, within_document_rows
 from wpultr.causal.hybrid_ci import split_click_rows, stack_click_rows
-from wpultr.causal.within_document_ci import (DOCUMENT_CODE, NOT_TESTABLE, WithinDocumentTest, browsing_covariates,
-                                              fit_stratum_poisson)
+from wpultr.causal.within_document_ci import (
+    DOCUMENT_CODE,
+    NOT_TESTABLE,
+    WithinDocumentTest,
+    browsing_covariates,
+    fit_stratum_poisson,
+)
 from wpultr.features.encoders import PageFeatureEncoder
 from wpultr.report.html import click_edges_section
 from wpultr.schema import BAIDU_PAGE_FEATURES, CLICK, POSITION, RELEVANCE_SCORE, SESSION_ID, query_document_pairs

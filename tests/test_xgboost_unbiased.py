@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
+from ranking_bars import random_ranker_dcg10
 from wpultr.cli import app
 from wpultr.config import config_from_dict
 from wpultr.errors import ConfigError, ExportError
@@ -36,7 +37,6 @@ from wpultr.settings.methods import get_method
 from wpultr.settings.simulate import SimulateConfig
 from wpultr.settings.xgboost import XGBoostConfig
 from wpultr.simulate import simulate
-from ranking_bars import random_ranker_dcg10
 
 WORLD = {"n_queries": 60, "docs_per_query": 12, "results_per_page": 8, "n_sessions": 2000,
          "n_annotated_queries": 40, "vocab_size": 300, "n_dense_features": 8, "user_model": "pbm"}

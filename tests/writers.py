@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 import yaml
 

@@ -1,6 +1,6 @@
 """wpultr: whole-page unbiased learning to rank (BAL and its baselines) from biased click logs, on Dask."""
-import os as _os
 import importlib
+import os as _os
 
 __version__ = "0.1.0"
 

@@ -11,20 +11,17 @@
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Mapping
+
+from .causal.graph import graph_epochs, load_epoch_graph
 from .cli_support import nest
 from .errors import RunDirError
-from .rundir.layout import MARKER
-from .rundir.files import read_json
-from .rundir.layout import METRICS
-from .rundir.epochs import history_entries
-from .rundir.epochs import shipped
-from .causal.graph import graph_epochs, load_epoch_graph
 from .report.verdict import verdict
-from .rundir.layout import RANKER_DIR
-from .rundir.epochs import shipped_graph_epoch
+from .rundir.epochs import history_entries, shipped, shipped_graph_epoch
+from .rundir.files import read_json
+from .rundir.layout import MARKER, METRICS, RANKER_DIR
 
 if TYPE_CHECKING:
     import numpy as np
@@ -50,8 +47,8 @@ def _merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def config(config: "str | Path | Mapping[str, Any] | RunConfig", sets: Mapping[str, Any] | None = None,
-           **overrides: Any) -> "RunConfig":
+def config(config: str | Path | Mapping[str, Any] | RunConfig, sets: Mapping[str, Any] | None = None,
+           **overrides: Any) -> RunConfig:
     """A validated run config from a YAML file, a dict of sections or a RunConfig, with dotted overrides."""
     from .config import RunConfig, config_from_dict, load_config, to_dict  # lazy: +0.9 s (pandas, pyarrow)
     changes = _overrides(sets, overrides)
@@ -62,8 +59,8 @@ def config(config: "str | Path | Mapping[str, Any] | RunConfig", sets: Mapping[s
     return load_config(Path(config), changes)
 
 
-def run(config_: "str | Path | Mapping[str, Any] | RunConfig", *, fresh: bool = False, progress: bool = False,
-        client: Any = None, sets: Mapping[str, Any] | None = None, **overrides: Any) -> "Run":
+def run(config_: str | Path | Mapping[str, Any] | RunConfig, *, fresh: bool = False, progress: bool = False,
+        client: Any = None, sets: Mapping[str, Any] | None = None, **overrides: Any) -> Run:
     """Run (or resume) the pipeline `config_` describes (a YAML path, a dict or a RunConfig) with `overrides`
     (`train__epochs=2` or `sets={"train.epochs": 2}`); the finished `Run`. `client`: an existing Dask client."""
     from .pipeline.runner import run_pipeline  # lazy: +0.9 s (pandas, pyarrow)
@@ -72,7 +69,7 @@ def run(config_: "str | Path | Mapping[str, Any] | RunConfig", *, fresh: bool = 
     return Run(result.run_dir, url=result.url)
 
 
-def open_run(path: str | Path) -> "Run":
+def open_run(path: str | Path) -> Run:
     """A finished (or partly finished) run directory; RunDirError when `path` holds no wpultr run."""
     if not (Path(path) / MARKER).is_file():
         raise RunDirError(f"{path}: not a wpultr run directory (no {MARKER} marker)")
@@ -108,14 +105,14 @@ class Run:
         """Which epoch's ranker was shipped and why (epoch, label, metric, value, why)."""
         return shipped(self.path)
 
-    def graph(self, epoch: int | None = None) -> "DiscoveredGraph":
+    def graph(self, epoch: int | None = None) -> DiscoveredGraph:
         """The causal graph of `epoch` (default: the shipped epoch's, else the latest)."""
         if epoch is None:
             chosen = shipped_graph_epoch(self.path)
             epoch = chosen if chosen in graph_epochs(self.path) else None
         return load_epoch_graph(self.path, epoch)[1]
 
-    def verdict(self, baseline: "str | Path | Run | None" = None) -> "Verdict":
+    def verdict(self, baseline: str | Path | Run | None = None) -> Verdict:
         """What the run found and whether to ship it; `baseline`: a run to test the ranker against."""
         base = baseline.path if isinstance(baseline, Run) else baseline
         return verdict(self.path, None if base is None else str(base))
@@ -124,7 +121,7 @@ class Run:
         """Write the ranker as safetensors + config (+ feature state) to `out`; returns `out`."""
         return export(self.url or self.path, out)
 
-    def ranker(self) -> "Ranker":
+    def ranker(self) -> Ranker:
         """The run's trained ranker, ready to score tables."""
         return load_ranker(self.path / RANKER_DIR)
 
@@ -146,12 +143,12 @@ class Ranker:
     def __repr__(self) -> str:
         return f"Ranker({str(self.path)!r})"
 
-    def score(self, table: "pd.DataFrame | str | Path", batch_size: int = 1024) -> "np.ndarray":
+    def score(self, table: pd.DataFrame | str | Path, batch_size: int = 1024) -> np.ndarray:
         """Scores of the rows of `table` (a DataFrame, or a Parquet/CSV/Baidu annotation file), in row order."""
         from .export import SCORE  # lazy: +0.9 s (pandas, pyarrow)
         return self.score_table(table, batch_size)[SCORE].to_numpy()
 
-    def score_table(self, table: "pd.DataFrame | str | Path", batch_size: int = 1024) -> "pd.DataFrame":
+    def score_table(self, table: pd.DataFrame | str | Path, batch_size: int = 1024) -> pd.DataFrame:
         """The key columns of `table` plus `score` (what `wpultr score` writes)."""
         from .export import score_table  # lazy: +0.9 s (pandas, pyarrow)
         if not hasattr(table, "columns"):
@@ -164,7 +161,7 @@ def load_ranker(path: str | Path) -> Ranker:
     return Ranker(path)
 
 
-def read_scoring_table(path: str | Path) -> "pd.DataFrame":
+def read_scoring_table(path: str | Path) -> pd.DataFrame:
     """What `wpultr score` reads: a Parquet table, a CSV table (vectors as space-separated numbers), or a Baidu
     annotation file."""
     from .export import read_input_table  # lazy: +0.9 s (pandas, pyarrow)

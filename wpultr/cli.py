@@ -7,36 +7,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
+from . import __version__, api
+from .api import export as export_run
+from .api import load_ranker, read_scoring_table
 from .causal.cli import discover_command, graph_app
 from .cli_support import nest, parse_sets, user_errors
+from .config_reference import defaults_yaml, reference_text
 from .errors import ConfigError
 from .experiment.cli import experiment as experiment_command
 from .identifiability.cli import identifiability_app
-from . import api
-from .rundir.layout import REPORT
+from .pipeline.status import format_status, status_of
+from .report.text import click_metrics_text, ingest_text, metrics_text
 from .report.verdict import verdict
-from .storage import readable_run_dir
-from .rundir.files import check_output
-from .rundir.ownership import output_of, output_path
-from .report.text import click_metrics_text, metrics_text
 from .rundir import layout as L
 from .rundir.epochs import shipped, shipped_line
-from .rundir.files import read_json
-from .rundir.files import RunDir
-from .api import export as export_run
-from .storage import is_url
-from .rundir.ownership import local_path_of, normalise
-from .api import load_ranker, read_scoring_table
-from .rundir.files import write_parquet
-from .rundir.layout import MARKER
-from .pipeline.status import format_status, status_of
-from .config_reference import defaults_yaml, reference_text
-from . import __version__
-from .report.text import ingest_text
+from .rundir.files import RunDir, check_output, read_json, write_parquet
+from .rundir.layout import MARKER, REPORT
+from .rundir.ownership import local_path_of, normalise, output_of, output_path
+from .storage import is_url, readable_run_dir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
                   help="wpultr: learn an unbiased ranker from biased click logs (BAL and baselines) on Dask. "
@@ -66,10 +57,10 @@ def _cluster(scheduler: str | None, workers: int | None = None):
 @app.command()
 @user_errors
 def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/)"),
-        set_: Optional[list[str]] = typer.Option(None, "--set", help="override a key: --set train.epochs=2"),
-        scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler"),
+        set_: list[str] | None = typer.Option(None, "--set", help="override a key: --set train.epochs=2"),
+        scheduler: str | None = typer.Option(None, help="address of an existing Dask scheduler"),
         fresh: bool = typer.Option(False, help="delete the run directory first instead of resuming"),
-        baseline: Optional[str] = typer.Option(None, help="a finished run (e.g. Naive on the same logs) to test the "
+        baseline: str | None = typer.Option(None, help="a finished run (e.g. Naive on the same logs) to test the "
                                                           "ranker against in the verdict (paired t-tests)")):
     """Run (or resume) the pipeline a config describes; prints the verdict, the run directory and report."""
     overrides = parse_sets(set_)
@@ -81,7 +72,7 @@ def run(config: Path = typer.Argument(..., help="YAML run config (see pipelines/
     typer.echo(f"report: {result.path / REPORT}")
 
 
-def _verdict_text(run_dir: Path, baseline: Optional[str], rewrite_report: bool = False) -> str:
+def _verdict_text(run_dir: Path, baseline: str | None, rewrite_report: bool = False) -> str:
     """The verdict of a finished run; with a baseline (and `rewrite_report`), its report gets the paired tests."""
     found = verdict(run_dir, baseline)
     if baseline is not None and rewrite_report:
@@ -93,7 +84,7 @@ def _verdict_text(run_dir: Path, baseline: Optional[str], rewrite_report: bool =
 @app.command("verdict")
 @user_errors
 def verdict_command(run_dir: str = typer.Argument(..., help="a finished run directory"),
-                    baseline: Optional[str] = typer.Option(None, help="a finished run to test against (paired "
+                    baseline: str | None = typer.Option(None, help="a finished run to test against (paired "
                                                                       "t-tests over the test queries both scored)"),
                     as_json: bool = typer.Option(False, "--json", help="print the verdict as JSON")):
     """What a finished run found and whether to ship its ranker: biases, corrections, identifiability, test
@@ -107,10 +98,10 @@ def verdict_command(run_dir: str = typer.Argument(..., help="a finished run dire
 @user_errors
 def simulate(out: str = typer.Option(..., help="directory to write the logs, annotations and truth to (a path or a "
                                              "file:// URL; what is there is replaced only if simulate wrote it)"),
-             config: Optional[Path] = typer.Option(None, help="run config whose data.simulate section to use"),
+             config: Path | None = typer.Option(None, help="run config whose data.simulate section to use"),
              fmt: str = typer.Option("baidu", "--format", help="baidu (gzip text) or parquet"),
              seed: int = typer.Option(0, help="random seed"),
-             set_: Optional[list[str]] = typer.Option(None, "--set",
+             set_: list[str] | None = typer.Option(None, "--set",
                                                       help="override: --set data.simulate.n_sessions=500")):
     """Write simulated whole-page click logs with their known truth."""
     from .config import config_from_dict, load_config  # lazy: +0.9 s (pandas, pyarrow)
@@ -139,10 +130,10 @@ def ingest(paths: list[str] = typer.Argument(..., help="log files (Baidu .gz, Pa
                                                              "baidu, table (Parquet/CSV with declared columns), or "
                                                              "embeddings (Baidu-ULTR embedding datasets, either "
                                                              "stored form)"),
-           config: Optional[Path] = typer.Option(None, help="run config declaring the page features (format table) "
+           config: Path | None = typer.Option(None, help="run config declaring the page features (format table) "
                                                             "or data.embeddings (format embeddings)"),
            partition_rows: int = typer.Option(200_000, help="rows per Parquet partition"),
-           scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler (used "
+           scheduler: str | None = typer.Option(None, help="address of an existing Dask scheduler (used "
                                                                "whatever the input's size)"),
            as_json: bool = typer.Option(False, "--json", help="print the summary as JSON (for machines)")):
     """Read logs into validated, partitioned Parquet; malformed lines go to quarantine with file and line.
@@ -209,9 +200,9 @@ def _path_format(path: str) -> str:
 @user_errors
 def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: a path or an fsspec URL "
                                                      "(s3://, gs://, file://, …)"),
-             annotations: Optional[Path] = typer.Option(None, help="score this annotation table instead "
+             annotations: Path | None = typer.Option(None, help="score this annotation table instead "
                                                                     "(Parquet, or a Baidu annotation file)"),
-             clicks: Optional[Path] = typer.Option(None, help="held-out sessions (a Parquet file or an ingested "
+             clicks: Path | None = typer.Option(None, help="held-out sessions (a Parquet file or an ingested "
                                                                "sessions directory): print the click log-likelihood "
                                                                "and perplexity of the run's click models on them"),
              as_json: bool = typer.Option(False, "--json", help="print the metrics as JSON (for machines)")):
@@ -240,8 +231,8 @@ def evaluate(run_dir: str = typer.Argument(..., help="a finished run directory: 
             typer.echo("\n".join(text))
             return
         from .config import saved_config  # lazy: +0.9 s (pandas, pyarrow)
-        from .io.parquet import read_table  # lazy: +0.9 s (pandas, pyarrow)
         from .evaluation.annotated import evaluate_ranker  # lazy: +0.9 s (pandas, pyarrow)
+        from .io.parquet import read_table  # lazy: +0.9 s (pandas, pyarrow)
         cfg = saved_config(run / L.CONFIG_FILE)
         if annotations.suffix == ".parquet":
             table = read_table(annotations)
@@ -312,7 +303,7 @@ def score(model: str = typer.Argument(..., help="an exported ranker (wpultr expo
 @user_errors
 def compare(runs: list[str] = typer.Argument(..., help="finished run directories (paths or fsspec URLs); the first "
                                                       "is the baseline the others are tested against"),
-            html: Optional[str] = typer.Option(None, "--html", help="also write an HTML page with the per-query "
+            html: str | None = typer.Option(None, "--html", help="also write an HTML page with the per-query "
                                                                      "differences plotted (a path or a file:// URL; "
                                                                      "an existing file is replaced only if `wpultr "
                                                                      "compare` wrote it)"),
@@ -339,7 +330,10 @@ def status(path: str = typer.Argument(..., help="a run directory (a path or an f
     experiment = not is_url(path) and Path(path).is_dir() and not (Path(path) / MARKER).exists()
     if experiment:
         from .experiment.status import (  # lazy: +0.9 s (pandas, pyarrow)
-            experiment_status, format_experiment_status, is_experiment_dir)
+            experiment_status,
+            format_experiment_status,
+            is_experiment_dir,
+        )
         experiment = is_experiment_dir(Path(path))
     if experiment:
         found, text = experiment_status(Path(path)), format_experiment_status
@@ -354,7 +348,7 @@ config_app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 @config_app.command("show")
 @user_errors
-def config_show(section: Optional[str] = typer.Argument(None, help="a section (bal, train, discovery, …), a "
+def config_show(section: str | None = typer.Argument(None, help="a section (bal, train, discovery, …), a "
                                                                    "subsection (bal.weights) or one key"),
                 defaults: bool = typer.Option(False, "--defaults", help="print the defaults as YAML, a config "
                                                                         "to start from, each key described")):

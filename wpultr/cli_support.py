@@ -10,8 +10,8 @@ from __future__ import annotations
 import errno
 import functools
 import os
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import typer
 

@@ -9,20 +9,21 @@ instead of a traceback or a silent hang: the scheduler does not answer within
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterator, Sequence
+
+import psutil
+import pyarrow as pa
 
 from .config import ClusterConfig
 from .errors import ClusterError
-from .storage import size
-import gc
-import psutil
-import pyarrow as pa
 from .memory import trim_heap
+from .storage import size
 
 if TYPE_CHECKING:     # distributed is imported where a client is made: a command that needs none starts without it
     from distributed import Client
@@ -186,7 +187,7 @@ class WorkerWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name=f"wpultr-watch-{stage}", daemon=True)
 
-    def __enter__(self) -> "WorkerWatch":
+    def __enter__(self) -> WorkerWatch:
         self._thread.start()
         return self
 

@@ -25,11 +25,12 @@ import re
 import string
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
-from collections.abc import Mapping
 
+import psutil
 import yaml
 
 from .errors import ConfigError, brief, cut, require
@@ -43,18 +44,26 @@ from .settings.dla import DLAConfig
 from .settings.evaluation import EvalConfig
 from .settings.identifiability import IdentifiabilityConfig
 from .settings.lbd import LBDConfig
-from .settings.methods import BACKBONES as BACKBONE_SPECS, LOSSES, METHODS, WHOLE_PAGE, check_supported
+from .settings.methods import BACKBONES as BACKBONE_SPECS
+from .settings.methods import LOSSES, METHODS, WHOLE_PAGE, check_supported
 from .settings.pairwise import PairwiseConfig
 from .settings.pairwise_debias import PairwiseDebiasConfig
 from .settings.propensity import PropensityConfig
 from .settings.prs import PRSConfig
-from .settings.ranker import (BACKBONES, BERT_SPECIAL_TOKENS, MAX_LAYERS, MAX_WIDTH, BertConfig, RankerConfig,
-                              bert_training_bytes, head_training_bytes)
+from .settings.ranker import (
+    BACKBONES,
+    BERT_SPECIAL_TOKENS,
+    MAX_LAYERS,
+    MAX_WIDTH,
+    BertConfig,
+    RankerConfig,
+    bert_training_bytes,
+    head_training_bytes,
+)
 from .settings.regression_em import RegressionEMConfig
 from .settings.train import TRAIN_LOSSES, TrainConfig
 from .settings.xgboost import XGBoostConfig
 from .storage import check_url, is_url, normalised, working_copy_dir
-import psutil
 
 __all__ = ["BACKBONES", "BERT_SPECIAL_TOKENS", "BertConfig", "ClusterConfig", "ConfigError", "DataConfig",
            "EvalConfig", "MAX_LAYERS", "MAX_WIDTH", "MOVED_KEYS", "RankerConfig", "RunConfig", "SOURCES",
@@ -71,7 +80,7 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 log = logging.getLogger(__name__)
 
 
-def check_machine(cfg: "RunConfig", own_cluster: bool = True) -> "RunConfig":
+def check_machine(cfg: RunConfig, own_cluster: bool = True) -> RunConfig:
     """`cfg`, or ConfigError when it asks this machine for more than it has: processes or threads beyond its cores
     (a setting's default always allowed), an MLP head whose training state exceeds its memory.
 

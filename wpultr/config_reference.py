@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import io
+import json
 import re
 import tokenize
 import types
@@ -15,7 +16,6 @@ from typing import Any, Literal
 
 from .errors import ConfigError
 from .tables import table
-import json
 
 
 @dataclass(frozen=True)

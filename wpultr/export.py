@@ -16,39 +16,33 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import sys
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
-
-from .errors import ConfigError, ExportError, SchemaError
-from .rundir.files import Replaces, atomic_path, file_sha256, holds_only, is_run_dir, read_json
-from .schema import DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS
-from .rundir.ownership import local_path_of
-from .storage import check_url, is_url, normalised, upload_dir
-from .rundir import layout as L
-from .rankers.base import CONFIG_FILE
-from .storage import readable_run_dir
-import os
-from .storage import readable_dir
-from .rankers.base import read_json_bounded
-from .rankers.registry import load_ranker
-from .rundir.layout import RANKER_DIR
-from .rundir.layout import LEXICAL_STATE
-from .features.lexical import STATE_JSON, STATE_NPZ, LexicalFeaturizer
-from .io.parquet import read_table
-from .io.baidu import read_baidu_annotations
-from .rankers.base import score_frame
-from .rankers.base import WEIGHTS_FILE
-import tempfile
 import pyarrow as pa
-import sys
+
 from .config import read_yaml_mapping
+from .errors import ConfigError, ExportError, SchemaError
+from .features.lexical import STATE_JSON, STATE_NPZ, LexicalFeaturizer
+from .io.baidu import read_baidu_annotations
+from .io.parquet import read_table
+from .rankers.base import CONFIG_FILE, WEIGHTS_FILE, read_json_bounded, score_frame
+from .rankers.registry import load_ranker
+from .rundir import layout as L
+from .rundir.files import Replaces, atomic_path, file_sha256, holds_only, is_run_dir, read_json
+from .rundir.layout import LEXICAL_STATE, RANKER_DIR
+from .rundir.ownership import local_path_of
+from .schema import DOC_ID, FEATURES, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS
+from .storage import check_url, is_url, normalised, readable_dir, readable_run_dir, upload_dir
 
 EXPORT_FILE = "export.json"
 LEXICAL_DIR = "lexical"

@@ -15,8 +15,8 @@ import ctypes
 import ctypes.util
 import os
 import threading
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3     # mallopt parameters (malloc.h)
 _KEPT_MMAP_THRESHOLD = 32 << 20

@@ -1,6 +1,7 @@
 """Whether a process of this host still lives: the one check behind a run's "died" stage and the sweep of a killed
 BAL fit's scratch rows."""
 from __future__ import annotations
+
 import psutil
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from tqdm import tqdm
 

@@ -5,9 +5,9 @@ the log schema is a change to this file only.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ class PageFeature:
     kind: FeatureKind
 
     @classmethod
-    def parse(cls, name: str, kind: str | FeatureKind, where: str = "page_features") -> "PageFeature":
+    def parse(cls, name: str, kind: str | FeatureKind, where: str = "page_features") -> PageFeature:
         try:
             return cls(name=name, kind=FeatureKind(kind))
         except ValueError:
@@ -45,8 +45,20 @@ class PageFeature:
 # Sessions table (long form: one row per shown result)
 # ---------------------------------------------------------------------------------------------
 # the names live in wpultr.columns (no imports, for the quick commands); re-exported here with the types
-from .columns import (ABSTRACT_TOKENS, BUCKET, CLICK, DOC_ID, FEATURES, LABEL, POSITION,  # noqa: E402,F401
-                      QUERY_ID, QUERY_TOKENS, RELEVANCE_SCORE, SESSION_ID, TITLE_TOKENS)
+from .columns import (  # noqa: E402,F401
+    ABSTRACT_TOKENS,
+    BUCKET,
+    CLICK,
+    DOC_ID,
+    FEATURES,
+    LABEL,
+    POSITION,
+    QUERY_ID,
+    QUERY_TOKENS,
+    RELEVANCE_SCORE,
+    SESSION_ID,
+    TITLE_TOKENS,
+)
 
 TOKEN_COLUMNS: tuple[str, ...] = (QUERY_TOKENS, TITLE_TOKENS, ABSTRACT_TOKENS)
 
@@ -202,7 +214,7 @@ class IdText:
     def __init__(self, levels: dict[str, list]):
         self.levels = levels
 
-    def __deepcopy__(self, memo: dict) -> "IdText":
+    def __deepcopy__(self, memo: dict) -> IdText:
         return self
 
 

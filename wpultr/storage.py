@@ -30,23 +30,23 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import glob
 import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import tempfile
+from collections.abc import Iterable, Iterator
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import IO, Any
-from collections.abc import Iterable, Iterator
 
 from .errors import ConfigError, RunDirError, WpultrError
 from .rundir.files import Replaces, atomic_path
 from .rundir.layout import MARKER
 from .rundir.ownership import local_path_of, normalise_url
-import glob
-import shutil
 
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 SYNC_MANIFEST = ".wpultr-sync.json"       # in a working copy: what it last sent or received, never uploaded

@@ -4,8 +4,8 @@ the quick commands stay quick."""
 from __future__ import annotations
 
 import math
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 
 def number(value: Any, digits: int = 4) -> str:

@@ -17,9 +17,9 @@ ranker never reads a page feature, so its scores cannot depend on one. A boosted
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 from scipy.special import expit
 
+from ..methods.losses.boosted import log_no_click
 from ..rankers.mlp import mlp
 from ..schema import CLICK, row_spans
 from ..settings.bal import ClickModelConfig
-from ..methods.losses.boosted import log_no_click
 from .rows import RAW_POSITION
 
 if TYPE_CHECKING:
@@ -285,7 +285,7 @@ def _cell_table(levels: np.ndarray, sums: np.ndarray, reference: int) -> dict[st
 
 
 def examination_table(model: ClickModel, r: np.ndarray, page_logits: np.ndarray, weights: np.ndarray,
-                      rows: "TrainingRows") -> dict[str, Any]:
+                      rows: TrainingRows) -> dict[str, Any]:
     """The learned examination σ(v) by position and by each categorical page feature's level (its codes), each
     relative to position 1 / the most shown level, with intervals (`EXAMINATION_INTERVAL`): what the run report
     plots. One pass over the rows a chunk at a time."""

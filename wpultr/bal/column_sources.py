@@ -9,15 +9,14 @@ both build the same rows.
 """
 from __future__ import annotations
 
-from typing import Protocol
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
+from ..io.parquet import column_table, row_count
 from ..schema import DOC_ID, QUERY_ID
-from ..io.parquet import row_count
-from ..io.parquet import column_table
 
 
 class ColumnSource(Protocol):
@@ -87,7 +86,7 @@ class PartitionColumns:
                 frame[name] = self.overrides[name]
         return frame[wanted] if list(frame.columns) != wanted else frame
 
-    def prepared(self, prepare: Callable[[pd.DataFrame], pd.DataFrame], columns: Sequence[str]) -> "PartitionColumns":
+    def prepared(self, prepare: Callable[[pd.DataFrame], pd.DataFrame], columns: Sequence[str]) -> PartitionColumns:
         """This source after `prepare` (the train stage's identifiability pre-flight) ran on its `columns`: the
         columns `prepare` changed (a merge of bias-factor levels) are held in memory and read from there on."""
         frame = self.load(columns)
@@ -104,5 +103,5 @@ def _same(a: pd.Series, b: pd.Series) -> bool:
     return x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
 
 
-def as_column_source(train: "pd.DataFrame | ColumnSource") -> "ColumnSource":
+def as_column_source(train: pd.DataFrame | ColumnSource) -> ColumnSource:
     return FrameColumns(train) if isinstance(train, pd.DataFrame) else train

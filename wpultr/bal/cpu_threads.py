@@ -9,8 +9,8 @@ cap then bounds the CPU side of those steps (the numpy passes, the transfers).
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 

@@ -34,10 +34,10 @@ import copy
 import json
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -251,7 +251,7 @@ class ConditionalDensity:
 
     # -- fit ------------------------------------------------------------------------------------
     def fit(self, nodes_df: pd.DataFrame, feature: str,
-            warm_start: "ConditionalDensity | None" = None) -> "ConditionalDensity":
+            warm_start: ConditionalDensity | None = None) -> ConditionalDensity:
         """Maximum-likelihood fit (Eq. 7) of p(nodes_df[feature] | nodes_df[parents]).
 
         `warm_start`, a fitted density of the same feature, kind, parents and codes (BAL's previous epoch),
@@ -291,7 +291,7 @@ class ConditionalDensity:
             self._fit_network(X, y, self._start_state(warm_start))
         return self
 
-    def _start_state(self, other: "ConditionalDensity | None") -> dict[str, torch.Tensor] | None:
+    def _start_state(self, other: ConditionalDensity | None) -> dict[str, torch.Tensor] | None:
         """`other`'s network weights when it models the same thing with the same shapes, else None."""
         if other is None or getattr(other, "net_", None) is None:
             return None
@@ -475,7 +475,7 @@ class ConditionalDensity:
 
     @classmethod
     def from_state(cls, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
-                   where: str = "state") -> "ConditionalDensity":
+                   where: str = "state") -> ConditionalDensity:
         if meta.get("format") != DENSITY_FORMAT:
             raise ValueError(f"{where}: format {meta.get('format')!r} is not {DENSITY_FORMAT!r}")
         model = cls(meta["kind"], meta["parents"], meta["n_categories"], meta["parent_categories"],
@@ -509,7 +509,7 @@ class ConditionalDensity:
         _write_pair(Path(directory), DENSITY_JSON, meta, DENSITY_TENSORS, arrays)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "ConditionalDensity":
+    def load(cls, directory: str | Path) -> ConditionalDensity:
         directory = Path(directory)
         meta = json.loads((directory / DENSITY_JSON).read_text())
         return cls.from_state(meta, load_file(str(directory / DENSITY_TENSORS)), str(directory / DENSITY_JSON))

@@ -34,11 +34,12 @@ Every epoch's graph, biases, weight diagnostics, losses and validation metrics a
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -47,30 +48,28 @@ import torch
 from ..causal.biases import BiasReport, identify_biases
 from ..causal.discovery import ReusableTests, discover
 from ..causal.graph import DIRECTED, DiscoveredGraph, GraphEdge
+from ..cluster import current_client
+from ..errors import ConfigError
+from ..io.parquet import column_names, partition_paths
 from ..methods.base import FitResult
+from ..methods.losses import boosted as boosted_losses
 from ..methods.losses import click_loss_named
+from ..methods.training.distributed import RankBatches, fit_data_parallel, on_rank0, rank_ranker_and_table
+from ..methods.training.gbdt import BoostingTrainer
+from ..methods.training.ranks import rank_client
+from ..methods.training.streaming import streaming_trainer
 from ..methods.training.trainer import Trainer, build_ranker
-from ..rundir.epochs import GRAPH_EPOCH, is_graph_epoch
+from ..methods.training.warmup import warm_up
 from ..rankers.base import resolve_device
-from ..settings.methods import BACKBONES, LOSSES
+from ..rundir.epochs import GRAPH_EPOCH, is_graph_epoch
 from ..schema import CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, FeatureKind, PageFeature
+from ..settings.methods import BACKBONES, LOSSES
 from .click_model import ClickModel, examination_table, page_inputs, ranker_loss, skipped_irrelevance
+from .column_sources import PartitionColumns
 from .cpu_threads import torch_threads
-from .influence import FeatureInfluence, fit_influence_estimators
+from .influence import FeatureInfluence, estimators_from_state, fit_influence_estimators, influence_state
 from .rows import GraphRows, TrainingRows, discovery_seed
 from .weights import clip_and_normalise, importance_weights
-from ..cluster import current_client
-from ..methods.training.ranks import rank_client
-import json
-from .influence import influence_state, estimators_from_state
-from ..methods.training.distributed import fit_data_parallel, RankBatches, rank_ranker_and_table, on_rank0
-from ..methods.training.warmup import warm_up
-from ..io.parquet import column_names, partition_paths
-from ..methods.training.streaming import streaming_trainer
-from .column_sources import PartitionColumns
-from ..errors import ConfigError
-from ..methods.training.gbdt import BoostingTrainer
-from ..methods.losses import boosted as boosted_losses
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -81,7 +80,7 @@ WEIGHTS, PAGE_LOGITS = "weights", "page_logits"
 log = logging.getLogger(__name__)
 
 
-def streamed_columns(config: "RunConfig", available: Sequence[str]) -> list[str]:
+def streamed_columns(config: RunConfig, available: Sequence[str]) -> list[str]:
     """The per-row columns BAL reads itself when the ranker's inputs stream from the partitions (`fit_streamed`):
     ids, position, click and the declared page features; never the features or token lists."""
     wanted = [SESSION_ID, QUERY_ID, DOC_ID, POSITION, CLICK, *config.data.declared_page_features()]
@@ -105,7 +104,7 @@ def fixed_graph(kind: str, features: Sequence[PageFeature]) -> DiscoveredGraph:
                            meta={"fixed": kind})
 
 
-def scoring_rows(config: "RunConfig") -> int:
+def scoring_rows(config: RunConfig) -> int:
     """Rows scored per forward pass when r̂ is computed for every shown result: large for the MLP (a few
     thousand calls instead of a million rows' worth of small ones), the training batch × 8 for BERT."""
     batch = config.train.batch_size * 8
@@ -196,7 +195,7 @@ class EpochState:
 class BAL:
     name = "bal"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         """BAL on an in-memory sessions table (every column the ranker reads)."""
         train = train.reset_index(drop=True)
         if config.train.processes > 1:       # DDP ranks, each scoring, weighting and stepping on its share
@@ -210,7 +209,7 @@ class BAL:
             warm_up(trainer)
         return self.epochs(trainer, TrainingRows.build(train, config), config)
 
-    def fit_streamed(self, directory: Any, valid: pd.DataFrame | None, config: "RunConfig",
+    def fit_streamed(self, directory: Any, valid: pd.DataFrame | None, config: RunConfig,
                      prepare: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
                      prepare_columns: Sequence[str] = ()) -> FitResult:
         """BAL with the ranker's inputs streamed from the Parquet partitions of `directory` (`train.streaming`).
@@ -230,7 +229,7 @@ class BAL:
         rows = TrainingRows.build(source, config, spill=True)
         return self.epochs(streaming_trainer(directory, valid, config), rows, config)
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: dict[str, np.ndarray] | None = None) -> FitResult:
         """One DDP rank's BAL (`training.distributed`: the process group is up): the same rows and warm-up as one
         process; each epoch's scores and ranker step on this rank's share, the graph and the influence estimators
@@ -247,7 +246,7 @@ class BAL:
         warm_up(trainer)
         return self.epochs(trainer, TrainingRows.build(train, config), config, RankBatches())
 
-    def epochs(self, trainer: Any, rows: TrainingRows, config: "RunConfig", ranks: Any = None) -> FitResult:
+    def epochs(self, trainer: Any, rows: TrainingRows, config: RunConfig, ranks: Any = None) -> FitResult:
         """BAL's epochs (steps 1–6 of the module doc) on a warmed-up trainer whose training rows are `rows`'. In a
         DDP rank (`ranks`: `training.distributed.RankBatches`, `trainer` a DataParallelTrainer), rank 0 alone fits
         the graph and the influence estimators and sends them to the others (`on_rank0`), the scores are each
@@ -335,7 +334,7 @@ class BAL:
 
     # ----------------------------------------------------------------------------------------
     @staticmethod
-    def booster_trainer(train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> Any:
+    def booster_trainer(train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> Any:
         """The LightGBM backbone's trainer; an empty booster scores every result alike, so it needs a warm-up first."""
         if config.train.warmup_epochs < 1:
             raise ConfigError("train.warmup_epochs: BAL with ranker.backbone 'lightgbm' needs >= 1 (an empty booster "
@@ -375,7 +374,7 @@ class BAL:
                              lambda f: boosted_losses.bal_click_loss(f, v, c, w, alpha, beta, form))
 
     @staticmethod
-    def graph(nodes: "NodeColumns | pd.DataFrame", features: Sequence[PageFeature], config: "RunConfig", client: Any,
+    def graph(nodes: NodeColumns | pd.DataFrame, features: Sequence[PageFeature], config: RunConfig, client: Any,
               rows: GraphRows | None, reuse: ReusableTests | None = None,
               ) -> tuple[DiscoveredGraph, ReusableTests | None]:
         """This epoch's click-model graph: discovered on the sampled `rows` (`rows.GraphRows`), or the variant's
@@ -398,8 +397,8 @@ class BAL:
         return graph, result.reusable_p_values()
 
     @staticmethod
-    def click_model(r: np.ndarray, nodes: "NodeColumns | pd.DataFrame", weights: np.ndarray, biases: BiasReport,
-                    kinds: dict[str, str], n_categories: dict[str, int], config: "RunConfig", seed: int,
+    def click_model(r: np.ndarray, nodes: NodeColumns | pd.DataFrame, weights: np.ndarray, biases: BiasReport,
+                    kinds: dict[str, str], n_categories: dict[str, int], config: RunConfig, seed: int,
                     generator: Any, pairs_at: Callable[[np.ndarray], np.ndarray | None] | None = None,
                     device: torch.device | None = None, ranks: Any = None) -> tuple[ClickModel, dict[str, float]]:
         """φ_c fitted by the weighted likelihood of Eq. 10 over the page parents of c, on at most max_rows rows of
@@ -420,8 +419,8 @@ class BAL:
         return model, stats
 
     @staticmethod
-    def weights(nodes: "NodeColumns | pd.DataFrame", biases: BiasReport, kinds: dict[str, str],
-                n_categories: dict[str, int], config: "RunConfig", seed: int,
+    def weights(nodes: NodeColumns | pd.DataFrame, biases: BiasReport, kinds: dict[str, str],
+                n_categories: dict[str, int], config: RunConfig, seed: int,
                 previous: dict[str, FeatureInfluence] | None = None, device: torch.device | None = None,
                 once: Callable[[Callable[[], Any]], Any] | None = None, ranks: Any = None,
                 ) -> tuple[np.ndarray, dict[str, Any], dict[str, FeatureInfluence]]:

@@ -18,9 +18,9 @@ import shutil
 import socket
 import tempfile
 import weakref
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -72,7 +72,7 @@ class NodeColumns:
             self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.directory), True)
 
     @classmethod
-    def spilled(cls, n_rows: int, directory: str | Path | None = None) -> "NodeColumns":
+    def spilled(cls, n_rows: int, directory: str | Path | None = None) -> NodeColumns:
         """Columns on local disk under `directory` (None: the system's temporary directory, $TMPDIR); first removes
         what killed fits of this host left there (`remove_orphaned_scratch`)."""
         directory = tempfile.gettempdir() if directory is None else directory
@@ -183,7 +183,7 @@ class NodeColumns:
         return pd.DataFrame(data, index=pd.Index(index.astype(np.int64)), copy=False)
 
     @property
-    def iloc(self) -> "_Rows":
+    def iloc(self) -> _Rows:
         """`nodes.iloc[start:stop]` / `nodes.iloc[positions]`: the rows as a frame (`frame`)."""
         return _Rows(self)
 

@@ -17,32 +17,41 @@ import pandas as pd
 
 from ..causal.discovery import draw_discovery_sessions, one_row_per_session
 from ..causal.within_document_ci import DOCUMENT_CODE
+from ..errors import ConfigError
 from ..features.encoders import CategoricalEncoder, PageFeatureEncoder, session_spans
 from ..methods.propensities.position import share_shown_at_several_positions
-from ..schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, FeatureKind, PageFeature, \
-    query_document_pairs
+from ..schema import (
+    CHUNK_ROWS,
+    CLICK,
+    DOC_ID,
+    POSITION,
+    QUERY_ID,
+    SESSION_ID,
+    FeatureKind,
+    PageFeature,
+    query_document_pairs,
+)
 from .column_sources import ColumnSource, as_column_source
 from .node_columns import NodeColumns
 from .separability import Separability, SeparabilityCheck
-from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..config import RunConfig
 
 
-def bal_features(config: "RunConfig") -> tuple[PageFeature, ...]:
+def bal_features(config: RunConfig) -> tuple[PageFeature, ...]:
     """The declared page features BAL sees (`bal.features` selects; None keeps them all)."""
     declared = config.data.parsed_page_features
     wanted = config.bal.features
     return declared if wanted is None else tuple(f for f in declared if f.name in set(wanted))
 
 
-def discovery_seed(config: "RunConfig") -> int:
+def discovery_seed(config: RunConfig) -> int:
     """The seed of BAL's discovery rows and CI tests: the same every epoch, so r̂-free tests can be reused."""
     return config.seed * 1000
 
 
-def document_pairs(train: pd.DataFrame, config: "RunConfig", codes: np.ndarray | None = None
+def document_pairs(train: pd.DataFrame, config: RunConfig, codes: np.ndarray | None = None
                    ) -> tuple[np.ndarray | None, dict[str, Any]]:
     """Each row's (query, document) code for the click model's document effects, or None, and why (`codes`:
     `schema.query_document_pairs` of `train` when the caller already has them).
@@ -80,7 +89,7 @@ class GraphRows:
     click_documents: np.ndarray | None = None   # their (query, document) codes: the within-document click test's
 
     @classmethod
-    def draw(cls, train: pd.DataFrame, config: "RunConfig") -> "GraphRows":
+    def draw(cls, train: pd.DataFrame, config: RunConfig) -> GraphRows:
         seed = discovery_seed(config)
         drawn = draw_discovery_sessions(train, config.discovery, seed)
         chosen = train.loc[train[SESSION_ID].isin(drawn.kci), [SESSION_ID, POSITION]].assign(_row=lambda f: f.index)
@@ -88,7 +97,7 @@ class GraphRows:
         sessions = None if rows is None else train[SESSION_ID].to_numpy()[rows]
         return cls(one_row_per_session(chosen, seed)["_row"].to_numpy(), rows, sessions)
 
-    def click_frame(self, nodes: "NodeColumns | pd.DataFrame") -> pd.DataFrame | None:
+    def click_frame(self, nodes: NodeColumns | pd.DataFrame) -> pd.DataFrame | None:
         """Hybrid's click rows of `nodes` with their session_id; None for a test without them."""
         if self.click_rows is None:
             return None
@@ -114,7 +123,7 @@ class TrainingRows:
     separable: Separability
 
     @classmethod
-    def build(cls, train: "pd.DataFrame | ColumnSource", config: "RunConfig", spill: bool = False) -> "TrainingRows":
+    def build(cls, train: pd.DataFrame | ColumnSource, config: RunConfig, spill: bool = False) -> TrainingRows:
         """From the sessions' ids, position, click and page-feature columns (rows in training order): a frame, or
         a `column_sources.ColumnSource` (a log larger than memory: its partitions).
 

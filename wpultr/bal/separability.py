@@ -15,9 +15,9 @@ and shown by `wpultr graph show`.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from ..methods.base import FitResult
 
 
-def fit_streamed(sessions_path: Path, valid: pd.DataFrame | None, cfg: "RunConfig",
-                 run_root: Path) -> "tuple[FitResult, dict[str, Any]]":
+def fit_streamed(sessions_path: Path, valid: pd.DataFrame | None, cfg: RunConfig,
+                 run_root: Path) -> tuple[FitResult, dict[str, Any]]:
     """(BAL's fit on the partitions at `sessions_path`, the identifiability pre-flight's report)."""
     report: dict[str, Any] = {}
 

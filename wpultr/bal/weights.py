@@ -24,9 +24,9 @@ rows clipped and per-feature log-weight summaries.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd

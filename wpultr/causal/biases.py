@@ -10,9 +10,9 @@
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-from collections.abc import Sequence
 
 from ..columns import CLICK, RELEVANCE_SCORE
 from .graph import DiscoveredGraph
@@ -42,7 +42,7 @@ class BiasReport:
                 "page_feature_biases": list(self.page_feature_biases),
                 "click_parents": list(self.click_parents)}
 
-    def without(self, features: Sequence[str]) -> "BiasReport":
+    def without(self, features: Sequence[str]) -> BiasReport:
         """The report with `features` no longer corrected (not in the click model's page term, no weights), for
         page features the logs cannot tell apart from relevance (`separability`); they stay in the graph and may
         still condition another feature's influence estimator."""
@@ -52,7 +52,7 @@ class BiasReport:
                           tuple(x for x in self.click_parents if x not in drop))
 
     @classmethod
-    def from_dict(cls, state: dict[str, Any]) -> "BiasReport":
+    def from_dict(cls, state: dict[str, Any]) -> BiasReport:
         return cls(tuple(ConfoundedFeature(c["feature"], tuple(c["parents"]), c["case"], tuple(c["undirected"]))
                          for c in state["confounded"]),
                    tuple(state["page_feature_biases"]), tuple(state["click_parents"]))

@@ -8,24 +8,22 @@
 from __future__ import annotations
 
 import json
+import shutil
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
-from ..causal.graph import diff_graphs, epoch_dir, load_epoch_graph, render, to_dot, to_text
-from ..cli_support import nest, parse_sets, user_errors
-from ..rundir.files import is_run_dir
-from ..rundir.ownership import output_of, record
-from ..rundir.layout import BIAS, BIASES_FILE, EPOCH_PREFIX, GRAPH_FILE, HISTORY
-from ..storage import is_url, readable_run_dir, write_bytes
 from ..causal.biases import identify_biases
-from ..rundir.epochs import shipped_graph_epoch
-from ..causal.graph import graph_epochs
-import shutil
-from ..rundir.files import check_output
+from ..causal.graph import diff_graphs, epoch_dir, graph_epochs, load_epoch_graph, render, to_dot, to_text
+from ..cli_support import nest, parse_sets, user_errors
 from ..errors import ConfigError
+from ..rundir.epochs import shipped_graph_epoch
+from ..rundir.files import check_output, is_run_dir
+from ..rundir.layout import BIAS, BIASES_FILE, EPOCH_PREFIX, GRAPH_FILE, HISTORY
+from ..rundir.ownership import output_of, record
+from ..storage import is_url, readable_run_dir, write_bytes
 
 graph_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Inspect the click-model graphs a run discovered (one per epoch).")
@@ -75,11 +73,11 @@ def _set_aside_lines(bias: dict[str, Any]) -> list[str]:
                         for x in record["set_aside"])]
 
 
-def _shipped_epoch(run: Path) -> Optional[int]:
+def _shipped_epoch(run: Path) -> int | None:
     return shipped_graph_epoch(run)
 
 
-def _default_epoch(run: Path, asked: Optional[int], shipped: Optional[int]) -> Optional[int]:
+def _default_epoch(run: Path, asked: int | None, shipped: int | None) -> int | None:
     """The epoch asked for; else the shipped ranker's epoch when it has a graph (one epoch story: what a run shows
     is the shipped epoch's unless asked otherwise); else the latest."""
     if asked is not None or shipped is None:
@@ -87,7 +85,7 @@ def _default_epoch(run: Path, asked: Optional[int], shipped: Optional[int]) -> O
     return shipped if shipped in graph_epochs(run) else None
 
 
-def _epoch_heading(k: int, shipped: Optional[int]) -> str:
+def _epoch_heading(k: int, shipped: int | None) -> str:
     if shipped is None:
         return f"epoch {k}"
     return f"epoch {k} (the shipped ranker's)" if k == shipped else f"epoch {k} (shipped: epoch {shipped})"
@@ -104,10 +102,10 @@ GRAPH_IN_RUN = output_of("wpultr graph show", in_runs=True)   # the default imag
 @graph_app.command("show")
 @user_errors
 def show(run: str = typer.Argument(..., help="run directory: a path or an fsspec URL (s3://, gs://, file://, …)"),
-         epoch: Optional[int] = typer.Option(None, "--epoch", "-e", help="epoch to show (default: the shipped "
+         epoch: int | None = typer.Option(None, "--epoch", "-e", help="epoch to show (default: the shipped "
                                              "ranker's epoch, else the latest)"),
          fmt: GraphFormat = typer.Option(GraphFormat.text, "--format", "-f", help="text, dot, svg or png"),
-         output: Optional[str] = typer.Option(None, "--output", "-o",
+         output: str | None = typer.Option(None, "--output", "-o",
                                               help="file to write, a path or a URL (svg/png default: "
                                                    "epoch_<k>/graph.<format> in the run directory)")):
     """Print an epoch's graph (edges, stabilities, biases) or render it with Graphviz."""
@@ -161,7 +159,7 @@ def diff(run: str = typer.Argument(..., help="run directory: a path or an fsspec
 # ---------------------------------------------------------------------------------------------
 # wpultr discover
 # ---------------------------------------------------------------------------------------------
-def _discover_config(config: Optional[Path], sets: Optional[list[str]]):
+def _discover_config(config: Path | None, sets: list[str] | None):
     """The run config (file and --set overrides, or defaults): page features, `discovery`, seed, cluster."""
     from ..config import config_from_dict, load_config  # lazy: +0.9 s (pandas, pyarrow)
     overrides = parse_sets(sets, "discovery.ci_test=kci")
@@ -188,16 +186,16 @@ def discover_command(
                                    help="r̂: a column of the sessions table, or a Parquet file of "
                                         "session_id, position, relevance_score"),
         out: Path = typer.Option(..., "--out", "-o", help="run/output directory (epoch_<k>/ is written under it)"),
-        config: Optional[Path] = typer.Option(None, help="run config: data.page_features, discovery, seed, cluster"),
-        set_: Optional[list[str]] = typer.Option(None, "--set", help="override: --set discovery.ci_test=rcit"),
+        config: Path | None = typer.Option(None, help="run config: data.page_features, discovery, seed, cluster"),
+        set_: list[str] | None = typer.Option(None, "--set", help="override: --set discovery.ci_test=rcit"),
         epoch: int = typer.Option(0, "--epoch", "-e", help="epoch k: writes epoch_<k>/ and seeds the sample"),
-        encoder: Optional[Path] = typer.Option(None, help="fitted page-feature encoder to reuse (default: fit "
+        encoder: Path | None = typer.Option(None, help="fitted page-feature encoder to reuse (default: fit "
                                                            f"one into OUT/{ENCODER_SUBDIR}/ unless it is there)"),
-        scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler")):
+        scheduler: str | None = typer.Option(None, help="address of an existing Dask scheduler")):
     """Discover the click model's causal graph (BAL §3.1) and its biases from a sessions table."""
-    from ..features.encoders import ENCODER_JSON, PageFeatureEncoder  # lazy: +0.9 s (pandas, pyarrow)
     from ..causal.discover_stage import discover_epoch  # lazy: +6.5 s (matplotlib, pandas, pyarrow, scipy, sklearn)
     from ..cluster import open_client  # lazy: +0.9 s (pandas, pyarrow)
+    from ..features.encoders import ENCODER_JSON, PageFeatureEncoder  # lazy: +0.9 s (pandas, pyarrow)
     from ..features.preprocess_stage import fit_page_encoder  # lazy: +0.9 s (pandas, pyarrow)
     cfg = _discover_config(config, set_)
     if scheduler:

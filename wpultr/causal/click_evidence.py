@@ -20,8 +20,8 @@ false click parent in a graph; each candidate's record gains `holm` (rule, raw a
 """
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +29,6 @@ from ..schema import CLICK, RELEVANCE_SCORE
 from .click_ci import ClickCITest
 from .graph import DiscoveredGraph
 from .within_document_ci import NOT_TESTABLE, WithinDocumentTest
-
 
 REQUIRED_UNTESTED = "required by prior 1: PC keeps r̂ — click without testing it"
 

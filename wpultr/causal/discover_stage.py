@@ -8,9 +8,10 @@ fits its encoder is `features.preprocess_stage`).
 """
 from __future__ import annotations
 
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -20,18 +21,26 @@ import pyarrow.dataset as ds
 
 from ..features.encoders import PageFeatureEncoder
 from ..io.parquet import partition_paths, read_table
-from ..rundir.files import write_json, write_parquet
-from ..rundir.layout import BIASES_FILE, GRAPH_FILE, SAMPLE_FILE
-from ..schema import (CLICK, DOC_ID, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, PageFeature, SchemaError,
-                      query_document_pairs)
-from .biases import identify_biases
-from .discovery import (DiscoveryConfig, DiscoveryResult, discover, draw_discovery_sessions,
-                        one_row_per_session)
-from .graph import epoch_dir
-from .within_document_ci import DOCUMENT_CODE
 from ..rankers.base import score_frame
 from ..rankers.registry import load_ranker
-import shutil
+from ..rundir.files import write_json, write_parquet
+from ..rundir.layout import BIASES_FILE, GRAPH_FILE, SAMPLE_FILE
+from ..schema import (
+    CLICK,
+    DOC_ID,
+    POSITION,
+    QUERY_ID,
+    RELEVANCE_SCORE,
+    SESSION_ID,
+    PageFeature,
+    SchemaError,
+    query_document_pairs,
+)
+from .biases import identify_biases
+from .discovery import DiscoveryConfig, DiscoveryResult, discover, draw_discovery_sessions, one_row_per_session
+from .graph import epoch_dir
+from .within_document_ci import DOCUMENT_CODE
+
 
 def _read_sessions(sessions_dir: str | Path, columns: list[str], session_ids: np.ndarray) -> pd.DataFrame:
     """Rows of the chosen sessions only (pushed down to the Parquet scan)."""

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -45,12 +45,20 @@ from ..schema import CLICK, POSITION, QUERY_ID, RELEVANCE_SCORE, SESSION_ID, Fea
 from ..settings.discovery import DiscoveryConfig, validate_discovery_config
 from .click_ci import ClickCITest
 from .click_evidence import click_evidence, decide_per_graph
-from .graph import (BIDIRECTED, DIRECTED, UNDIRECTED, DiscoveredGraph, GraphEdge, PairStability,
-                    edges_from_matrix, sepsets_from_causallearn)
+from .graph import (
+    BIDIRECTED,
+    DIRECTED,
+    UNDIRECTED,
+    DiscoveredGraph,
+    GraphEdge,
+    PairStability,
+    edges_from_matrix,
+    sepsets_from_causallearn,
+)
 from .hybrid_ci import HybridCIT, resample_sessions, stack_click_rows
 from .near_determinism import find_near_deterministic
 from .page_feature_cit import PageFeatureCIT
-from .parallel_pc import PCRun, CITestSpec, p_values_without, parallel_pc, test_nodes
+from .parallel_pc import CITestSpec, PCRun, p_values_without, parallel_pc, test_nodes
 from .within_document_ci import DOCUMENT_CODE, within_document_share
 
 log = logging.getLogger(__name__)

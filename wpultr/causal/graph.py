@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable
 
+import graphviz
 from causallearn.graph.Endpoint import Endpoint
 
 from ..errors import WpultrError
 from ..rundir.files import write_json
 from ..rundir.layout import EPOCH_PREFIX, GRAPH_FILE
 from ..tables import table
-import graphviz
 
 DIRECTED = "directed"
 UNDIRECTED = "undirected"
@@ -115,7 +115,7 @@ class DiscoveredGraph:
     def undirected_neighbours(self, node: str) -> list[str]:
         return [next(iter(e.pair - {node})) for e in self.edges if e.type == UNDIRECTED and node in e.pair]
 
-    def with_edges(self, edges: Iterable[GraphEdge]) -> "DiscoveredGraph":
+    def with_edges(self, edges: Iterable[GraphEdge]) -> DiscoveredGraph:
         return replace(self, edges=tuple(edges))
 
     # --- JSON ----------------------------------------------------------------------------------
@@ -132,7 +132,7 @@ class DiscoveredGraph:
         }
 
     @classmethod
-    def from_dict(cls, state: dict[str, Any], where: str = "graph") -> "DiscoveredGraph":
+    def from_dict(cls, state: dict[str, Any], where: str = "graph") -> DiscoveredGraph:
         if state.get("format") != GRAPH_FORMAT:
             raise GraphFileError(f"{where}: format {state.get('format')!r} is not {GRAPH_FORMAT!r}")
         try:
@@ -151,7 +151,7 @@ class DiscoveredGraph:
         write_json(path, self.to_dict())
 
     @classmethod
-    def load(cls, path: str | Path) -> "DiscoveredGraph":
+    def load(cls, path: str | Path) -> DiscoveredGraph:
         path = Path(path)
         if not path.is_file():
             raise GraphFileError(f"{path}: no such graph file")

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from causallearn.utils.cit import CIT_Base

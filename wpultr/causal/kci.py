@@ -34,9 +34,9 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Sequence
 
 import numpy as np
 import scipy.linalg

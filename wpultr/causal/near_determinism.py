@@ -13,9 +13,9 @@ Determination of A by B, d(A | B) in [0, 1] (B grouped by its levels, or by quan
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 

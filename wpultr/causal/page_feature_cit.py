@@ -9,8 +9,8 @@ import contextlib
 import hashlib
 import json
 import threading
-from typing import Any
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from causallearn.utils.cit import CIT, CIT_Base

@@ -31,11 +31,11 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping, Sequence
 
 import numpy as np
 from causallearn.graph.GraphClass import CausalGraph
@@ -44,6 +44,7 @@ from causallearn.utils.cit import CIT, CIT_Base, register_ci_test
 from causallearn.utils.PCUtils.BackgroundKnowledge import BackgroundKnowledge
 from causallearn.utils.PCUtils.SkeletonDiscovery import skeleton_discovery
 from distributed import wait
+
 from ..progress import gather
 
 CITest = tuple[int, int, tuple[int, ...]]

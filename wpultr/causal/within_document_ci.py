@@ -29,9 +29,9 @@ documents; one below `discovery.min_within_document_share` is "not testable with
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..schema import QUERY_ID, QUERY_KEY, query_key
-from .metrics import evaluate as evaluate_scores, per_query
 from ..rankers.base import score_frame
-from ..rankers.registry import load_ranker
 from ..rankers.precision import scoring_precision
+from ..rankers.registry import load_ranker
+from ..schema import QUERY_ID, QUERY_KEY, query_key
+from .metrics import evaluate as evaluate_scores
+from .metrics import per_query
 
 if TYPE_CHECKING:
     from ..config import RunConfig

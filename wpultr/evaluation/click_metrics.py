@@ -27,18 +27,18 @@ import pandas as pd
 from scipy.optimize import minimize, minimize_scalar
 from scipy.special import expit
 
+from ..features.lexical import LexicalFeaturizer
 from ..io.parquet import column_names, read_table, sample_sessions
 from ..io.train_input import arrow_lists, read_sampled_sessions, training_columns
-from .metrics import CLICK_PROB_EPS, click_log_likelihood, click_perplexity
+from ..rankers.base import score_frame
+from ..rankers.registry import load_ranker
 from ..rundir.epochs import is_graph_epoch, shipped
 from ..rundir.files import RunDir, read_json
 from ..rundir.layout import BIAS, HISTORY, LEXICAL_STATE, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
 from ..rundir.tables import training_tables
 from ..schema import CLICK, DOC_ID, FEATURES, POSITION, SESSION_ID, SchemaError
 from ..settings.methods import METHODS, WHOLE_PAGE
-from ..rankers.base import score_frame
-from ..rankers.registry import load_ranker
-from ..features.lexical import LexicalFeaturizer
+from .metrics import CLICK_PROB_EPS, click_log_likelihood, click_perplexity
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -236,7 +236,7 @@ def perplexity_table(clicks_section: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def heldout_click_metrics(run: RunDir, heldout_path: Path, cfg: "RunConfig") -> dict[str, Any]:
+def heldout_click_metrics(run: RunDir, heldout_path: Path, cfg: RunConfig) -> dict[str, Any]:
     """`click_metrics` of the run on (a sample of) the sessions at `heldout_path`, its click models fitted where they
     need it on a sample of the training sessions (the evaluate stage's and `wpultr evaluate`'s one route)."""
     training, _ = training_tables(run)

@@ -22,14 +22,24 @@ et al. 2009, the same as TREC's gdeval.pl). Conventions, chosen once for all met
 """
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..schema import (BUCKET, DOC_ID, HIGH_BUCKETS, LABEL, MAX_LABEL, QUERY_ID, QUERY_KEY, TAIL_BUCKETS, SchemaError,
-                     query_key)
+from ..schema import (
+    BUCKET,
+    DOC_ID,
+    HIGH_BUCKETS,
+    LABEL,
+    MAX_LABEL,
+    QUERY_ID,
+    QUERY_KEY,
+    TAIL_BUCKETS,
+    SchemaError,
+    query_key,
+)
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
 MAP_COLUMN = "MAP"

@@ -22,16 +22,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from ..io.parquet import partition_paths
 from ..io.split import split_test_queries
-from .metrics import click_mse, mcc
+from ..rankers.base import score_frame
+from ..rankers.registry import load_ranker
 from ..rundir.files import read_json
 from ..rundir.layout import BIAS, IDENTIFIABILITY, RANKER_DIR, TRUTH_DIR, TRUTH_SESSIONS
 from ..schema import DOC_ID, POSITION, QUERY_ID, QUERY_TOKENS, SESSION_ID, query_key
-import pyarrow.parquet as pq
-from ..rankers.base import score_frame
-from ..rankers.registry import load_ranker
+from .metrics import click_mse, mcc
 
 POINTWISE = frozenset({"pointwise"})
 _PART, _ROW = "__partition", "__row"     # where a key row lives: partition index, row within the partition

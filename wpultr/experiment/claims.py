@@ -16,12 +16,13 @@ does not show:
 """
 from __future__ import annotations
 
+import html
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -30,7 +31,6 @@ from ..rundir.layout import BIAS
 from ..settings.methods import learns_graph
 from .paper_tables import Column, SettingResults, significance_rows
 from .spec import Experiment
-import html
 
 CLAIM_METRIC = "DCG@10"          # BAL §4.1 selects epochs by it; the claims are judged on it
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -12,14 +11,14 @@ from ..cli_support import parse_sets, user_errors
 
 @user_errors
 def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pipelines/reproduce/)"),
-               scheduler: Optional[str] = typer.Option(None, help="address of an existing Dask scheduler (default: "
+               scheduler: str | None = typer.Option(None, help="address of an existing Dask scheduler (default: "
                                                                   "a LocalCluster as the base config's cluster section "
                                                                   "says)"),
-               workers: Optional[int] = typer.Option(None, help="LocalCluster workers "
+               workers: int | None = typer.Option(None, help="LocalCluster workers "
                                                                 "(default: base cluster.n_workers)"),
-               parallel: Optional[int] = typer.Option(None, help="runs at once (default: the experiment's `parallel`, "
+               parallel: int | None = typer.Option(None, help="runs at once (default: the experiment's `parallel`, "
                                                                  "else the cluster's worker threads)"),
-               set_: Optional[list[str]] = typer.Option(None, "--set",
+               set_: list[str] | None = typer.Option(None, "--set",
                                                         help="override an experiment key: "
                                                              "--set seeds=[0,1] --set base.train.epochs=1"),
                report_only: bool = typer.Option(False, "--report-only", help="run nothing; gather the runs on disk "
@@ -27,7 +26,11 @@ def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pip
     """Run methods × seeds (× settings) as Dask tasks, each in its own run directory (finished runs are
     skipped), then write Tables 1–3 (Markdown + CSV), Figs. 3–5 (PNG) and report.html."""
     from .harness import (  # lazy: +0.9 s (pandas, pyarrow)
-        read_records, run_experiment, write_records, write_resolved_experiment)
+        read_records,
+        run_experiment,
+        write_records,
+        write_resolved_experiment,
+    )
     from .report import write_experiment_report  # lazy: +0.9 s (pandas, pyarrow)
     from .spec import load_experiment  # lazy: +0.9 s (pandas, pyarrow)
     exp = load_experiment(config, parse_sets(set_, "seeds=[0,1] or base.train.epochs=1"))
@@ -39,8 +42,8 @@ def experiment(config: Path = typer.Argument(..., help="experiment YAML (see pip
         records = read_records(exp)
         write_records(exp, records)
     else:
-        from ..config import ClusterConfig, config_from_dict  # lazy: +0.9 s (pandas, pyarrow)
         from ..cluster import open_client  # lazy: +0.9 s (pandas, pyarrow)
+        from ..config import ClusterConfig, config_from_dict  # lazy: +0.9 s (pandas, pyarrow)
         base_cluster = config_from_dict({k: v for k, v in exp.base.items() if k == "cluster"}).cluster
         cluster = ClusterConfig(scheduler=scheduler or base_cluster.scheduler,
                                 n_workers=workers or base_cluster.n_workers,

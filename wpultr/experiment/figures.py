@@ -24,22 +24,23 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from matplotlib.patches import FancyArrowPatch
 
-from ..report.plots import colors as _colors, new_figure as _figure
+from ..io.parquet import read_table
+from ..report.plots import colors as _colors
+from ..report.plots import new_figure as _figure
+from ..rundir.files import atomic_path
 from ..rundir.layout import EPOCH_PREFIX, GRAPH_FILE, SESSIONS_DIR, TEST_SCORES, TRUTH_DIR, TRUTH_JSON
 from ..schema import DOC_ID, LABEL, POSITION, QUERY_ID
 from .paper_tables import SettingResults, Table
-from ..rundir.files import atomic_path
 from .spec import EXPERIMENT_OUTPUT
-from ..io.parquet import read_table
-from matplotlib.patches import FancyArrowPatch
 
 log = logging.getLogger(__name__)
 

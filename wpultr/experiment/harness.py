@@ -12,24 +12,32 @@ import json
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Sequence
 
+import pandas as pd
 import yaml
+from distributed import as_completed, worker_client
 
 from ..config import ConfigError, changed_keys, config_from_dict, saved_config, to_dict
-from .spec import (EXPERIMENT_FILE, EXPERIMENT_OUTPUT, FAILURE_FILE, RUNS_CSV, RUNS_JSON, Experiment, RunRecord,
-                   RunSpec, slug)
-from ..rundir.files import RunDir
-from ..rundir.layout import CONFIG_FILE
-from ..pipeline.stages import STAGES
 from ..pipeline.run_lock import RunLocked
 from ..pipeline.runner import run_pipeline
-from distributed import as_completed, worker_client
+from ..pipeline.stages import STAGES
 from ..progress import progress as progress_bar
-from ..rundir.files import write_text
-import pandas as pd
+from ..rundir.files import RunDir, write_text
+from ..rundir.layout import CONFIG_FILE
+from .spec import (
+    EXPERIMENT_FILE,
+    EXPERIMENT_OUTPUT,
+    FAILURE_FILE,
+    RUNS_CSV,
+    RUNS_JSON,
+    Experiment,
+    RunRecord,
+    RunSpec,
+    slug,
+)
 
 
 def is_finished(spec: RunSpec) -> bool:

@@ -8,10 +8,10 @@ a `truth` section.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 

@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..evaluation.metrics import paired_test
-from ..rundir.files import read_json
+from ..rundir.files import read_json, write_text
 from ..rundir.layout import METRICS, PER_QUERY
-from ..rundir.files import write_text
 from .spec import EXPERIMENT_OUTPUT
 
 BETTER, WORSE = "↑", "↓"

@@ -13,24 +13,23 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import pandas as pd
 import yaml
 
+from ..errors import RunDirError
 from ..report.html import page, png_img
-from ..rundir.files import write_text
+from ..rundir.files import check_output, write_text
 from ..rundir.layout import REPORT
 from . import figures as F
 from .claims import Claim, claims_html, claims_markdown, setting_claims
 from .identifiability_tables import identifiability_tables
 from .paper_tables import TITLES, SettingResults, Table, build_sweep_table, build_table, clear_cache, table_columns
 from .spec import EXPERIMENT_FILE, EXPERIMENT_OUTPUT, RUNS_CSV, RUNS_JSON, Experiment, RunRecord, slug
-from ..errors import RunDirError
-from ..rundir.files import check_output
 
 REPORT_FILE = "report.html"
 TABLES_MD = "tables.md"

@@ -34,14 +34,21 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from collections.abc import Mapping, Sequence
 
-from ..config import (PATH_KEYS, ConfigError, config_from_dict, file_relative_paths, from_mapping, read_yaml_mapping,
-                      set_dotted, to_dict)
-
+from ..config import (
+    PATH_KEYS,
+    ConfigError,
+    config_from_dict,
+    file_relative_paths,
+    from_mapping,
+    read_yaml_mapping,
+    set_dotted,
+    to_dict,
+)
 from ..rundir.ownership import output_of, output_path
 from ..settings.methods import learns_graph
 

@@ -30,7 +30,7 @@ class PairCounts:
     levels: np.ndarray  # float64, sorted, unique
     wins: np.ndarray    # int64, (len(levels), len(levels))
 
-    def merge(self, other: "PairCounts") -> "PairCounts":
+    def merge(self, other: PairCounts) -> PairCounts:
         """Counts of the union of both tables' pairs (levels re-indexed onto their union)."""
         levels = np.union1d(self.levels, other.levels)
         wins = np.zeros((levels.size, levels.size), dtype=np.int64)
@@ -94,11 +94,11 @@ class BradleyTerryEncoder:
         self.tol = tol
         self.max_iter = max_iter
 
-    def fit(self, X: pd.DataFrame, y: Any = None) -> "BradleyTerryEncoder":
+    def fit(self, X: pd.DataFrame, y: Any = None) -> BradleyTerryEncoder:
         """Fit the scores on a sessions frame (session id, position and the feature's column)."""
         return self.fit_counts(pair_counts(X, self.column))
 
-    def fit_counts(self, counts: PairCounts) -> "BradleyTerryEncoder":
+    def fit_counts(self, counts: PairCounts) -> BradleyTerryEncoder:
         """Fit the scores from (merged) pair counts: argmax of the ridge-penalised log-likelihood."""
         if self.ridge <= 0:
             raise ValueError(f"Bradley–Terry ridge must be > 0, got {self.ridge}")
@@ -134,7 +134,7 @@ class BradleyTerryEncoder:
                 "levels": self.levels_.tolist(), "scores": self.scores_.tolist()}
 
     @classmethod
-    def from_dict(cls, state: dict[str, Any], where: str = "bradley_terry") -> "BradleyTerryEncoder":
+    def from_dict(cls, state: dict[str, Any], where: str = "bradley_terry") -> BradleyTerryEncoder:
         try:
             encoder = cls(column=state["column"], ridge=float(state["ridge"]))
             encoder.levels_ = np.asarray(state["levels"], dtype=np.float64)

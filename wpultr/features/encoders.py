@@ -15,10 +15,10 @@ safetensors file of the embedding tables (no pickle).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -46,13 +46,13 @@ class Moments:
     m2: float
 
     @classmethod
-    def of(cls, values: np.ndarray) -> "Moments":
+    def of(cls, values: np.ndarray) -> Moments:
         if values.size == 0:
             return cls(0, 0.0, 0.0)
         mean = float(values.mean())
         return cls(int(values.size), mean, float(((values - mean) ** 2).sum()))
 
-    def merge(self, other: "Moments") -> "Moments":
+    def merge(self, other: Moments) -> Moments:
         count = self.count + other.count
         if count == 0:
             return self
@@ -67,7 +67,7 @@ class LevelCounts:
 
     counts: dict[Any, int] = field(default_factory=dict)
 
-    def merge(self, other: "LevelCounts") -> "LevelCounts":
+    def merge(self, other: LevelCounts) -> LevelCounts:
         merged = dict(self.counts)
         for level, n in other.counts.items():
             merged[level] = merged.get(level, 0) + n
@@ -98,10 +98,10 @@ class ContinuousScaler:
     def summarise(self, X: pd.DataFrame) -> Moments:
         return Moments.of(_numeric(X, self.column))
 
-    def fit(self, X: pd.DataFrame, y: Any = None) -> "ContinuousScaler":
+    def fit(self, X: pd.DataFrame, y: Any = None) -> ContinuousScaler:
         return self.fit_summary(self.summarise(X))
 
-    def fit_summary(self, moments: Moments) -> "ContinuousScaler":
+    def fit_summary(self, moments: Moments) -> ContinuousScaler:
         if moments.count == 0:
             raise ValueError(f"continuous feature {self.column!r}: no rows to fit")
         std = float(np.sqrt(moments.m2 / moments.count))
@@ -117,7 +117,7 @@ class ContinuousScaler:
         return {"column": self.column, "mean": self.mean_, "scale": self.scale_, "n_rows": self.n_rows_}
 
     @classmethod
-    def from_dict(cls, state: dict[str, Any]) -> "ContinuousScaler":
+    def from_dict(cls, state: dict[str, Any]) -> ContinuousScaler:
         scaler = cls(state["column"])
         scaler.mean_, scaler.scale_, scaler.n_rows_ = float(state["mean"]), float(state["scale"]), int(state["n_rows"])
         return scaler
@@ -136,10 +136,10 @@ class CategoricalEncoder:
         counts = X[self.column].value_counts(dropna=False)
         return LevelCounts({_plain(level): int(n) for level, n in counts.items()})
 
-    def fit(self, X: pd.DataFrame, y: Any = None) -> "CategoricalEncoder":
+    def fit(self, X: pd.DataFrame, y: Any = None) -> CategoricalEncoder:
         return self.fit_summary(self.summarise(X))
 
-    def fit_summary(self, levels: LevelCounts) -> "CategoricalEncoder":
+    def fit_summary(self, levels: LevelCounts) -> CategoricalEncoder:
         if not levels.counts:
             raise ValueError(f"categorical feature {self.column!r}: no rows to fit")
         if any(pd.isna(level) for level in levels.counts):
@@ -165,7 +165,7 @@ class CategoricalEncoder:
                 "vocabulary": list(self.vocabulary_), "counts": list(self.counts_)}
 
     @classmethod
-    def from_dict(cls, state: dict[str, Any], embedding: np.ndarray) -> "CategoricalEncoder":
+    def from_dict(cls, state: dict[str, Any], embedding: np.ndarray) -> CategoricalEncoder:
         encoder = cls(state["column"], int(state["embedding_dim"]), int(state["seed"]))
         encoder.vocabulary_ = list(state["vocabulary"])
         encoder.counts_ = [int(n) for n in state["counts"]]
@@ -247,7 +247,7 @@ class PageFeatureEncoder:
         return {name: a[name].merge(b[name]) for name in a}
 
     def fit(self, X: pd.DataFrame, y: Any = None, chunk_rows: int = CHUNK_ROWS,
-            spans: Sequence[slice] | None = None) -> "PageFeatureEncoder":
+            spans: Sequence[slice] | None = None) -> PageFeatureEncoder:
         """Fitted on `X`'s statistics, summarised about `chunk_rows` rows (whole sessions) at a time and merged:
         the same statistics as one pass (sums of counts; moments to float rounding), a chunk's temporaries.
         `spans`: those row ranges (`session_spans`) when `X` holds no session_id (one feature's column)."""
@@ -257,7 +257,7 @@ class PageFeatureEncoder:
             summary = part if summary is None else self.merge_summaries(summary, part)
         return self.fit_summary(summary)
 
-    def fit_summary(self, summary: dict[str, Any]) -> "PageFeatureEncoder":
+    def fit_summary(self, summary: dict[str, Any]) -> PageFeatureEncoder:
         encoders = {}
         for feature in self.page_features:
             encoder = self._encoder(feature)
@@ -310,7 +310,7 @@ class PageFeatureEncoder:
         save_file(tables or {"_none": np.zeros((0,), np.float32)}, str(directory / EMBEDDINGS_FILE))
 
     @classmethod
-    def load(cls, directory: str | Path) -> "PageFeatureEncoder":
+    def load(cls, directory: str | Path) -> PageFeatureEncoder:
         directory = Path(directory)
         path = directory / ENCODER_JSON
         state = json.loads(path.read_text())

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from distributed import wait
 
 from ..io.parquet import partition_paths, read_table
 from ..rundir.files import write_parquet
 from ..schema import FEATURES
 from .lexical import LexicalFeaturizer, featurize_partitions
-from distributed import wait
 
 
 def _fit_lexical_partition(path: str) -> LexicalFeaturizer:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -131,7 +131,7 @@ class FieldStatistics:
     total_length: int       # tokens in the collection's field
 
     @classmethod
-    def count(cls, tokens: TokenLists) -> "FieldStatistics":
+    def count(cls, tokens: TokenLists) -> FieldStatistics:
         token_ids, coll_freq = sorted_unique(tokens.values)
         n_ids = max(token_ids.size, 1)
         token_code = np.searchsorted(token_ids, tokens.values)
@@ -140,7 +140,7 @@ class FieldStatistics:
         return cls(token_ids.astype(np.int64), doc_freq.astype(np.int64), coll_freq.astype(np.int64),
                    int(tokens.values.size))
 
-    def merge(self, other: "FieldStatistics") -> "FieldStatistics":
+    def merge(self, other: FieldStatistics) -> FieldStatistics:
         token_ids = np.union1d(self.token_ids, other.token_ids)
         doc_freq = np.zeros(token_ids.size, np.int64)
         coll_freq = np.zeros(token_ids.size, np.int64)
@@ -219,13 +219,13 @@ class LexicalFeaturizer:
         return names + [QUERY_LENGTH]
 
     # ---- fitting ---------------------------------------------------------------------------
-    def fit(self, df: pd.DataFrame, y: Any = None) -> "LexicalFeaturizer":
+    def fit(self, df: pd.DataFrame, y: Any = None) -> LexicalFeaturizer:
         """Learn document frequencies, collection frequencies and lengths of each field from `df`."""
         for name in ("n_documents_", "field_stats_", "feature_names_"):
             self.__dict__.pop(name, None)
         return self.partial_fit(df)
 
-    def partial_fit(self, df: pd.DataFrame, y: Any = None) -> "LexicalFeaturizer":
+    def partial_fit(self, df: pd.DataFrame, y: Any = None) -> LexicalFeaturizer:
         """Add the statistics of `df` to those learned so far (one partition at a time)."""
         self._check_params()
         lists = {field: token_lists(df, field) for field in self.fields}
@@ -244,7 +244,7 @@ class LexicalFeaturizer:
         self.feature_names_ = self.feature_names
         return self
 
-    def merge(self, other: "LexicalFeaturizer") -> "LexicalFeaturizer":
+    def merge(self, other: LexicalFeaturizer) -> LexicalFeaturizer:
         """A new featurizer fitted on the union of the data `self` and `other` were fitted on."""
         for fitted in (self, other):
             fitted._check_fitted()
@@ -337,7 +337,7 @@ class LexicalFeaturizer:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "LexicalFeaturizer":
+    def load(cls, path: str | Path) -> LexicalFeaturizer:
         """Read a featurizer written by `save`; errors name the file and key at fault."""
         path = Path(path)
         meta_path, npz_path = path / STATE_JSON, path / STATE_NPZ

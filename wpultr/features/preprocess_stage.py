@@ -5,10 +5,10 @@
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import reduce
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import pandas as pd
 import pyarrow.dataset as ds

@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 from ..cli_support import user_errors
-from ..rundir.layout import CONFIG_FILE, SESSIONS_DIR
-from ..storage import is_url, readable_run_dir
 from ..rundir.files import check_output
+from ..rundir.layout import CONFIG_FILE, SESSIONS_DIR
 from ..rundir.ownership import output_path
+from ..storage import is_url, readable_run_dir
 
 identifiability_app = typer.Typer(add_completion=False, no_args_is_help=True,
                                   help="Can these logs separate bias factors from relevance? (Identifiability Matters)")
@@ -74,7 +74,7 @@ def check_command(
                                              "sessions Parquet file/dir"),
         factors: str = typer.Option("position", "--factors", "-f", help="bias factor columns, comma-separated"),
         as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
-        figure: Optional[str] = typer.Option(None, "--figure", help="also draw the graph to this PNG (a path or a "
+        figure: str | None = typer.Option(None, "--figure", help="also draw the graph to this PNG (a path or a "
                                                                     "file:// URL; an existing file is replaced only if "
                                                                     "this command drew it)"),
         swap_sessions: int = typer.Option(200, "--swap-sessions", min=1,

@@ -9,9 +9,9 @@ document–node incidence graph (a document joins every node it appears under), 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -19,8 +19,17 @@ from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
 from ..errors import SchemaError
-from ..schema import (ABSTRACT_TOKENS, CHUNK_ROWS, CLICK, DOC_ID, FEATURES, QUERY_ID, TITLE_TOKENS, ids_as_text,
-                      pair_codes)
+from ..schema import (
+    ABSTRACT_TOKENS,
+    CHUNK_ROWS,
+    CLICK,
+    DOC_ID,
+    FEATURES,
+    QUERY_ID,
+    TITLE_TOKENS,
+    ids_as_text,
+    pair_codes,
+)
 
 DOC = "doc"   # column of `IdentifiabilityGraph.pairs`: the document's code
 DOC_KEY = "_document"     # `condensed_impressions`' identity of a document in a log without doc_id

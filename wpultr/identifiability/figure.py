@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
 
 from ..rundir.files import atomic_path
 from ..rundir.ownership import output_of
 from .factor_graph import IdentifiabilityGraph
-import matplotlib
-from matplotlib.figure import Figure
 
 MAX_LABELLED_NODES = 60
 FIGURE = output_of("wpultr identifiability check --figure")   # what --figure may replace: its own earlier figure

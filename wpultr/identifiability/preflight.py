@@ -20,9 +20,9 @@ from ..rundir.layout import IDENTIFIABILITY_FIGURE
 from ..schema import POSITION, SESSION_ID
 from ..settings.methods import BACKBONES, METHODS
 from .factor_graph import IdentifiabilityGraph, build_graph
-from .repair import apply_merges, mapping_table, merged_mapping, plan_interventions, plan_merges
 from .figure import plot_graph
 from .intervention import append_sessions, simulate_interventions
+from .repair import apply_merges, mapping_table, merged_mapping, plan_interventions, plan_merges
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -36,11 +36,11 @@ class IdentifiabilityError(WpultrError):
     """The logs cannot identify relevance for the bias factors a method models (`on_disconnected: fail`)."""
 
 
-def factor_kinds(cfg: "RunConfig") -> dict[str, str]:
+def factor_kinds(cfg: RunConfig) -> dict[str, str]:
     return {f.name: f.kind.value for f in cfg.data.parsed_page_features}
 
 
-def bias_factors(cfg: "RunConfig") -> list[str] | None:
+def bias_factors(cfg: RunConfig) -> list[str] | None:
     """The bias factor columns the configured method models (None: it models none, no check)."""
     if cfg.identifiability.factors:
         return list(cfg.identifiability.factors)
@@ -55,7 +55,7 @@ def bias_factors(cfg: "RunConfig") -> list[str] | None:
     return [POSITION] if factors == "position" else None
 
 
-def reads_document_only(cfg: "RunConfig") -> bool:
+def reads_document_only(cfg: RunConfig) -> bool:
     """The ranker scores a document by its doc_id alone (`ranker.backbone: embedding`): the IG's features are
     documents, whichever queries show them, as the paper's one-hot documents are (§5.1)."""
     return BACKBONES[cfg.ranker.backbone].document_only
@@ -85,7 +85,7 @@ def check(frame: pd.DataFrame, factors: list[str], kinds: dict[str, str] | None 
     return ig, report
 
 
-def preflight(frame: pd.DataFrame, cfg: "RunConfig", run_root: Path | None = None
+def preflight(frame: pd.DataFrame, cfg: RunConfig, run_root: Path | None = None
               ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """(the training frame the method should fit, the report) for the configured method; see the module doc."""
     factors = bias_factors(cfg)

@@ -31,9 +31,9 @@ impressions, clipped to [0.001, 1].
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
-from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd

@@ -29,29 +29,66 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from ..progress import ingest_rates
 from ..rundir.layout import ANNOTATIONS_FILE
-from ..schema import (ABSTRACT_TOKENS, BUCKET, CLICK, DISPLAYED_TIME, DOC_ID, EMBEDDING_ABSTRACT, EMBEDDING_BUCKET,
-                      EMBEDDING_COLUMN, EMBEDDING_DOC_ID, EMBEDDING_IDS, EMBEDDING_LTR_FEATURES, EMBEDDING_N,
-                      EMBEDDING_QUERY_NO, EMBEDDING_QUERY_TOKENS, EMBEDDING_SESSION_LEVEL, EMBEDDING_TITLE,
-                      FEATURE_VECTOR_TYPE, FEATURES, LABEL, MAX_LABEL, MAX_POSITION, MEDIA_TYPE, N_BUCKETS,
-                      POSITION, QUERY_ID, QUERY_ID_MAX_DIGITS, QUERY_TOKENS, SERP_HEIGHT, SESSION_ID,
-                      SLIPOFF_AFTER_CLICK, TITLE_TOKENS, TOKEN_TYPE, SchemaError, query_key)
+from ..schema import (
+    ABSTRACT_TOKENS,
+    BUCKET,
+    CLICK,
+    DISPLAYED_TIME,
+    DOC_ID,
+    EMBEDDING_ABSTRACT,
+    EMBEDDING_BUCKET,
+    EMBEDDING_COLUMN,
+    EMBEDDING_DOC_ID,
+    EMBEDDING_IDS,
+    EMBEDDING_LTR_FEATURES,
+    EMBEDDING_N,
+    EMBEDDING_QUERY_NO,
+    EMBEDDING_QUERY_TOKENS,
+    EMBEDDING_SESSION_LEVEL,
+    EMBEDDING_TITLE,
+    FEATURE_VECTOR_TYPE,
+    FEATURES,
+    LABEL,
+    MAX_LABEL,
+    MAX_POSITION,
+    MEDIA_TYPE,
+    N_BUCKETS,
+    POSITION,
+    QUERY_ID,
+    QUERY_ID_MAX_DIGITS,
+    QUERY_TOKENS,
+    SERP_HEIGHT,
+    SESSION_ID,
+    SLIPOFF_AFTER_CLICK,
+    TITLE_TOKENS,
+    TOKEN_TYPE,
+    SchemaError,
+    query_key,
+)
 from ..storage import is_url, open_input, size
 from .quarantine import IngestSummary, QuarantineRecord, QuarantineWriter, quarantine_table
-from .tables import (PARQUET_SUFFIXES, QUARANTINE_SUBDIR, SessionPartitionWriter, checked_paths, ingest_output,
-                     map_files, write_table_atomic)
-import pyarrow.parquet as pq
-from ..progress import ingest_rates
-import pandas as pd
+from .tables import (
+    PARQUET_SUFFIXES,
+    QUARANTINE_SUBDIR,
+    SessionPartitionWriter,
+    checked_paths,
+    ingest_output,
+    map_files,
+    write_table_atomic,
+)
 
 FEATHER_SUFFIXES = (".feather", ".arrow", ".ipc")
 FILE_INDEX_SHIFT = 40               # session_id = file_index << 40 | the session's ordinal
@@ -204,7 +241,7 @@ class BatchSource:
         self.path, self.rows, self.kind = path, rows, file_kind(path)
         self._handle: Any = None
 
-    def __enter__(self) -> "BatchSource":
+    def __enter__(self) -> BatchSource:
         try:
             if self.kind == "feather":
                 self._handle = open_input(self.path) if is_url(self.path) else pa.memory_map(self.path, "r")

@@ -12,8 +12,8 @@ same table always gives the same bytes.
 from __future__ import annotations
 
 import gzip
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,10 +21,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..rundir.files import Replaces, atomic_path
-from ..schema import (BAIDU_ANNOTATION_FIELDS, BAIDU_MAX_POSITION, BAIDU_MEDIA_TYPE_DASH, BAIDU_RESULT_FIELDS,
-                      BAIDU_TOKEN_SEP, BUCKET, CLICK, DOC_ID, LABEL, MAX_LABEL, MEDIA_TYPE, N_BUCKETS, POSITION,
-                      QUERY_ID, QUERY_ID_MAX_DIGITS, QUERY_REFORMULATION, QUERY_TOKENS, SESSION_ID, TOKEN_COLUMNS,
-                      SchemaError)
+from ..schema import (
+    BAIDU_ANNOTATION_FIELDS,
+    BAIDU_MAX_POSITION,
+    BAIDU_MEDIA_TYPE_DASH,
+    BAIDU_RESULT_FIELDS,
+    BAIDU_TOKEN_SEP,
+    BUCKET,
+    CLICK,
+    DOC_ID,
+    LABEL,
+    MAX_LABEL,
+    MEDIA_TYPE,
+    N_BUCKETS,
+    POSITION,
+    QUERY_ID,
+    QUERY_ID_MAX_DIGITS,
+    QUERY_REFORMULATION,
+    QUERY_TOKENS,
+    SESSION_ID,
+    TOKEN_COLUMNS,
+    SchemaError,
+)
 
 MISSING = "-"
 GZIP_LEVEL = 3            # zlib level: 3 writes about 3x faster than 6 for ~12% larger files

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
-from collections.abc import Iterable
 
 import pandas as pd
 import pyarrow as pa
@@ -185,7 +185,7 @@ class IngestSummary:
             if n:
                 self.mapped[name] = self.mapped.get(name, 0) + int(n)
 
-    def merge(self, other: "IngestSummary") -> "IngestSummary":
+    def merge(self, other: IngestSummary) -> IngestSummary:
         merged = IngestSummary(
             files=self.files + other.files, lines=self.lines + other.lines,
             sessions=self.sessions + other.sessions, results=self.results + other.results,
@@ -203,7 +203,7 @@ class IngestSummary:
         return merged
 
     @classmethod
-    def combine(cls, summaries: Iterable["IngestSummary"]) -> "IngestSummary":
+    def combine(cls, summaries: Iterable[IngestSummary]) -> IngestSummary:
         total = cls()
         for summary in summaries:
             total = total.merge(summary)

@@ -9,14 +9,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..rundir.files import RunDir, atomic_path, read_json, write_json
 from ..rundir.layout import HELDOUT_SESSIONS_DIR, SESSIONS_DIR, SPLIT
 from ..rundir.tables import training_tables
 from ..schema import SESSION_ID, query_key
 from .parquet import partition_paths, row_count
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 
 def split_queries(annotations: pd.DataFrame, valid_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

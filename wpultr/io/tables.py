@@ -9,36 +9,48 @@ with `partition_rows`), written under a temporary name and renamed into place wh
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import re
+import shutil
 import socket
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..processes import process_started
+from ..progress import gather, ingest_rates
 from ..rundir.files import atomic_path, replaceable, write_json
 from ..rundir.layout import INGEST_MARKER
-from ..rundir.ownership import output_of
-from ..schema import (ABSTRACT_TOKENS, ANNOTATION_CORE_FIELDS, ANNOTATION_OPTIONAL_FIELDS, DOC_ID, FEATURES, QUERY_ID,
-                      QUERY_TOKENS, SESSION_CORE_FIELDS, SESSION_ID, SESSION_OPTIONAL_FIELDS,
-                      TITLE_TOKENS, PageFeature, SchemaError, coerce_annotations, coerce_sessions)
+from ..rundir.ownership import file_sha256, output_of
+from ..schema import (
+    ABSTRACT_TOKENS,
+    ANNOTATION_CORE_FIELDS,
+    ANNOTATION_OPTIONAL_FIELDS,
+    DOC_ID,
+    FEATURES,
+    QUERY_ID,
+    QUERY_TOKENS,
+    SESSION_CORE_FIELDS,
+    SESSION_ID,
+    SESSION_OPTIONAL_FIELDS,
+    TITLE_TOKENS,
+    PageFeature,
+    SchemaError,
+    coerce_annotations,
+    coerce_sessions,
+)
 from ..storage import is_file, is_url, open_input, size
 from .parquet import check_ingest_complete
 from .quarantine import IngestSummary
-import json
-import shutil
-from ..processes import process_started
-from ..progress import ingest_rates
-from ..progress import gather
-from ..rundir.ownership import file_sha256
-import hashlib
 
 SESSIONS_SUBDIR = "sessions"
 QUARANTINE_SUBDIR = "quarantine"

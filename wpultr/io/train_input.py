@@ -7,19 +7,28 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-
-from ..schema import (ABSTRACT_TOKENS, BAIDU_BEHAVIOUR_COLUMNS, DOC_ID, EMBEDDING_EXTRA_COLUMNS, FEATURES,
-                      QUERY_REFORMULATION, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS)
-from .parquet import partition_paths, read_table, table_to_pandas
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+
+from ..schema import (
+    ABSTRACT_TOKENS,
+    BAIDU_BEHAVIOUR_COLUMNS,
+    DOC_ID,
+    EMBEDDING_EXTRA_COLUMNS,
+    FEATURES,
+    QUERY_REFORMULATION,
+    QUERY_TOKENS,
+    SESSION_ID,
+    TITLE_TOKENS,
+)
+from .parquet import partition_paths, read_table, table_to_pandas
 
 if TYPE_CHECKING:
     from ..config import RunConfig
 
 
-def training_columns(cfg: "RunConfig", available: list[str]) -> list[str]:
+def training_columns(cfg: RunConfig, available: list[str]) -> list[str]:
     """The sessions' columns the train stage hands a method: all but what no method reads — Baidu behaviour
     columns no page feature declares and, when a dense `features` vector and a `doc_id` serve a non-BERT ranker,
     the title and abstract token lists (Python objects per row: much of the train stage's memory). The query
@@ -31,7 +40,7 @@ def training_columns(cfg: "RunConfig", available: list[str]) -> list[str]:
     return [c for c in available if c not in drop]
 
 
-def arrow_lists(cfg: "RunConfig") -> tuple[str, ...]:
+def arrow_lists(cfg: RunConfig) -> tuple[str, ...]:
     """The list columns the train stage keeps as Arrow arrays (io.parquet.read_table): the dense `features`
     (the rankers read them as one matrix, rankers.mlp.feature_matrix) and, but for BERT (which reads each
     row's token ids), the query tokens (read only by schema.query_key, through Arrow)."""

@@ -33,7 +33,7 @@ class FitResult:
 class Method(Protocol):
     name: str
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult: ...
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult: ...
 
 
 def score(ranker: Ranker, frame: pd.DataFrame, batch_size: int = 1024) -> np.ndarray:

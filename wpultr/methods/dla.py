@@ -23,7 +23,8 @@ construction; `train.loss` is not used.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -33,9 +34,9 @@ from ..rankers.base import resolve_device
 from .base import FitResult
 from .losses.lists import dla_sums
 from .propensities.position import as_table
+from .training.distributed import fit_data_parallel, rank_ranker_and_table
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up
-from .training.distributed import fit_data_parallel, rank_ranker_and_table
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -50,12 +51,12 @@ def relative_propensities(logits: torch.Tensor) -> np.ndarray:
 class DLA:
     name = "dla"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
         """One DDP rank's fit (`training.distributed`): both losses' sums on this rank's share of each global batch,
         divided by the global batch's total weights (summed over the ranks); the ranker's gradient averaged by DDP,
@@ -63,7 +64,7 @@ class DLA:
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 
-    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  ranker: Any = None) -> FitResult:
         lists = SessionLists.from_frame(train)
         n_positions = int(lists.positions.max())

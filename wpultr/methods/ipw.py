@@ -15,8 +15,8 @@ Losses (`train.loss`):
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import torch
@@ -24,9 +24,9 @@ import torch
 from .base import FitResult
 from .losses import click_loss_named
 from .propensities.position import as_table, propensity_array, resolve_propensities
+from .training.distributed import fit_data_parallel, rank_ranker_and_table
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up
-from .training.distributed import fit_data_parallel, rank_ranker_and_table
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -41,19 +41,19 @@ def ipw_loss(kind: str, scores: torch.Tensor, batch: ListBatch, inverse: torch.T
 class IPW:
     name = "ipw"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
         """One DDP rank's fit (`training.distributed`): the same propensities as one process (every rank estimates
         them from the same table), the IPW epochs on this rank's shares."""
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 
-    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  ranker: Any = None) -> FitResult:
         table, info = resolve_propensities(train, config)
         clip = float(config.propensity.clip)         # in (0, 1]: checked when the config was loaded

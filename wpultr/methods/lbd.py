@@ -28,8 +28,8 @@ The observation model reads the sessions' dense `features` column whatever the r
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -39,9 +39,9 @@ import torch.nn.functional as F
 from ..rankers.mlp import feature_matrix, mlp
 from ..schema import FEATURES, SchemaError
 from .base import FitResult
+from .training.distributed import fit_data_parallel, rank_ranker_and_table
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up
-from .training.distributed import fit_data_parallel, rank_ranker_and_table
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -59,7 +59,7 @@ class ObservationModel(torch.nn.Module):
         self.net = mlp(n_features, list(hidden), self.n_positions)
 
     @classmethod
-    def for_matrix(cls, matrix: np.ndarray, n_positions: int, hidden: Sequence[int]) -> "ObservationModel":
+    def for_matrix(cls, matrix: np.ndarray, n_positions: int, hidden: Sequence[int]) -> ObservationModel:
         """A model sized for `matrix`'s rows, standardised with their mean and std (a constant column: scale 1)."""
         std = matrix.std(axis=0)
         return cls(matrix.shape[1], n_positions, hidden, matrix.mean(axis=0),
@@ -143,12 +143,12 @@ def observation_by_position(model: ObservationModel, z: torch.Tensor, batch_rows
 class LBD:
     name = "lbd"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
         """One DDP rank's fit (`training.distributed`): the loss on this rank's share of each global batch (the
         Bernoulli mask γ drawn for the whole global batch, as one process draws it), the ranker's gradient averaged
@@ -156,7 +156,7 @@ class LBD:
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 
-    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  ranker: Any = None) -> FitResult:
         settings = config.lbd
         lam, t = settings.effective()

@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..cluster import current_client, inside_worker, n_workers
+from ..config import ConfigError
 from ..evaluation.metrics import evaluate as evaluate_scores
 from ..rankers.lightgbm import LightGBMRanker
 from ..rankers.mlp import feature_matrix
 from .base import FitResult
 from .training.trainer import SessionLists
-from ..cluster import inside_worker, n_workers, current_client
-from ..config import ConfigError
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -77,15 +77,15 @@ class _PositionBiasLog:
     def warning(self, message: str) -> None:
         self._reading = False
 
-    def __enter__(self) -> "_PositionBiasLog":
-        import lightgbm.basic as basic   # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
+    def __enter__(self) -> _PositionBiasLog:
+        import lightgbm.basic as basic  # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
         self._previous = (getattr(basic, "_LOGGER", None), getattr(basic, "_INFO_METHOD_NAME", "info"),
                           getattr(basic, "_WARNING_METHOD_NAME", "warning"))
         basic.register_logger(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        import lightgbm.basic as basic   # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
+        import lightgbm.basic as basic  # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
         logger, info, warning = self._previous
         if logger is not None:
             basic.register_logger(logger, info, warning)
@@ -103,7 +103,7 @@ def session_partitions(group_sizes: np.ndarray, n_parts: int) -> list[tuple[int,
     return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
 
 
-def wants_dask(config: "RunConfig", client: Any, rows: int) -> bool:
+def wants_dask(config: RunConfig, client: Any, rows: int) -> bool:
     """Whether `ranker.lightgbm.distributed` puts a booster of `rows` training rows on the Dask cluster: true
     always, false never, auto when `client` has >= 2 workers, the rows exceed one ingest partition and this is
     not itself a worker's task."""
@@ -119,7 +119,7 @@ class LightGBMLambdaRank:
     name = "lightgbm_lambdarank"
     position_aware = False
 
-    def params(self, config: "RunConfig") -> dict[str, Any]:
+    def params(self, config: RunConfig) -> dict[str, Any]:
         return {
             "objective": "lambdarank", "metric": "None", "verbosity": -1, "seed": config.seed,
             "deterministic": True, "force_row_wise": True,
@@ -129,8 +129,8 @@ class LightGBMLambdaRank:
             "num_threads": config.ranker.lightgbm.num_threads,
         }
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
-        import lightgbm as lgb   # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
+        import lightgbm as lgb  # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
 
         lists = SessionLists.from_frame(train)
         order = lists.rows[lists.mask]                          # session by session, in position order
@@ -180,7 +180,7 @@ class LightGBMLambdaRank:
         return result
 
     def _result(self, booster: Any, history: list[dict[str, Any]], n_features: int, rounds: int,
-                params: dict[str, Any], config: "RunConfig") -> FitResult:
+                params: dict[str, Any], config: RunConfig) -> FitResult:
         """The ranker of the best validation checkpoint (the last without validation), its history and bias record."""
         metric = config.train.select_metric
         scored = [(h["valid"][metric], -h["rounds"], h) for h in history if h["valid"] and metric in h["valid"]]
@@ -193,7 +193,7 @@ class LightGBMLambdaRank:
         return FitResult(ranker, history, bias)
 
     # ------------------------------------------------------------------ lightgbm.dask
-    def dask_client(self, config: "RunConfig", rows: int) -> Any:
+    def dask_client(self, config: RunConfig, rows: int) -> Any:
         """The Dask client to train on (`ranker.lightgbm.distributed`), or None to train in this process."""
         mode = config.ranker.lightgbm.distributed
         if mode is False:
@@ -210,11 +210,11 @@ class LightGBMLambdaRank:
         return client
 
     def _fit_dask(self, client: Any, x: np.ndarray, y: np.ndarray, groups: np.ndarray,
-                  valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+                  valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         """DaskLGBMRanker on session-aligned partitions of (x, y, groups) scattered to the workers."""
-        import dask   # lazy: with lightgbm.dask, only for a Dask-sharded fit
-        import dask.array as da   # lazy: dask.array ~1.7 s (-X importtime), only for a Dask-sharded fit
-        from lightgbm.dask import DaskLGBMRanker   # lazy: lightgbm.dask ~2.2 s, only for a Dask-sharded fit
+        import dask  # lazy: with lightgbm.dask, only for a Dask-sharded fit
+        import dask.array as da  # lazy: dask.array ~1.7 s (-X importtime), only for a Dask-sharded fit
+        from lightgbm.dask import DaskLGBMRanker  # lazy: lightgbm.dask ~2.2 s, only for a Dask-sharded fit
 
         params = self.params(config)
         rounds = config.ranker.lightgbm.rounds
@@ -247,7 +247,7 @@ class LightGBMLambdaRank:
         return result
 
     def _checkpoints_after(self, booster: Any, rounds: int, seconds: float, valid: pd.DataFrame | None,
-                           config: "RunConfig") -> list[dict[str, Any]]:
+                           config: RunConfig) -> list[dict[str, Any]]:
         """The history the in-process callback records, from the finished booster; seconds split by rounds."""
         points = min(config.ranker.lightgbm.eval_points, rounds)
         checkpoints = sorted({int(round(rounds * (i + 1) / points)) for i in range(points)})
@@ -273,7 +273,7 @@ def booster_without_cluster_settings(booster: Any, x: np.ndarray) -> Any:
     """The booster with the fit's cluster settings (the workers' ports, drawn at random per fit) left out of its model
     text, and its `feature_infos` (each feature's range, informational: prediction reads the trees) the range over all
     the rows `x` rather than over the rows of whichever worker lightgbm.dask took the booster from."""
-    import lightgbm as lgb   # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
+    import lightgbm as lgb  # lazy: lightgbm ~2.2 s; gbdt imports this for every neural run
     low, high = np.fmin.reduce(x, axis=0), np.fmax.reduce(x, axis=0)           # NaN-skipping, without a copy of x
     lines = []
     for line in booster.model_to_string().split("\n"):
@@ -294,7 +294,7 @@ class LightGBMPositionLambdaRank(LightGBMLambdaRank):
     name = "lightgbm_position"
     position_aware = True
 
-    def params(self, config: "RunConfig") -> dict[str, Any]:
+    def params(self, config: RunConfig) -> dict[str, Any]:
         out = super().params(config)
         out["lambdarank_position_bias_regularization"] = float(
             config.ranker.lightgbm.position_bias_regularization)

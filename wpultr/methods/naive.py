@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from ..errors import ConfigError
 from ..settings.methods import BACKBONES
 from .base import FitResult
 from .losses import click_loss
-from ..errors import ConfigError
 from .training.distributed import fit_data_parallel
-from .training.warmup import warmed_up_trainer
 from .training.gbdt import BoostingTrainer
+from .training.warmup import warmed_up_trainer
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class Naive:
     name = "naive"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         boosts = BACKBONES[config.ranker.backbone].boosts
         if boosts and config.train.processes > 1:
             raise ConfigError("train.processes: DDP ranks train the neural backbones ('mlp', 'bert'); a LightGBM "
@@ -41,14 +41,14 @@ class Naive:
             return fit_data_parallel(train, valid, config)
         return self.fit_trainer(warmed_up_trainer(train, valid, config), config)
 
-    def fit_trainer(self, trainer: "Trainer", config: "RunConfig") -> FitResult:
+    def fit_trainer(self, trainer: Trainer, config: RunConfig) -> FitResult:
         """The naive epochs on a warmed-up trainer (in memory, streamed or one DDP rank's)."""
         kind = config.train.loss
         ranker = trainer.fit(lambda scores, batch: click_loss(kind, scores, batch.clicks, batch.mask))
         return FitResult(ranker, trainer.history, {"method": self.name, "loss": kind,
                                                     "best_epoch": trainer.best_epoch})
 
-    def fit_booster(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit_booster(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         """The naive click loss as a LightGBM custom objective, `ranker.lightgbm.rounds_per_epoch` trees per epoch."""
         trainer = BoostingTrainer(train, valid, config)
         trainer.warm_up()

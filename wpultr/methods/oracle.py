@@ -15,22 +15,22 @@ no click warm-up.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
+from ..io.parquet import read_table, sample_sessions
 from ..io.split import split_test_queries
 from ..rundir.layout import TRUTH_DIR, TRUTH_SESSIONS
 from ..schema import MAX_LABEL, POSITION, SESSION_ID, query_key
 from .base import FitResult
-from .losses.lists import listwise_softmax_loss, pointwise_click_loss
-from .training.trainer import LossFn, Trainer, build_ranker
-from .training.distributed import fit_data_parallel
-from ..io.parquet import read_table, sample_sessions
 from .losses import click_loss_named
+from .losses.lists import listwise_softmax_loss, pointwise_click_loss
+from .training.distributed import fit_data_parallel
+from .training.trainer import LossFn, Trainer, build_ranker
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 TRUE_LABEL = "true_label"                      # as the simulator's truth tables name it
 
 
-def true_labels(train: pd.DataFrame, config: "RunConfig") -> np.ndarray:
+def true_labels(train: pd.DataFrame, config: RunConfig) -> np.ndarray:
     """The true grade of every row of `train`: its own `true_label` column, or the run's simulator truth."""
     if TRUE_LABEL in train.columns:
         labels = train[TRUE_LABEL]
@@ -57,7 +57,7 @@ def true_labels(train: pd.DataFrame, config: "RunConfig") -> np.ndarray:
     return labels.to_numpy(np.float32)
 
 
-def without_test_queries(train: pd.DataFrame, config: "RunConfig") -> pd.DataFrame:
+def without_test_queries(train: pd.DataFrame, config: RunConfig) -> pd.DataFrame:
     """`train` less the sessions of the run's test queries (schema.query_key), when the run has a split."""
     test = split_test_queries(config.resolved_run_dir)
     if not test:
@@ -79,12 +79,12 @@ def label_loss(kind: str) -> tuple[str, Callable[[np.ndarray], np.ndarray], Loss
 class Oracle:
     name = "oracle"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
         """One DDP rank's fit (`training.distributed`): the same rows and labels as one process, the epochs on this
         rank's shares (each shard's loss scaled by its share of the global batch's shown results, or of its lists
@@ -92,7 +92,7 @@ class Oracle:
         train = sample_sessions(read_table(sessions, arrow_lists=arrow_lists), config.data.max_sessions, config.seed)
         return self.fit_with(train, valid, config, trainer_class)
 
-    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig",
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig,
                  trainer_class: type) -> FitResult:
         n_rows = len(train)
         train = without_test_queries(train, config)

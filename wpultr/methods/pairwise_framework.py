@@ -19,8 +19,8 @@ as for IPW (a simulated RandPair experiment by default on simulated logs); ψ fr
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -32,17 +32,16 @@ from . import lambda_pairs as lp
 from .base import FitResult
 from .propensities.joint_examination import joint_examination, unbiased_pairs
 from .propensities.position import as_table, propensity_array, resolve_propensities
-from .training.trainer import ListBatch
 from .training.distributed import fit_data_parallel, rank_ranker_and_table
-from .training.trainer import Trainer, build_ranker
-from .training.warmup import warm_up
 from .training.gbdt import BoostingTrainer
+from .training.trainer import ListBatch, Trainer, build_ranker
+from .training.warmup import warm_up
 
 if TYPE_CHECKING:
     from ..config import RunConfig
 
 
-def examination(train: pd.DataFrame, config: "RunConfig", n_positions: int) -> tuple[np.ndarray, np.ndarray,
+def examination(train: pd.DataFrame, config: RunConfig, n_positions: int) -> tuple[np.ndarray, np.ndarray,
                                                                                      dict[str, Any]]:
     """(θ by position − 1, ψ (n, n) from `pairwise.joint_model`, a JSON-able record of both and their source)."""
     table, info = resolve_propensities(train, config)
@@ -114,19 +113,19 @@ class PairwiseFramework:
 
     name = "pairwise_framework"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer, build_ranker(config, train))
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
         """One DDP rank's fit (`training.distributed`): the same examination estimates as one process, the epochs
         on this rank's shares (the loss divides by the global batch's sessions)."""
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 
-    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  ranker: Any) -> FitResult:
         trainer = trainer_class(ranker, train, valid, config)
         warm_up(trainer)
@@ -152,7 +151,7 @@ class RobustUnbiasedLambdaMART:
 
     name = "robust_lambdamart"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         trainer = BoostingTrainer(train, valid, config)
         positions = trainer.in_dataset_order(train[POSITION].to_numpy()).astype(np.int64)
         start = time.perf_counter()
@@ -181,7 +180,7 @@ class UnbiasedLambdaMART:
 
     name = "unbiased_lambdamart"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         trainer = BoostingTrainer(train, valid, config)
         positions = trainer.in_dataset_order(train[POSITION].to_numpy()).astype(np.int64)
         n_positions = int(positions.max())

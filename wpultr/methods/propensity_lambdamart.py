@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 class PropensityLambdaMART:
     name = "propensity_lambdamart"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         trainer = BoostingTrainer(train, valid, config)
         positions = trainer.in_dataset_order(train[POSITION].to_numpy()).astype(np.int64)
         table, info = resolve_pair_weights(train, config, int(positions.max()))

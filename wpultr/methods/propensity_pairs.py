@@ -11,8 +11,8 @@ PRS-LambdaMART, the same weights on a booster's λ-pairs, is `propensity_lambdam
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import torch
@@ -20,9 +20,9 @@ import torch
 from .base import FitResult
 from .losses.lists import pair_terms
 from .propensities.pair_weights import resolve_pair_weights
+from .training.distributed import fit_data_parallel, rank_ranker_and_table
 from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
 from .training.warmup import warm_up
-from .training.distributed import fit_data_parallel, rank_ranker_and_table
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -41,19 +41,19 @@ def weighted_pair_loss(scores: torch.Tensor, batch: ListBatch, table: torch.Tens
 class PropensityPairs:
     name = "propensity_pairs"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
         """One DDP rank's fit (`training.distributed`): the same pair weights as one process, the epochs on this
         rank's shares (the loss divides by the global batch's sessions)."""
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 
-    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  ranker: Any = None) -> FitResult:
         lists = SessionLists.from_frame(train)
         weights, info = resolve_pair_weights(train, config, int(lists.positions.max()))

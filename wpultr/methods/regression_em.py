@@ -23,7 +23,8 @@ M-step. The learned θ, relative to position 1, are the method's propensities.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -32,9 +33,8 @@ import torch
 from .base import FitResult
 from .losses.lists import pointwise_click_loss, regression_em_posteriors
 from .propensities.position import as_table, relative_to_first
-from .training.trainer import ListBatch
 from .training.distributed import fit_data_parallel, rank_ranker_and_table
-from .training.trainer import Trainer, build_ranker
+from .training.trainer import ListBatch, Trainer, build_ranker
 from .training.warmup import warm_up
 
 if TYPE_CHECKING:
@@ -46,12 +46,12 @@ INITIAL_THETA = 0.5
 class RegressionEM:
     name = "regression_em"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
         """One DDP rank's fit (`training.distributed`): the E-step on this rank's share of each global batch, the
         M-step for θ from the batch's counts and posteriors summed over the ranks (every rank holds the same θ), the
@@ -60,7 +60,7 @@ class RegressionEM:
         ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
         return self.fit_with(train, valid, config, trainer_class, ranker)
 
-    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig", trainer_class: type,
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  ranker: Any = None) -> FitResult:
         trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config)
         warm_up(trainer)

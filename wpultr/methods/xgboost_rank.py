@@ -56,7 +56,7 @@ class Groups:
     session_ids: np.ndarray   # the session of each group
 
     @classmethod
-    def of(cls, lists: SessionLists, sessions: np.ndarray) -> "Groups":
+    def of(cls, lists: SessionLists, sessions: np.ndarray) -> Groups:
         """The groups of `sessions` (indices into `lists`, ascending)."""
         mask = lists.mask[sessions]
         return cls(lists.rows[sessions][mask], np.repeat(np.arange(len(sessions)), mask.sum(axis=1)),
@@ -77,12 +77,12 @@ class Validation:
     frame: pd.DataFrame
 
     @classmethod
-    def annotations(cls, valid: pd.DataFrame) -> "Validation":
+    def annotations(cls, valid: pd.DataFrame) -> Validation:
         valid = valid.reset_index(drop=True)
         return cls(feature_matrix(valid, "validation annotations"), valid)
 
     @classmethod
-    def clicks(cls, groups: Groups, x: np.ndarray) -> "Validation":
+    def clicks(cls, groups: Groups, x: np.ndarray) -> Validation:
         """Held-out sessions as queries, their clicks as labels."""
         frame = pd.DataFrame({QUERY_ID: groups.session_ids[groups.qid].astype(str), LABEL: groups.clicks})
         return cls(x[groups.rows], frame)
@@ -143,7 +143,7 @@ class XGBoostUnbiased:
 
     name = "xgboost_unbiased"
 
-    def params(self, config: "RunConfig") -> dict[str, Any]:
+    def params(self, config: RunConfig) -> dict[str, Any]:
         """XGBRanker's arguments from the `xgboost` section (a null knob left to XGBoost)."""
         section = config.xgboost
         params: dict[str, Any] = {
@@ -155,7 +155,7 @@ class XGBoostUnbiased:
             "lambdarank_bias_norm": section.lambdarank_bias_norm}
         return {k: v for k, v in params.items() if v is not None}
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> FitResult:
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
         xgb = import_xgboost(ConfigError, f"train.method: {self.name!r}")
         section = config.xgboost
         lists = SessionLists.from_frame(train)
@@ -184,7 +184,7 @@ class XGBoostUnbiased:
         return FitResult(ranker, checkpoints.history, bias)
 
     def _split(self, lists: SessionLists, x: np.ndarray, valid: pd.DataFrame | None,
-               config: "RunConfig") -> tuple[Groups, Validation | None]:
+               config: RunConfig) -> tuple[Groups, Validation | None]:
         """(the training groups, what early stopping scores or None) for `xgboost.early_stopping`."""
         mode = config.xgboost.early_stopping
         everything = np.arange(len(lists))

@@ -15,9 +15,9 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
 
 from ..errors import RunDirError, cut
 from ..processes import process_started

@@ -11,20 +11,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator, Sequence
 
-
-from ..cluster import (WorkerWatch, dask_messages_to, n_workers, open_client, release_worker_memory,
-                       scheduler_address)
+from ..cluster import WorkerWatch, dask_messages_to, n_workers, open_client, release_worker_memory, scheduler_address
 from ..config import ConfigError, RunConfig, changed_keys, check_machine, dump_config, saved_config, to_dict
-from ..rundir.files import RunDir, package_versions, read_json, write_json, write_text
-from ..rundir.layout import (CLUSTER_LOG, CONFIG_FILE, MARKER, METRICS, REPORT, STAGES_DIR, SUMMARY_FILE,
-                             VERSIONS_FILE)
 from ..report.text import stage_line
+from ..rundir.files import RunDir, package_versions, read_json, write_json, write_text
+from ..rundir.layout import CLUSTER_LOG, CONFIG_FILE, MARKER, METRICS, REPORT, STAGES_DIR, SUMMARY_FILE, VERSIONS_FILE
 from ..storage import WorkingCopy
 from . import status
 from .run_lock import run_lock

@@ -10,52 +10,74 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import import_module
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import pandas as pd
 
-from ..config import RunConfig
-from ..io.parquet import column_names, partition_paths, read_table, row_count
-from ..io.split import annotation_split, write_split
-from ..io.train_input import arrow_lists, read_sampled_sessions, training_columns
-from ..rundir.files import RunDir, write_json, write_parquet
-from ..rundir.tables import ingested_columns, training_tables
-from ..rundir.layout import (ANNOTATIONS, ANNOTATIONS_FILE, BIAS, BIASES_FILE, FEATURED_ANNOTATIONS,
-                             FEATURED_SESSIONS_DIR, GRAPH_FILE, HELDOUT_INGEST_DIR, HELDOUT_INGESTED,
-                             HELDOUT_SESSIONS_DIR, HISTORY, IDENTIFIABILITY,
-                             INGEST_SUMMARY, LEXICAL_STATE, METRICS, PAGE_ENCODER, PER_QUERY, RANK_LOGS, RANKER_DIR,
-                             REPORT, SESSIONS_DIR, SESSION_SCORES, SPLIT, TEST_SCORES, TRAIN_CHECKPOINT, TRUTH_DIR)
-from ..schema import FEATURES, query_key
-from ..io.tables import ingest_tables, read_annotations_table
-from ..simulate import simulate
-from ..simulate.unbiased import with_unbiased_clicks
-from ..io.baidu import ingest_baidu, ingest_baidu_annotations
-from ..io.baidu_embeddings import ingest_embedding_annotations, ingest_embedding_sessions
-from ..errors import ConfigError
-from ..storage import is_file, expand
-import shutil
-from ..rundir.files import atomic_path
-from ..features.featurize_stage import featurize_run
-from ..features.preprocess_stage import fit_page_encoder
-from ..methods.training.checkpoint import config_key, keep_checkpoints
-from ..methods.training.ranks import keep_rank_logs
-from ..methods.base import get_method
-from ..memory import map_large_allocations
-from ..identifiability.preflight import preflight, summary_entry
-from ..rundir.epochs import renumber     # one numbering: warm-up named, the method's epochs 0…N−1
-from importlib import import_module
-from ..settings.methods import METHODS, METHODS_PACKAGE
-from ..methods.training.distributed import fit_streamed
 from ..causal.biases import identify_biases
-from ..causal.graph import epoch_dir, graph_epochs
 from ..causal.discover_stage import discover_epoch, score_sessions
+from ..causal.graph import epoch_dir, graph_epochs
+from ..config import RunConfig
+from ..errors import ConfigError
 from ..evaluation.annotated import evaluate_ranker
 from ..evaluation.click_metrics import heldout_click_metrics
-from ..evaluation.truth_metrics import truth_metrics   # MCC, click MSE (simulated logs)
+from ..evaluation.truth_metrics import truth_metrics  # MCC, click MSE (simulated logs)
+from ..features.featurize_stage import featurize_run
+from ..features.preprocess_stage import fit_page_encoder
+from ..identifiability.preflight import preflight, summary_entry
+from ..io.baidu import ingest_baidu, ingest_baidu_annotations
+from ..io.baidu_embeddings import ingest_embedding_annotations, ingest_embedding_sessions
+from ..io.parquet import column_names, partition_paths, read_table, row_count
+from ..io.split import annotation_split, write_split
+from ..io.tables import ingest_tables, read_annotations_table
+from ..io.train_input import arrow_lists, read_sampled_sessions, training_columns
+from ..memory import map_large_allocations
+from ..methods.base import get_method
+from ..methods.training.checkpoint import config_key, keep_checkpoints
+from ..methods.training.distributed import fit_streamed
+from ..methods.training.ranks import keep_rank_logs
 from ..report.html import write_report
+from ..rundir.epochs import renumber  # one numbering: warm-up named, the method's epochs 0…N−1
+from ..rundir.files import RunDir, atomic_path, write_json, write_parquet
+from ..rundir.layout import (
+    ANNOTATIONS,
+    ANNOTATIONS_FILE,
+    BIAS,
+    BIASES_FILE,
+    FEATURED_ANNOTATIONS,
+    FEATURED_SESSIONS_DIR,
+    GRAPH_FILE,
+    HELDOUT_INGEST_DIR,
+    HELDOUT_INGESTED,
+    HELDOUT_SESSIONS_DIR,
+    HISTORY,
+    IDENTIFIABILITY,
+    INGEST_SUMMARY,
+    LEXICAL_STATE,
+    METRICS,
+    PAGE_ENCODER,
+    PER_QUERY,
+    RANK_LOGS,
+    RANKER_DIR,
+    REPORT,
+    SESSION_SCORES,
+    SESSIONS_DIR,
+    SPLIT,
+    TEST_SCORES,
+    TRAIN_CHECKPOINT,
+    TRUTH_DIR,
+)
+from ..rundir.tables import ingested_columns, training_tables
+from ..schema import FEATURES, query_key
+from ..settings.methods import METHODS, METHODS_PACKAGE
+from ..simulate import simulate
+from ..simulate.unbiased import with_unbiased_clicks
+from ..storage import expand, is_file
 
 log = logging.getLogger(__name__)
 

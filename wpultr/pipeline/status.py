@@ -17,14 +17,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import RunDirError
+from ..errors import RunDirError, WpultrError
 from ..rundir.files import write_json
 from ..rundir.layout import CONFIG_FILE, MARKER, STAGE_NAMES, STAGES_DIR
-from ..tables import table
-from ..storage import is_url, readable_run_dir
-from .run_lock import holder_alive, process_record, read_lock
 from ..rundir.safe_yaml import safe_yaml
-from ..errors import WpultrError
+from ..storage import is_url, readable_run_dir
+from ..tables import table
+from .run_lock import holder_alive, process_record, read_lock
 
 RUNNING_SUFFIX = ".running"
 FAILED_SUFFIX = ".failed"

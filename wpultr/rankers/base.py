@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
-from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 import torch
 from safetensors.torch import save_file
 
-from ..errors import ExportError, cut
+from ..errors import ConfigError, ExportError, cut
 from .precision import autocast
-from ..errors import ConfigError
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

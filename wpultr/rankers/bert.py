@@ -17,24 +17,24 @@ text once; training then updates only the head on the cached [CLS] vectors — t
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 from transformers import BertConfig as HFBertConfig
 from transformers import BertForMaskedLM
+from transformers.activations import ACT2FN
 
-from ..settings.ranker import BERT_SPECIAL_TOKENS, MAX_BERT_HEADS, MAX_BERT_HIDDEN, MAX_BERT_LAYERS, MAX_TOKENS
 from ..errors import ExportError
 from ..memory import large_blocks_kept
 from ..schema import ABSTRACT_TOKENS, QUERY_TOKENS, TITLE_TOKENS, SchemaError
+from ..settings.ranker import BERT_SPECIAL_TOKENS, MAX_BERT_HEADS, MAX_BERT_HIDDEN, MAX_BERT_LAYERS, MAX_TOKENS
 from .base import Arg, Inputs, Ranker, check_args
 from .mlp import MAX_LAYERS, MAX_WIDTH, mlp
-from transformers.activations import ACT2FN
 
 INPUT_IDS, TOKEN_TYPES, ATTENTION = "input_ids", "token_type_ids", "attention_mask"
 CLS_VECTORS = "cls_vectors"
@@ -175,7 +175,7 @@ class BertRanker(Ranker):
     @classmethod
     def build(cls, frame: pd.DataFrame, *, path: str | None, head: Sequence[int], dropout: float, max_length: int,
               freeze_encoder: bool, cache_embeddings: bool, special_tokens: dict[str, int] | None,
-              tiny: dict[str, int]) -> "BertRanker":
+              tiny: dict[str, int]) -> BertRanker:
         """From a local checkpoint directory (`path`, which keeps its own encoder dropout) or a tiny in-process
         config sized for `frame`'s tokens, whose hidden and attention dropout is the head's `dropout`."""
         if path is not None:

@@ -7,17 +7,17 @@ own tools. A subclass says where the bytes live and how its library parses them 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
-from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ..errors import ExportError
 from .base import Inputs, Ranker
 from .mlp import FEATURE_INPUT, feature_inputs
-from ..errors import ExportError
 
 
 class BoosterRanker(Ranker):

@@ -66,7 +66,7 @@ class EmbeddingRanker(Ranker):
         self._index: pd.Index | None = None
 
     @classmethod
-    def for_table(cls, frame: pd.DataFrame) -> "EmbeddingRanker":
+    def for_table(cls, frame: pd.DataFrame) -> EmbeddingRanker:
         """A ranker with one score for each distinct `doc_id` of `frame` (sorted as text)."""
         ids = doc_id_text(frame, "sessions").dropna().unique()
         if not len(ids):

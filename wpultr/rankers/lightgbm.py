@@ -9,13 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import lightgbm as lgb
 import numpy as np
 
+from ..errors import ExportError
 from .base import CONFIG_FILE, RANKER_FORMAT, Arg
 from .booster import BoosterRanker
 from .mlp import MAX_FEATURES
-from ..errors import ExportError
-import lightgbm as lgb
 
 MODEL_TEXT_FILE = "model.txt"
 
@@ -33,7 +33,7 @@ class LightGBMRanker(BoosterRanker):
         self.position_aware = bool(position_aware)
 
     @classmethod
-    def from_model_string(cls, model: str, n_features: int, position_aware: bool = False) -> "LightGBMRanker":
+    def from_model_string(cls, model: str, n_features: int, position_aware: bool = False) -> LightGBMRanker:
         data = model.encode("utf-8")
         ranker = cls(n_features, len(data), position_aware)
         ranker._hold(data)
@@ -59,7 +59,7 @@ class LightGBMRanker(BoosterRanker):
         return booster.predict(x.astype(np.float64))
 
     @classmethod
-    def load(cls, directory: str | Path) -> "LightGBMRanker":
+    def load(cls, directory: str | Path) -> LightGBMRanker:
         """Read a saved LightGBM ranker from config.json and model.txt (no safetensors needed)."""
         directory = Path(directory)
         config = json.loads((directory / CONFIG_FILE).read_text())

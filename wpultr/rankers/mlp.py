@@ -5,8 +5,8 @@ so a saved ranker scores new tables exactly as it scored during training.
 """
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ..settings.ranker import MAX_LAYERS, MAX_WIDTH    # the bounds a run's config is checked against at load, too
 from ..errors import ExportError
 from ..schema import FEATURES, SchemaError
+from ..settings.ranker import MAX_LAYERS, MAX_WIDTH  # the bounds a run's config is checked against at load, too
 from .base import Arg, Inputs, Ranker
 
 FEATURE_INPUT = "features"
@@ -103,7 +103,7 @@ class MLPRanker(Ranker):
         self.net = mlp(self.n_features, self.hidden, 1, self.dropout)
 
     @classmethod
-    def for_table(cls, frame: pd.DataFrame, hidden: Sequence[int], dropout: float) -> "MLPRanker":
+    def for_table(cls, frame: pd.DataFrame, hidden: Sequence[int], dropout: float) -> MLPRanker:
         """A ranker sized for `frame`'s feature vectors, standardised with its statistics."""
         matrix = feature_matrix(frame, "sessions")
         ranker = cls(matrix.shape[1], hidden, dropout)

@@ -50,7 +50,7 @@ def autocast(device: torch.device | str, precision: str) -> AbstractContextManag
     return torch.autocast(device_type=torch.device(device).type, dtype=AUTOCAST_DTYPES[precision])
 
 
-def grad_scaler(device: torch.device | str, precision: str) -> "torch.amp.GradScaler | None":
+def grad_scaler(device: torch.device | str, precision: str) -> torch.amp.GradScaler | None:
     """fp16's dynamic loss scaler on `device`; None for fp32 and bf16, which need none."""
     return torch.amp.GradScaler(torch.device(device).type) if precision == "fp16" else None
 

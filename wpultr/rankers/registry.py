@@ -5,22 +5,31 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
 
 from ..errors import ConfigError, ExportError
-from ..settings.methods import BACKBONES
-from .base import (CONFIG_FILE, MAX_CONFIG_BYTES, RANKER_FORMAT, SAFETENSORS_DTYPES, WEIGHTS_FILE, Ranker, brief,
-                   read_json_bounded, read_safetensors_header)
+from ..settings.methods import BACKBONES, METHODS
+from .base import (
+    CONFIG_FILE,
+    MAX_CONFIG_BYTES,
+    RANKER_FORMAT,
+    SAFETENSORS_DTYPES,
+    WEIGHTS_FILE,
+    Ranker,
+    brief,
+    read_json_bounded,
+    read_safetensors_header,
+)
 from .bert import BertRanker
 from .embedding import EmbeddingRanker
 from .lightgbm import LightGBMRanker
 from .mlp import MLPRanker
 from .xgboost import XGBoostRanker
-from ..settings.methods import METHODS
 
 
 def ranker_classes() -> dict[str, type[Ranker]]:

@@ -52,7 +52,7 @@ class XGBoostRanker(BoosterRanker):
     ARGS = {"n_features": Arg("int", 1, MAX_FEATURES), "model_bytes": Arg("int", 1, MAX_MODEL_BYTES)}
 
     @classmethod
-    def from_booster(cls, booster: Any, n_features: int) -> "XGBoostRanker":
+    def from_booster(cls, booster: Any, n_features: int) -> XGBoostRanker:
         """The ranker holding `booster`'s JSON model."""
         data = bytes(booster.save_raw(raw_format="json"))
         ranker = cls(n_features, len(data))

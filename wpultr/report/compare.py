@@ -8,9 +8,9 @@ and, on request, a self-contained HTML page with the per-query differences plott
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -18,13 +18,13 @@ import pandas as pd
 from ..errors import RunDirError
 from ..evaluation.metrics import paired_test
 from ..rundir.files import atomic_path
-from ..rundir.ownership import output_of
 from ..rundir.layout import PER_QUERY
+from ..rundir.ownership import output_of
 from ..schema import BUCKET, QUERY_ID, QUERY_KEY
 from ..storage import readable_run_dir
 from ..tables import fixed, pvalue, table
-from .plots import new_figure, png_bytes
 from .page import _table, page, png_img
+from .plots import new_figure, png_bytes
 
 PAGE_MARK = "<!-- wpultr compare -->"    # the first line of every page this command writes
 PAGE = output_of("wpultr compare --html")  # what --html may replace: a page this command wrote (its manifest)

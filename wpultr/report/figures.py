@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import html
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 
+from ..causal.graph import GRAPH_FILE, DiscoveredGraph, GraphFileError, epoch_dir, graph_epochs
 from ..rundir import layout as L
 from ..rundir.epochs import epoch_label, history_entries, is_graph_epoch, shipped_graph_epoch
 from ..rundir.files import read_json
-from .plots import colors, new_figure, png_bytes
-from ..causal.graph import GRAPH_FILE, DiscoveredGraph, GraphFileError, epoch_dir, graph_epochs
 from .graph_svg import LEGEND, graph_svg, no_edge_notes
+from .plots import colors, new_figure, png_bytes
 
 log = logging.getLogger(__name__)
 

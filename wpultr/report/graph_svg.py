@@ -8,8 +8,8 @@ against graph.json (and read by hovering); each page feature → click edge is l
 from __future__ import annotations
 
 import html
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 from ..causal.graph import DiscoveredGraph, GraphEdge, within_document_rows
 

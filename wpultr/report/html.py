@@ -6,17 +6,17 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from ..causal.graph import WITHIN_DOCUMENT_HEADER, graph_epochs, load_epoch_graph, within_document_rows
+from ..identifiability.html import section as identifiability_section
 from ..rundir import layout as L
-from .page import PAGE_STYLE, _cell, _table, page, png_img  # noqa: F401 - the page shell, as every page imports it
-from ..rundir.epochs import epoch_label, history_entries
+from ..rundir.epochs import epoch_label, history_entries, shipped_graph_epoch
 from ..rundir.files import RunDir, read_json, write_text
 from ..settings.methods import learns_graph
-from ..causal.graph import WITHIN_DOCUMENT_HEADER, graph_epochs, load_epoch_graph, within_document_rows
-from ..rundir.epochs import shipped_graph_epoch
 from .figures import run_figures
+from .page import PAGE_STYLE, _cell, _table, page, png_img  # noqa: F401 - the page shell, as every page imports it
 from .verdict import verdict
-from ..identifiability.html import section as identifiability_section
-import yaml
 
 if TYPE_CHECKING:
     from .figures import Figure
@@ -68,7 +68,7 @@ def click_edges_section(root: Path) -> str:
                     _table(rows, WITHIN_DOCUMENT_HEADER))
 
 
-def figure_html(figure: "Figure") -> str:
+def figure_html(figure: Figure) -> str:
     """A drawn figure as `<figure data-figure=key>` (inline SVG or an embedded PNG, then its note); one left out
     as a one-line `<p class='omitted' data-figure=key>` saying why."""
     key, title = html.escape(figure.key), html.escape(figure.title)

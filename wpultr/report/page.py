@@ -7,7 +7,6 @@ import base64
 import html
 from typing import Any
 
-
 PAGE_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1500px;margin:2em auto;padding:0 1.5em}"
               "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;"
               "text-align:right;white-space:nowrap}td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}td.text{white-space:normal;text-align:left;"

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..causal.graph import GraphFileError, deciding_p, graph_epochs, load_epoch_graph
 from ..rundir import layout as L
 from ..rundir.epochs import is_graph_epoch, shipped, shipped_graph_epoch, shipped_line
 from ..rundir.files import read_json
 from ..settings.methods import learns_graph
 from ..tables import fixed, pvalue, table
-from ..causal.graph import GraphFileError, deciding_p, graph_epochs, load_epoch_graph
 from .page import _table
 
 HEADLINE = ("DCG@10", "nDCG@10", "ERR@10")

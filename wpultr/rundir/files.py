@@ -21,10 +21,10 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Iterable, Iterator
 
 if TYPE_CHECKING:    # only an annotation here: the read-only commands start without pandas
     import pandas as pd
@@ -270,7 +270,7 @@ class RunDir:
         self.root = Path(root)
 
     @classmethod
-    def create(cls, root: str | Path) -> "RunDir":
+    def create(cls, root: str | Path) -> RunDir:
         """Make (or reopen) a run directory and mark it as one.
 
         Refuses (RunDirError) a filesystem root, the home directory, and a directory that already holds

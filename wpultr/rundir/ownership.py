@@ -18,10 +18,11 @@ import json
 import os
 import posixpath
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
+
 from ..errors import ConfigError
 
 OWNED_FILE = ".wpultr-outputs.json"

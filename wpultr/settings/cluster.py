@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..errors import require
-from .checks import finite as _finite, int_at_least as _int_at_least
+from .checks import finite as _finite
+from .checks import int_at_least as _int_at_least
 
 _HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)"
 _SCHEDULER = re.compile(rf"((tcp|tls|ws|wss|ucx)://)?{_HOST}:(?P<port>[0-9]{{1,5}})/?|inproc://\S+")

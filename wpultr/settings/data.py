@@ -7,7 +7,8 @@ from typing import Any, ClassVar, Literal
 from ..errors import ConfigError, SchemaError, require
 from ..schema import BAIDU_PAGE_FEATURES, EMBEDDING_PAGE_FEATURES, PageFeature, page_features_from_config
 from ..storage import check_url, is_url
-from .checks import finite as _finite, int_at_least as _int_at_least
+from .checks import finite as _finite
+from .checks import int_at_least as _int_at_least
 from .embeddings import EmbeddingsConfig
 from .simulate import SimulateConfig
 

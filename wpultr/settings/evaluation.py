@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..errors import require
-from .checks import finite as _finite, int_at_least as _int_at_least
+from .checks import finite as _finite
+from .checks import int_at_least as _int_at_least
 
 
 @dataclass

@@ -10,7 +10,6 @@ from typing import Any
 from ..errors import ConfigError
 
 
-
 @dataclass(frozen=True)
 class LossSpec:
     """What a `train.loss` is, declared once (its torch and numpy forms: methods/losses, `CLICK_LOSSES`, whose names a

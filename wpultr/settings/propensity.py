@@ -5,9 +5,9 @@ Read by ipw, regression_em's and dla's reports, pairwise_framework, unbiased_lam
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
-from collections.abc import Mapping
 
 from ..errors import require
 from .checks import finite, int_at_least

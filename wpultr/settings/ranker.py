@@ -7,9 +7,12 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from ..errors import require
-from .checks import finite as _finite, int_at_least as _int_at_least, int_in as _int_in
+from .checks import finite as _finite
+from .checks import int_at_least as _int_at_least
+from .checks import int_in as _int_in
 from .lightgbm import LightGBMConfig
-from .methods import BACKBONE_NAMES as BACKBONES, DEFAULT_BACKBONE
+from .methods import BACKBONE_NAMES as BACKBONES
+from .methods import DEFAULT_BACKBONE
 
 BERT_SPECIAL_TOKENS = ("pad", "cls", "sep", "mask", "unk")   # ids a BERT checkpoint's vocabulary must give
 MAX_WIDTH = 65_536                     # width of one hidden layer (an MLP head's, BERT's intermediate size)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 from ..errors import ConfigError
 from ..schema import BAIDU_MAX_POSITION
 from .user_model import KEY_PREFIX, MEDIA_TYPE_NAMES, resolve_user_model_params  # noqa: F401
+
 MIN_VOCAB_SIZE = 100          # below this, distinct documents start to share their whole text
 MIN_QUERIES = 10              # one query per frequency bucket at least
 CORPORA = ("synthetic", "letor", "onehot")   # where queries, documents, features and labels come from

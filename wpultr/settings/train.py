@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from ..errors import require
-from .checks import finite as _finite, int_at_least as _int_at_least
-from .methods import DEFAULT_LOSS, LOSS_NAMES as TRAIN_LOSSES, METHODS, check_installed
+from .checks import finite as _finite
+from .checks import int_at_least as _int_at_least
+from .methods import DEFAULT_LOSS, METHODS, check_installed
+from .methods import LOSS_NAMES as TRAIN_LOSSES
 
 _METRIC = re.compile(r"(DCG|ERR|nDCG)@[1-9][0-9]*|MAP")
 

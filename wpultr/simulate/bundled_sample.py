@@ -13,9 +13,9 @@ import argparse
 import dataclasses
 import gzip
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 
 import numpy as np
 

@@ -21,17 +21,38 @@ import pyarrow.parquet as pq
 
 from ..io.baidu_writer import write_baidu_annotations, write_baidu_sessions
 from ..rundir.files import atomic_path
-from ..rundir.ownership import output_of
 from ..rundir.layout import ANNOTATIONS_FILE, TRUTH_JSON, TRUTH_SESSIONS
-from ..schema import (ABSTRACT_TOKENS, BUCKET, CLICK, DOC_ID, FEATURE_VECTOR_TYPE, FEATURES, LABEL, POSITION,
-                      QUERY_ID, QUERY_ID_TYPE, QUERY_TOKENS, SESSION_ID, TITLE_TOKENS)
+from ..rundir.ownership import output_of
+from ..schema import (
+    ABSTRACT_TOKENS,
+    BUCKET,
+    CLICK,
+    DOC_ID,
+    FEATURE_VECTOR_TYPE,
+    FEATURES,
+    LABEL,
+    POSITION,
+    QUERY_ID,
+    QUERY_ID_TYPE,
+    QUERY_TOKENS,
+    SESSION_ID,
+    TITLE_TOKENS,
+)
 from ..settings.simulate import MEDIA_TYPE_NAMES, SimulateConfig, validate_simulate_config
 from .corpus import Corpus, build_corpus
 from .letor_corpus import build_letor_corpus
 from .logging_policy import candidate_blocks, linear_logging_score, logging_scores, shown_order
 from .onehot_corpus import build_onehot_corpus
-from .page import (MEDIA_TYPE, SERP_HEIGHT, SERP_MAX_SHOW_HEIGHT, Page, build_page, context_columns,
-                   draw_context_scales, presented_media)
+from .page import (
+    MEDIA_TYPE,
+    SERP_HEIGHT,
+    SERP_MAX_SHOW_HEIGHT,
+    Page,
+    build_page,
+    context_columns,
+    draw_context_scales,
+    presented_media,
+)
 from .truth import true_graph
 from .user_models import ModelContext, UserModel, make_user_model
 
@@ -172,7 +193,7 @@ def simulation_engine(cfg: SimulateConfig, seed: int) -> SimulationEngine:
     return SimulationEngine(rngs, corpus, model, context_scales)
 
 
-def simulate(cfg: SimulateConfig, seed: int) -> "SimulatedLogs":
+def simulate(cfg: SimulateConfig, seed: int) -> SimulatedLogs:
     """Simulated click logs, annotations and the truth behind them; a pure function of (cfg, seed)."""
     engine = simulation_engine(cfg, seed)
     rngs, corpus, model, context_scales = engine.rngs, engine.corpus, engine.model, engine.context_scales

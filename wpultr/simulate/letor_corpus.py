@@ -28,8 +28,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..io.letor import LetorData, read_letor
 from ..settings.simulate import KEY_PREFIX, SimulateConfig
-from .corpus import (Corpus, _document_text, _md5_ids, _query_terms, draw_media_types, frequency_buckets,
-                     zipf_popularity)
+from .corpus import Corpus, _document_text, _md5_ids, _query_terms, draw_media_types, frequency_buckets, zipf_popularity
 
 QUERY_FILE_SUFFIX = ".query"
 RULE = ("queries with fewer than docs_per_query documents dropped; n_queries of the rest drawn uniformly; "

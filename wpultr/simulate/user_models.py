@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
+from sklearn.ensemble import ExtraTreesRegressor
 
 from ..schema import FEATURES, MAX_LABEL, POSITION
 from ..settings.user_model import MEDIA_TYPE_NAMES, USER_MODEL_PARAMS, Param, resolve_user_model_params
 from .page import MEDIA_TYPE, SERP_MAX_SHOW_HEIGHT, Page
-from sklearn.ensemble import ExtraTreesRegressor
 
 
 class UserModel(Protocol):

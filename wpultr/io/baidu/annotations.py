@@ -12,13 +12,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...rundir.layout import ANNOTATIONS_FILE
-from ...schema import (BAIDU_ANNOTATION_FIELDS, DOC_ID, LABEL, MAX_LABEL, N_BUCKETS, QUERY_ID, QUERY_TOKENS,
-                      SchemaError, baidu_annotations_arrow_schema)
-from ...storage import is_file, size   # inputs may be fsspec URLs
-from ..quarantine import (IngestSummary, QuarantineRecord, quarantine_frame,
-                         quarantine_table, raw_text)
+from ...schema import (
+    BAIDU_ANNOTATION_FIELDS,
+    DOC_ID,
+    LABEL,
+    MAX_LABEL,
+    N_BUCKETS,
+    QUERY_ID,
+    QUERY_TOKENS,
+    SchemaError,
+    baidu_annotations_arrow_schema,
+)
+from ...storage import is_file, size  # inputs may be fsspec URLs
+from ..quarantine import IngestSummary, QuarantineRecord, quarantine_frame, quarantine_table, raw_text
 from ..tables import QUARANTINE_SUBDIR, write_table_atomic
-
 from .blocks import CHUNK_BYTES, Block, BlockReader, unverified_record
 from .lines import MAPPED_TOKEN, SplitLines, flag, line_reasons, parse_id, parse_uint, quarantine_records
 

@@ -4,15 +4,15 @@ an over-long line quarantined without being held whole (io/baidu's rules)."""
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 import numpy as np
 
-from ...storage import open_input   # inputs may be fsspec URLs
+from ...storage import open_input  # inputs may be fsspec URLs
 from ..baidu_kernels import count_newlines
 from ..quarantine import QuarantineRecord, raw_text
-
 
 CHUNK_BYTES = 8 << 20          # decompressed bytes parsed at a time
 MAX_LINE_BYTES = 1 << 20       # a longer line is quarantined as line_too_long, never held whole

@@ -2,21 +2,19 @@
 sessions partitions in row groups and its quarantine records; the inputs checked and the summaries combined."""
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import pyarrow as pa
 
 from ...memory import large_blocks_kept
+from ...progress import ingest_rates
 from ...schema import BAIDU_N_RESULT_FIELDS, SchemaError
-from ...storage import size   # inputs may be fsspec URLs
+from ...storage import size  # inputs may be fsspec URLs
 from ..quarantine import IngestSummary, QuarantineRecord, QuarantineWriter
-from ..tables import (SessionPartitionWriter, checked_paths, ingest_output, map_files,
-                     partition_name)
-
+from ..tables import SessionPartitionWriter, checked_paths, ingest_output, map_files, partition_name
 from .blocks import CHUNK_BYTES, GZIP_SUFFIXES, unverified_record
 from .sessions import QUERY_FIELD_COUNT, SESSIONS_SCHEMA, SessionLogParser
-from ...progress import ingest_rates
 
 ROW_GROUP_ROWS = 1 << 16       # parsed rows gathered per Parquet write (row group): fewer dictionaries and pages
 TEXT_SUFFIXES = (".txt", ".tsv", ".log")

@@ -2,7 +2,7 @@
 numbers read as whole arrays, each line's quarantine reason (io/baidu's rules)."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -11,7 +11,6 @@ import pyarrow.compute as pc
 from ...schema import BAIDU_N_RESULT_FIELDS, QUERY_ID_MAX_DIGITS, TOKEN_TYPE
 from ..baidu_kernels import field_starts, gather, parse_plain_decimals, parse_tokens
 from ..quarantine import REASONS, QuarantineRecord, raw_text
-
 from .blocks import MAX_LINE_BYTES
 
 QUERY_LIKE_MAX_FIELDS = 16     # a non-blank line of 1..16 fields (not 3) is a broken query line

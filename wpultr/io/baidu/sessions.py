@@ -3,24 +3,44 @@ across block boundaries, session ids numbered by file and query line (io/baidu's
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...schema import (ABSTRACT_TOKENS, BAIDU_BEHAVIOUR_COLUMNS, BAIDU_MAX_POSITION,
-                      BAIDU_MEDIA_TYPE_DASH, BAIDU_N_RESULT_FIELDS, BAIDU_QUERY_FIELDS, BAIDU_RESULT_FIELDS,
-                      CLICK, MEDIA_TYPE, POSITION, TITLE_TOKENS, baidu_sessions_arrow_schema)
-from ..quarantine import (QuarantineRecord, quarantine_frame,
-                         raw_text)
-
+from ...schema import (
+    ABSTRACT_TOKENS,
+    BAIDU_BEHAVIOUR_COLUMNS,
+    BAIDU_MAX_POSITION,
+    BAIDU_MEDIA_TYPE_DASH,
+    BAIDU_N_RESULT_FIELDS,
+    BAIDU_QUERY_FIELDS,
+    BAIDU_RESULT_FIELDS,
+    CLICK,
+    MEDIA_TYPE,
+    POSITION,
+    TITLE_TOKENS,
+    baidu_sessions_arrow_schema,
+)
+from ..quarantine import QuarantineRecord, quarantine_frame, raw_text
 from .blocks import CHUNK_BYTES, Block, BlockReader, unverified_record
-from .lines import (MAPPED_MEDIA, MAPPED_TOKEN, QUERY_LIKE_MAX_FIELDS, SplitLines, flag, keeper, line_reasons, parse_id,
-                    parse_uint, quarantine_records, wide_query)
+from .lines import (
+    MAPPED_MEDIA,
+    MAPPED_TOKEN,
+    QUERY_LIKE_MAX_FIELDS,
+    SplitLines,
+    flag,
+    keeper,
+    line_reasons,
+    parse_id,
+    parse_uint,
+    quarantine_records,
+    wide_query,
+)
 
 FILE_INDEX_SHIFT = 40          # session_id = file_index << 40 | query-line ordinal
 DOC_ID_SOURCE = "url_md5"      # the result column that becomes doc_id

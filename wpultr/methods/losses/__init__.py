@@ -8,8 +8,8 @@ grows it from its clicked-over-skipped pairs (`training.gbdt.BoostingTrainer.lam
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch

@@ -13,8 +13,8 @@ The sessions are simulated by `propensities.position.simulate_swaps`, the path R
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,7 @@ def swap_pairs(k: int) -> list[tuple[int, int]]:
     return [(a, b) for a in range(3, k + 1) for b in range(a + 1, k + 1)]
 
 
-def simulate_pair_swaps(cfg: "SimulateConfig", seed: int, n_sessions: int,
+def simulate_pair_swaps(cfg: SimulateConfig, seed: int, n_sessions: int,
                         pairs: Sequence[tuple[int, int]] | None = None) -> pd.DataFrame:
     """The pair-swap experiment on the simulated engine of `simulate(cfg, seed)`: one row per shown result with
     session_id, query_id, position, click, swap_k1, swap_k2, randpair_swapped; (k1, k2) uniform over `pairs`."""
@@ -104,7 +104,7 @@ def joint_swap_estimate(frame: pd.DataFrame, theta_2: float) -> dict[str, Any]:
     return out
 
 
-def estimate_joint_examination(cfg: "SimulateConfig", seed: int, n_sessions: int, randpair_sessions: int,
+def estimate_joint_examination(cfg: SimulateConfig, seed: int, n_sessions: int, randpair_sessions: int,
                                pairs: Sequence[tuple[int, int]] | None = None) -> dict[str, Any]:
     """θ̂(2) from a simulated RandPair experiment, then ψ̂ from a simulated pair-swap experiment (Eqs. 16–20)."""
     theta = randpair_estimate(simulate_randpair(cfg, seed, randpair_sessions))["propensities"]

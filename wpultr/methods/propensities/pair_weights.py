@@ -64,7 +64,7 @@ def weight_table(kind: str, theta: np.ndarray, gamma: float) -> np.ndarray:
     return np.broadcast_to(pair_weights(kind, theta[:, None], theta[None, :], gamma), (len(theta),) * 2).copy()
 
 
-def resolve_pair_weights(train: "pd.DataFrame", config: "RunConfig",
+def resolve_pair_weights(train: pd.DataFrame, config: RunConfig,
                          n_positions: int) -> tuple[np.ndarray, dict[str, Any]]:
     """The (K+1, K+1) weight table of `prs.weighting` for positions 1..n_positions, and what it came
     from: θ as IPW gets it (`propensity.source`, clipped at `propensity.clip`), γ = prs_clip."""

@@ -22,16 +22,25 @@ What lives here:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from ...settings.propensity import SOURCES
 from ...errors import ConfigError
-from ...schema import CHUNK_ROWS, CLICK, DOC_ID, POSITION, QUERY_ID, SESSION_ID, SchemaError, query_document_pairs, \
-    row_spans
+from ...schema import (
+    CHUNK_ROWS,
+    CLICK,
+    DOC_ID,
+    POSITION,
+    QUERY_ID,
+    SESSION_ID,
+    SchemaError,
+    query_document_pairs,
+    row_spans,
+)
+from ...settings.propensity import SOURCES
 from ...simulate.generate import simulation_engine
 from ...simulate.logging_policy import logging_scores, shown_order
 from ...simulate.page import build_page, presented_media
@@ -137,7 +146,7 @@ def randpair_estimate(frame: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def simulate_randpair(cfg: "SimulateConfig", seed: int, n_sessions: int) -> pd.DataFrame:
+def simulate_randpair(cfg: SimulateConfig, seed: int, n_sessions: int) -> pd.DataFrame:
     """A RandPair experiment on the simulated engine of `simulate(cfg, seed)`: the same corpus, users and
     logging ranker, `n_sessions` fresh sessions; returns session_id, query_id, position, click,
     randpair, randpair_swapped (one row per shown result).
@@ -159,7 +168,7 @@ def simulate_randpair(cfg: "SimulateConfig", seed: int, n_sessions: int) -> pd.D
 SwapDraw = Callable[[np.random.Generator, int], tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]
 
 
-def simulate_swaps(cfg: "SimulateConfig", seed: int, n_sessions: int, draw: SwapDraw,
+def simulate_swaps(cfg: SimulateConfig, seed: int, n_sessions: int, draw: SwapDraw,
                    stream: int = 0x52414E44) -> pd.DataFrame:
     """A swap intervention on the simulated engine of `simulate(cfg, seed)` (RandPair, or 004 §3.3's pair swap).
 
@@ -281,7 +290,7 @@ def harvest_propensities(frame: pd.DataFrame, iterations: int = 200, tol: float 
 # ---------------------------------------------------------------------------------------------
 # Choosing the source for IPW
 # ---------------------------------------------------------------------------------------------
-def resolve_propensities(train: pd.DataFrame, config: "RunConfig") -> tuple[dict[str, float], dict[str, Any]]:
+def resolve_propensities(train: pd.DataFrame, config: RunConfig) -> tuple[dict[str, float], dict[str, Any]]:
     """(table {position: θ_k/θ_1}, info) from `propensity.source` (module docstring).
 
     auto: the given table if any; else the RandPair columns of `train` if present; else a simulated

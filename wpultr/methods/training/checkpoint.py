@@ -15,13 +15,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
-from ...config import results_config
+from typing import TYPE_CHECKING, Any
+
 import torch
+
+from ...config import results_config
 from ...rundir.files import Replaces, atomic_path
 
 if TYPE_CHECKING:
@@ -31,7 +34,7 @@ log = logging.getLogger(__name__)
 FORMAT = 1
 
 
-def config_key(cfg: "RunConfig") -> str:
+def config_key(cfg: RunConfig) -> str:
     """The sha256 of what `cfg` computes (`config.results_config`: where it runs aside): a checkpoint resumes only
     the config that wrote it."""
     return hashlib.sha256(json.dumps(results_config(cfg), sort_keys=True, default=str).encode()).hexdigest()

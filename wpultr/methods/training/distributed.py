@@ -35,12 +35,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -48,24 +51,21 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from ...cli_support import USER_ERRORS
+from ...config import load_config, parse_overrides
+from ...errors import ConfigError
+from ...io.parquet import column_names, read_table, sample_sessions
 from ...rankers.base import Inputs, Ranker, n_rows, score_inputs, take
+from ...rankers.bert import IGNORE_INDEX
+from ...schema import SESSION_ID
 from ...settings.methods import get_method
 from ..base import FitResult
 from ..losses import click_loss, click_loss_named
-from .ranks import GRAPHS_FILE, HISTORY_FILE, RANKER_SUBDIR, fit_data_parallel  # its callers' name
-from .trainer import ListBatch, LossFn, Trainer, build_ranker, list_scores
-from ...rankers.bert import IGNORE_INDEX
-import os
-import signal
-from .streaming import streaming_trainer
-from .warmup import warm_up
-from ...io.parquet import read_table, sample_sessions, column_names
-from ...errors import ConfigError
-from ...schema import SESSION_ID
-from ...cli_support import USER_ERRORS
-from ...config import load_config, parse_overrides
-from contextlib import nullcontext
 from .checkpoint import config_key, keep_checkpoints
+from .ranks import GRAPHS_FILE, HISTORY_FILE, RANKER_SUBDIR, fit_data_parallel  # its callers' name
+from .streaming import streaming_trainer
+from .trainer import ListBatch, LossFn, Trainer, build_ranker, list_scores
+from .warmup import warm_up
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -301,7 +301,7 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def fit_rank(sessions: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
+def fit_rank(sessions: str | Path, valid: pd.DataFrame | None, cfg: RunConfig,
              arrow_lists: Sequence[str] = (), overrides: dict[str, np.ndarray] | None = None) -> FitResult:
     """This rank's part of the fit (the process group is up): a method with a data-parallel fit of its own (BAL's
     `fit_rank`) runs it; any other, its epochs on a DataParallelTrainer (`fit_trainer`)."""
@@ -317,7 +317,7 @@ def fit_rank(sessions: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
     return method.fit_trainer(trainer, cfg)
 
 
-def rank_ranker_and_table(sessions: str | Path, cfg: "RunConfig", arrow_lists: Sequence[str] = ()
+def rank_ranker_and_table(sessions: str | Path, cfg: RunConfig, arrow_lists: Sequence[str] = ()
                           ) -> tuple[Ranker, pd.DataFrame]:
     """The sessions table a rank trains on in memory (read as the parent handed it over: `arrow_lists` as Arrow) and
     the ranker built on it, the same on every rank."""
@@ -325,7 +325,7 @@ def rank_ranker_and_table(sessions: str | Path, cfg: "RunConfig", arrow_lists: S
     return build_ranker(cfg, train), train
 
 
-def fit_streamed(sessions_dir: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig") -> FitResult:
+def fit_streamed(sessions_dir: str | Path, valid: pd.DataFrame | None, cfg: RunConfig) -> FitResult:
     """The train stage's fit with `train.streaming: true`: batches streamed from the partitions of
     `sessions_dir` in this process, or by `train.processes` DDP ranks; the table is never read whole."""
     if cfg.train.processes > 1:

@@ -24,15 +24,15 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ...cluster import current_client
 from ...evaluation.metrics import evaluate as evaluate_scores
 from ...rankers.lightgbm import LightGBMRanker
 from ...rankers.mlp import feature_matrix
 from ...schema import CLICK
 from ..lambda_pairs import GradHess, Loss, lambda_objective, session_pairs
+from ..lightgbm_rank import wants_dask
 from ..losses import click_loss_named
 from .trainer import SessionLists
-from ...cluster import current_client
-from ..lightgbm_rank import wants_dask
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 
-def booster_params(cfg: "RunConfig") -> dict[str, Any]:
+def booster_params(cfg: RunConfig) -> dict[str, Any]:
     """LightGBM parameters of the backbone (`ranker.lightgbm.*`); the objective is supplied each round."""
     g = cfg.ranker.lightgbm
     return {"objective": "none", "metric": "None", "verbosity": -1, "seed": cfg.seed, "deterministic": True,
@@ -49,7 +49,7 @@ def booster_params(cfg: "RunConfig") -> dict[str, Any]:
             "min_data_in_leaf": g.min_data_in_leaf, "num_threads": g.num_threads}
 
 
-def note_in_process(cfg: "RunConfig", rows: int) -> bool:
+def note_in_process(cfg: RunConfig, rows: int) -> bool:
     """Log (and say True) when `ranker.lightgbm.distributed` would put this booster on Dask; it stays here."""
     mode = cfg.ranker.lightgbm.distributed
     wanted = wants_dask(cfg, current_client() if mode is not False else None, rows)
@@ -62,8 +62,8 @@ def note_in_process(cfg: "RunConfig", rows: int) -> bool:
 class BoostingTrainer:
     """One booster's training run: dataset (sessions contiguous, by position), validation, history, best epoch."""
 
-    def __init__(self, train: pd.DataFrame, valid: pd.DataFrame | None, cfg: "RunConfig"):
-        import lightgbm as lgb   # lazy: lightgbm ~2.2 s (-X importtime); BAL and naive import gbdt for neural runs
+    def __init__(self, train: pd.DataFrame, valid: pd.DataFrame | None, cfg: RunConfig):
+        import lightgbm as lgb  # lazy: lightgbm ~2.2 s (-X importtime); BAL and naive import gbdt for neural runs
 
         self.cfg = cfg
         self.lists = SessionLists.from_frame(train)

@@ -6,37 +6,37 @@ stage keeps them in the run directory, `train/ranks/rank<k>.log`), and a failed 
 """
 from __future__ import annotations
 
+import ctypes
+import inspect
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterator
 
+import numpy as np
 import pandas as pd
-
-from ...errors import ClusterError, WpultrError
 import pyarrow as pa
 import pyarrow.parquet as pq
-from ...config import dump_config
-import numpy as np
-from .checkpoint import current
-from ...cluster import current_client
-from distributed import Client, Event, secede, get_worker
-from ..base import FitResult
-from ...rankers.registry import load_ranker
+from distributed import Client, Event, get_worker, secede
+
 from ...causal.graph import DiscoveredGraph
-import signal
-import inspect
-import ctypes
+from ...cluster import current_client
+from ...config import dump_config
+from ...errors import ClusterError, WpultrError
+from ...rankers.registry import load_ranker
+from ..base import FitResult
+from .checkpoint import current
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -90,8 +90,8 @@ class RankJob:
     workers: list[str] = field(default_factory=list)   # the Dask workers the ranks ran on, in rank order
 
     @classmethod
-    def prepare(cls, work: Path, sessions: pd.DataFrame | str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
-                world: int, overrides: dict[str, Any] | None = None) -> "RankJob":
+    def prepare(cls, work: Path, sessions: pd.DataFrame | str | Path, valid: pd.DataFrame | None, cfg: RunConfig,
+                world: int, overrides: dict[str, Any] | None = None) -> RankJob:
         arrow: tuple[str, ...] = ()
         if isinstance(sessions, pd.DataFrame):
             arrow = write_rank_table(sessions, work / "sessions.parquet")
@@ -157,8 +157,8 @@ def rank_client() -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
-                      processes: int | None = None, overrides: dict[str, Any] | None = None) -> "FitResult":
+def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame | None, cfg: RunConfig,
+                      processes: int | None = None, overrides: dict[str, Any] | None = None) -> FitResult:
     """Train with `processes` (default `train.processes`) DDP ranks: subprocesses on loopback, or, with
     `cluster.scheduler`, one task per Dask worker of that cluster (`run_on_dask`). `overrides`: per-row columns that
     replace the partitions' (a streamed BAL's identifiability pre-flight merges). A rank's failure stops the
@@ -252,7 +252,7 @@ def _wait(ranks: list[tuple[subprocess.Popen, Any]]) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------
-def _scheduler_client(cfg: "RunConfig") -> Any:
+def _scheduler_client(cfg: RunConfig) -> Any:
     """The run's Dask client when the ranks go to an existing cluster (`cluster.scheduler`), else None."""
     if cfg.cluster.scheduler is None:
         return None
@@ -266,7 +266,7 @@ def _normal(address: str) -> str:
     return address if "://" in address else f"tcp://{address}"
 
 
-def rank_workers(client: Any, cfg: "RunConfig", world: int) -> list[dict[str, Any]]:
+def rank_workers(client: Any, cfg: RunConfig, world: int) -> list[dict[str, Any]]:
     """`world` workers for the ranks, one each, in a stable order: those named in `cluster.rank_workers` (names or
     addresses) and holding `cluster.rank_resources` (e.g. {GPU: 1}); ClusterError when there are too few."""
     info = client.scheduler_info(n_workers=-1)["workers"] if _takes_n_workers(client) else \
@@ -333,7 +333,7 @@ def _worker_port() -> tuple[str, int]:
     return host, free_port("")
 
 
-def run_on_dask(client: Any, job: RankJob, cfg: "RunConfig") -> tuple[int, str] | None:
+def run_on_dask(client: Any, job: RankJob, cfg: RunConfig) -> tuple[int, str] | None:
     """The ranks as tasks on `job.world` workers of the client's cluster, one each (`rank_workers`); the rendezvous
     is rank 0's worker's host at a port the client asks that worker for. A task that fails, or a worker that leaves,
     ends the fit: the others are cancelled (their ranks fail on the lost peer) and the first failure is returned."""

@@ -18,9 +18,9 @@ as one unit here. Session ids are unique across input files (ingest numbers them
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,12 +29,12 @@ import pyarrow.parquet as pq
 import torch
 
 from ...errors import ConfigError
-from ...settings.methods import BACKBONES
 from ...io.parquet import partition_paths, row_count, table_to_pandas
 from ...rankers.base import Ranker, score_inputs, take
+from ...rankers.mlp import MLPRanker, feature_matrix
 from ...schema import CLICK, FEATURES, POSITION, SESSION_ID
+from ...settings.methods import BACKBONES
 from .trainer import ListBatch, SessionLists, Trainer
-from ...rankers.mlp import feature_matrix, MLPRanker
 from .warmup import warm_up
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ def feature_moments(paths: Sequence[str | Path]) -> tuple[int, np.ndarray, np.nd
     return len(mean), mean, np.sqrt(m2 / n)
 
 
-def streaming_ranker(cfg: "RunConfig", directory: str | Path) -> Ranker:
+def streaming_ranker(cfg: RunConfig, directory: str | Path) -> Ranker:
     """The MLP ranker `build_ranker` makes for the whole table, standardised by moments merged over partitions."""
     if not BACKBONES[cfg.ranker.backbone].streams:     # the config refuses it at load; a changed config here
         raise ConfigError(f"train.streaming: true trains ranker.backbone 'mlp' only (its standardisation merges "
@@ -208,7 +208,7 @@ def streaming_ranker(cfg: "RunConfig", directory: str | Path) -> Ranker:
     return ranker
 
 
-def streaming_trainer(directory: str | Path, valid: pd.DataFrame | None, cfg: "RunConfig",
+def streaming_trainer(directory: str | Path, valid: pd.DataFrame | None, cfg: RunConfig,
                       trainer_class: type[Trainer] = Trainer, **kwargs: Any) -> Trainer:
     """A warmed-up trainer (`trainer_class`) whose batches stream from the partitions of `directory`."""
     if cfg.data.max_sessions is not None:

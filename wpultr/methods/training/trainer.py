@@ -8,10 +8,12 @@ session batches; methods differ only in the loss (and in what they fit besides t
 from __future__ import annotations
 
 import copy
+import json
+import logging
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -24,8 +26,6 @@ from ...rankers.base import Inputs, Ranker, resolve_device, score_inputs, take
 from ...rankers.precision import autocast, grad_scaler, resolve_precision
 from ...schema import CLICK, POSITION, SESSION_ID, SchemaError
 from .checkpoint import current
-import json
-import logging
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -43,7 +43,7 @@ class SessionLists:
     session_ids: np.ndarray   # (S,)
 
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame) -> "SessionLists":
+    def from_frame(cls, frame: pd.DataFrame) -> SessionLists:
         for column in (SESSION_ID, POSITION, CLICK):
             if column not in frame.columns:
                 raise SchemaError(f"sessions: missing column {column!r}; present: {list(frame.columns)}")
@@ -120,7 +120,7 @@ def list_scores(ranker: Ranker, inputs: Inputs, batch: ListBatch) -> torch.Tenso
 
 
 # ---------------------------------------------------------------------------------------------
-def build_ranker(cfg: "RunConfig", train: pd.DataFrame) -> Ranker:
+def build_ranker(cfg: RunConfig, train: pd.DataFrame) -> Ranker:
     """The ranker `ranker.backbone` names, sized for (and standardised on) the training table
     (rankers.registry.build_ranker: every kind built in one place)."""
     return registry.build_ranker(cfg, train)
@@ -132,7 +132,7 @@ LossFn = Callable[[torch.Tensor, ListBatch], "torch.Tensor | tuple[torch.Tensor,
 class Trainer:
     """One ranker's training run: optimiser, prepared inputs, validation and the best epoch so far."""
 
-    def __init__(self, ranker: Ranker, train: pd.DataFrame, valid: pd.DataFrame | None, cfg: "RunConfig",
+    def __init__(self, ranker: Ranker, train: pd.DataFrame, valid: pd.DataFrame | None, cfg: RunConfig,
                  extra_parameters: Iterable[torch.nn.Parameter] = (), lists: SessionLists | None = None,
                  stream: Any = None):
         """`stream` (streaming.PartitionSessions) replaces `train`: batches then come from its partitions."""

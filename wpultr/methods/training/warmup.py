@@ -14,9 +14,9 @@ import pandas as pd
 import torch
 
 from ...rankers.base import Inputs, Ranker, take
+from ...rankers.bert import CLS_VECTORS
 from ..losses import click_loss
 from .trainer import ListBatch, Trainer, build_ranker
-from ...rankers.bert import CLS_VECTORS
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -52,7 +52,7 @@ def warm_up(trainer: Trainer, epochs: int | None = None) -> None:
         trainer.record(epoch, stats, time.perf_counter() - start, phase="warmup")
 
 
-def warmed_up_trainer(train: pd.DataFrame, valid: pd.DataFrame | None, config: "RunConfig") -> Trainer:
+def warmed_up_trainer(train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> Trainer:
     """Every neural method's opening: a new ranker for `config` on the shared trainer, warmed up (§4.1)."""
     trainer = Trainer(build_ranker(config, train), train, valid, config)
     warm_up(trainer)
