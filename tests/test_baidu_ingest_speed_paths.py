@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wpultr.io.baidu import _parse_float, _SplitLines
+from wpultr.io.baidu.lines import SplitLines, _parse_float
 from wpultr.io.baidu_kernels import count_newlines, field_starts, parse_plain_decimals, parse_tokens
 
 SEP = b"\x01"
@@ -109,7 +109,7 @@ OTHER = st.sampled_from(["1e2", "+5", ".5", "5.", "inf", "-inf", "nan", "NaN", "
 
 def _floats_both_ways(cells: list[str]) -> tuple[list, list]:
     """(the reader's floats, the general path's) of one column holding `cells`."""
-    lines = _SplitLines(_block([f"a\t{cell}\tb".encode() for cell in cells]))
+    lines = SplitLines(_block([f"a\t{cell}\tb".encode() for cell in cells]))
     rows = np.arange(len(cells))
     (fast, fast_bad), = lines.floats(rows, [1])
     general, general_bad = _parse_float(pa.array(cells, type=pa.string()))
@@ -126,12 +126,12 @@ def test_behaviour_numbers_equal_arrows_cast_bit_for_bit(plain, other):
 
 def test_plain_decimals_take_the_compiled_path_and_others_do_not():
     """A plain column is read by the kernel (no Arrow cast involved); one odd cell sends it to Arrow."""
-    lines = _SplitLines(_block([b"a\t12.5\t-", b"a\t-\t0.1", b"a\t\t-3"]))
+    lines = SplitLines(_block([b"a\t12.5\t-", b"a\t-\t0.1", b"a\t\t-3"]))
     values, plain = parse_plain_decimals(lines.bytes, lines.starts, lines.first_field, np.array([1, 2]))
     assert list(plain) == [True, True]
     assert values[0, 0] == 12.5 and np.isnan(values[0, 1]) and np.isnan(values[0, 2])
     assert np.isnan(values[1, 0]) and values[1, 1] == 0.1 and values[1, 2] == -3.0
-    odd = _SplitLines(_block([b"a\t1e2\t1", b"a\t2\t1"]))
+    odd = SplitLines(_block([b"a\t1e2\t1", b"a\t2\t1"]))
     (column, bad), = odd.floats(np.arange(2), [1])
     assert column.to_pylist() == [100.0, 2.0] and not bad.any()   # Arrow's reading of 1e2, kept
 

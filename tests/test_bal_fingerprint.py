@@ -73,7 +73,7 @@ def _fit_record() -> dict:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_an_in_memory_bal_fit_is_unchanged():
     got = fingerprint()
     assert got["graphs"] == RECORDED["graphs"] and got["click_rows"] == RECORDED["click_rows"]
