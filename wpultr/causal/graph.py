@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import graphviz
 from causallearn.graph.Endpoint import Endpoint
 
 from ..errors import WpultrError
@@ -375,6 +374,7 @@ _NODE_SHAPES = {"relevance": "doubleoctagon", "click": "box"}
 
 def to_dot(graph: DiscoveredGraph) -> str:
     """Graphviz DOT source: directed →, undirected without heads, bidirected with two; prior edges dashed."""
+    import graphviz  # lazy: optional for rendering only (bench/bert_throughput.py runs without it)
     dot = graphviz.Digraph("click_model", graph_attr={"rankdir": "LR"})
     for node in graph.nodes:
         dot.node(node, shape=_NODE_SHAPES.get(graph.node_kinds.get(node, ""), "ellipse"))
@@ -390,6 +390,7 @@ def to_dot(graph: DiscoveredGraph) -> str:
 
 def render(graph: DiscoveredGraph, fmt: str) -> bytes:
     """The graph drawn by Graphviz's `dot` program in `fmt` (svg, png)."""
+    import graphviz  # lazy: optional for rendering only (bench/bert_throughput.py runs without it)
     try:
         return graphviz.Source(to_dot(graph)).pipe(format=fmt)
     except graphviz.ExecutableNotFound:

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import lightgbm as lgb
 import numpy as np
 
 from ..errors import ExportError
@@ -46,6 +45,7 @@ class LightGBMRanker(BoosterRanker):
         return {**super().init_args(), "position_aware": self.position_aware}
 
     def _parse(self, data: bytes, where: str) -> Any:
+        import lightgbm as lgb  # lazy: +2.2 s, only to parse a booster; a neural run imports this registry too
         try:
             return lgb.Booster(model_str=data.decode("utf-8"))
         except Exception as error:  # UnicodeDecodeError, lightgbm's own LightGBMError

@@ -28,9 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from distributed import Client, Event, get_worker, secede
 
-from ...causal.graph import DiscoveredGraph
 from ...cluster import current_client
 from ...config import dump_config
 from ...errors import ClusterError, WpultrError
@@ -150,6 +148,7 @@ def scheduler_address(client: Any = None) -> str | None:
 
 def rank_client() -> Any:
     """In a rank: a Dask client of the run's scheduler (`SCHEDULER_ENV`), or None when the fit had none."""
+    from distributed import Client  # lazy: Dask is optional in process (bench/gpu.py)
     address = os.environ.get(SCHEDULER_ENV)
     if not address:
         return None
@@ -183,6 +182,7 @@ def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame |
         saved = json.loads((job.work / HISTORY_FILE).read_text())
         graphs = []
         if (job.work / GRAPHS_FILE).exists():
+            from ...causal.graph import DiscoveredGraph  # lazy: causal-learn is optional for a Naive fit (bench/gpu.py)
             graphs = [DiscoveredGraph.from_dict(g) for g in json.loads((job.work / GRAPHS_FILE).read_text())]
         bias = {**saved["bias"], "processes": n}
         if job.workers:
@@ -254,6 +254,7 @@ def _wait(ranks: list[tuple[subprocess.Popen, Any]]) -> int | None:
 # ---------------------------------------------------------------------------------------------
 def _scheduler_client(cfg: RunConfig) -> Any:
     """The run's Dask client when the ranks go to an existing cluster (`cluster.scheduler`), else None."""
+    from distributed import Client  # lazy: Dask is optional in process (bench/gpu.py)
     if cfg.cluster.scheduler is None:
         return None
     client = current_client()
@@ -304,6 +305,7 @@ def _rank_task(command: list[str], env: dict[str, str], log: str, out: str | Non
     """One rank, run on a Dask worker as a subprocess (its own process: torch's process group and global state
     stay out of the worker); its exit code, its log and, for rank 0, the files it wrote (ranker, history). The
     client sets the Dask Event `stop` when the fit failed elsewhere: the rank is killed then, not left running."""
+    from distributed import Event, secede  # lazy: Dask is optional in process (bench/gpu.py)
     secede()      # the rank waits here in its own process: the worker's thread pool serves other tasks (discovery)
     stopped = Event(stop)
     with open(log, "wb") as handle:
@@ -329,6 +331,7 @@ def _rank_task(command: list[str], env: dict[str, str], log: str, out: str | Non
 
 def _worker_port() -> tuple[str, int]:
     """This worker's host and a port free on it: the rendezvous of rank 0, which runs here."""
+    from distributed import get_worker  # lazy: Dask is optional in process (bench/gpu.py)
     host = get_worker().address.split("://")[-1].rsplit(":", 1)[0]
     return host, free_port("")
 
@@ -337,6 +340,7 @@ def run_on_dask(client: Any, job: RankJob, cfg: RunConfig) -> tuple[int, str] | 
     """The ranks as tasks on `job.world` workers of the client's cluster, one each (`rank_workers`); the rendezvous
     is rank 0's worker's host at a port the client asks that worker for. A task that fails, or a worker that leaves,
     ends the fit: the others are cancelled (their ranks fail on the lost peer) and the first failure is returned."""
+    from distributed import Event  # lazy: Dask is optional in process (bench/gpu.py)
     workers = rank_workers(client, cfg, job.world)
     job.workers = [w["address"] for w in workers]
     stop = f"wpultr-stop-{job.work.name}"
