@@ -92,6 +92,9 @@ class Arg:
         return float(value) if self.kind == "float" else value
 
 
+CLS_VECTORS = "cls_vectors"     # BERT inputs: the [CLS] vectors of distinct rows, cached (rankers.bert)
+IGNORE_INDEX = -100              # a masked-LM label position that counts for no loss (rankers.bert)
+
 def _number(x: float) -> str:
     return "-inf" if x == -math.inf else "inf" if x == math.inf else f"{x:g}" if isinstance(x, float) else str(x)
 

@@ -33,13 +33,11 @@ from ..errors import ExportError
 from ..memory import large_blocks_kept
 from ..schema import ABSTRACT_TOKENS, QUERY_TOKENS, TITLE_TOKENS, SchemaError
 from ..settings.ranker import BERT_SPECIAL_TOKENS, MAX_BERT_HEADS, MAX_BERT_HIDDEN, MAX_BERT_LAYERS, MAX_TOKENS
-from .base import Arg, Inputs, Ranker, check_args
+from .base import CLS_VECTORS, IGNORE_INDEX, Arg, Inputs, Ranker, check_args
 from .mlp import MAX_LAYERS, MAX_WIDTH, mlp
 
 INPUT_IDS, TOKEN_TYPES, ATTENTION = "input_ids", "token_type_ids", "attention_mask"
-CLS_VECTORS = "cls_vectors"
 SPECIAL_NAMES = BERT_SPECIAL_TOKENS      # defined with the (torch-free) config that validates them
-IGNORE_INDEX = -100
 MAX_LENGTH = MAX_TOKENS       # tokens per (query, document) input: inputs are (rows, max_length) matrices
 
 # What a saved encoder config may hold (the keys `_json_config` writes), with the range each may take.

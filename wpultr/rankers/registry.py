@@ -25,24 +25,42 @@ from .base import (
     read_json_bounded,
     read_safetensors_header,
 )
-from .bert import BertRanker
 from .embedding import EmbeddingRanker
 from .lightgbm import LightGBMRanker
 from .mlp import MLPRanker
 from .xgboost import XGBoostRanker
 
+BERT = "bert"      # BertRanker.kind, named here so that loading the registry imports no transformers
+
+
+def _bert_class() -> type[Ranker]:
+    from .bert import BertRanker  # lazy: +3.7 s (transformers), paid otherwise by every MLP rank, scorer and worker
+    return BertRanker
+
+
+def _classes() -> dict[str, Callable[[], type[Ranker]]]:
+    return {MLPRanker.kind: lambda: MLPRanker, BERT: _bert_class, LightGBMRanker.kind: lambda: LightGBMRanker,
+            XGBoostRanker.kind: lambda: XGBoostRanker, EmbeddingRanker.kind: lambda: EmbeddingRanker}
+
+
+RANKER_KINDS: tuple[str, ...] = tuple(_classes())
+
+
+def ranker_class(kind: str) -> type[Ranker]:
+    """The ranker class of kind `kind` (one of RANKER_KINDS), its module imported on first use."""
+    return _classes()[kind]()
+
 
 def ranker_classes() -> dict[str, type[Ranker]]:
-    """Every ranker kind by name."""
-    return {MLPRanker.kind: MLPRanker, BertRanker.kind: BertRanker, LightGBMRanker.kind: LightGBMRanker,
-            XGBoostRanker.kind: XGBoostRanker, EmbeddingRanker.kind: EmbeddingRanker}
+    """Every ranker kind by name (imports every kind's module, BERT's too)."""
+    return {kind: ranker_class(kind) for kind in RANKER_KINDS}
 
 
 def _bert(r: Any, train: Any) -> Ranker:
     b = r.bert
     tiny = {"hidden_size": b.hidden_size, "num_hidden_layers": b.num_hidden_layers,
             "num_attention_heads": b.num_attention_heads, "intermediate_size": b.intermediate_size}
-    return BertRanker.build(train, path=b.path, head=r.head, dropout=r.dropout, max_length=b.max_length,
+    return _bert_class().build(train, path=b.path, head=r.head, dropout=r.dropout, max_length=b.max_length,
                             freeze_encoder=b.freeze_encoder, cache_embeddings=b.cache_embeddings,
                             special_tokens=b.special_tokens, tiny=tiny)
 
@@ -52,7 +70,7 @@ def _bert(r: Any, train: Any) -> Ranker:
 BUILDERS: dict[str, Callable[[Any, Any], Ranker]] = {
     MLPRanker.kind: lambda r, train: MLPRanker.for_table(train, r.head, r.dropout),
     EmbeddingRanker.kind: lambda r, train: EmbeddingRanker.for_table(train),
-    BertRanker.kind: _bert,
+    BERT: _bert,
 }
 
 
@@ -78,9 +96,8 @@ def read_ranker_config(directory: str | Path) -> dict[str, Any]:
     if config.get("format") != RANKER_FORMAT:
         raise ExportError(f"{path}: format {brief(config.get('format'))}, expected {brief(RANKER_FORMAT)} "
                           f"(a ranker saved by another wpultr version, or not a wpultr ranker)")
-    classes = ranker_classes()
-    if config.get("kind") not in classes:
-        raise ExportError(f"{path}: kind {brief(config.get('kind'))} is not one of {sorted(classes)}")
+    if config.get("kind") not in RANKER_KINDS:
+        raise ExportError(f"{path}: kind {brief(config.get('kind'))} is not one of {sorted(RANKER_KINDS)}")
     return config
 
 
@@ -94,7 +111,7 @@ def check_saved_ranker(directory: str | Path) -> tuple[type[Ranker], dict[str, A
     if link is not None:    # a saved ranker is plain files: a link could lead its reads anywhere
         raise ExportError(f"{link}: a symlink in a saved ranker; a ranker holds plain files only")
     config = read_ranker_config(directory)
-    cls = ranker_classes()[config["kind"]]
+    cls = ranker_class(config["kind"])
     args = cls.checked_args(config.get("args"), f"{directory / CONFIG_FILE}: args")
     try:
         with torch.device("meta"):

@@ -55,8 +55,7 @@ from ...cli_support import USER_ERRORS
 from ...config import load_config, parse_overrides
 from ...errors import ConfigError
 from ...io.parquet import column_names, read_table, sample_sessions
-from ...rankers.base import Inputs, Ranker, n_rows, score_inputs, take
-from ...rankers.bert import IGNORE_INDEX
+from ...rankers.base import IGNORE_INDEX, Inputs, Ranker, n_rows, score_inputs, take
 from ...schema import SESSION_ID
 from ...settings.methods import get_method
 from ..base import FitResult

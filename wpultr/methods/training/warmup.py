@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import torch
 
-from ...rankers.base import Inputs, Ranker, take
-from ...rankers.bert import CLS_VECTORS
+from ...rankers.base import CLS_VECTORS, Inputs, Ranker, take
 from ..losses import click_loss
 from .trainer import ListBatch, Trainer, build_ranker
 
