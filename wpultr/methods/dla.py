@@ -34,8 +34,8 @@ from ..rankers.base import resolve_device
 from .base import FitResult
 from .losses.lists import dla_sums
 from .propensities.position import as_table
-from .training.distributed import fit_data_parallel, rank_ranker_and_table
-from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
+from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.trainer import ListBatch, SessionLists, build_ranker
 from .training.warmup import warm_up
 
 if TYPE_CHECKING:
@@ -48,13 +48,8 @@ def relative_propensities(logits: torch.Tensor) -> np.ndarray:
     return torch.exp(values - values[0]).numpy()
 
 
-class DLA:
+class DLA(SharedTrainerFit):
     name = "dla"
-
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
-        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            return fit_data_parallel(train, valid, config)
-        return self.fit_with(train, valid, config, Trainer)
 
     def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:

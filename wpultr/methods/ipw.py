@@ -24,8 +24,8 @@ import torch
 from .base import FitResult
 from .losses import click_loss_named
 from .propensities.position import as_table, propensity_array, resolve_propensities
-from .training.distributed import fit_data_parallel, rank_ranker_and_table
-from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
+from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.trainer import ListBatch, SessionLists, build_ranker
 from .training.warmup import warm_up
 
 if TYPE_CHECKING:
@@ -38,13 +38,8 @@ def ipw_loss(kind: str, scores: torch.Tensor, batch: ListBatch, inverse: torch.T
     return click_loss_named(kind).weighted(scores, batch.clicks, batch.mask, inverse[batch.positions])
 
 
-class IPW:
+class IPW(SharedTrainerFit):
     name = "ipw"
-
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
-        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            return fit_data_parallel(train, valid, config)
-        return self.fit_with(train, valid, config, Trainer)
 
     def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:

@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from ..rankers.mlp import feature_matrix, mlp
 from ..schema import FEATURES, SchemaError
 from .base import FitResult
-from .training.distributed import fit_data_parallel, rank_ranker_and_table
-from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
+from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.trainer import ListBatch, SessionLists, build_ranker
 from .training.warmup import warm_up
 
 if TYPE_CHECKING:
@@ -140,13 +140,8 @@ def observation_by_position(model: ObservationModel, z: torch.Tensor, batch_rows
     return (total / max(len(z), 1)).tolist()
 
 
-class LBD:
+class LBD(SharedTrainerFit):
     name = "lbd"
-
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
-        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            return fit_data_parallel(train, valid, config)
-        return self.fit_with(train, valid, config, Trainer)
 
     def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:

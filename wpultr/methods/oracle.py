@@ -29,8 +29,8 @@ from ..schema import MAX_LABEL, POSITION, SESSION_ID, query_key
 from .base import FitResult
 from .losses import click_loss_named
 from .losses.lists import listwise_softmax_loss, pointwise_click_loss
-from .training.distributed import fit_data_parallel
-from .training.trainer import LossFn, Trainer, build_ranker
+from .training.distributed import SharedTrainerFit
+from .training.trainer import LossFn, build_ranker
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -76,13 +76,8 @@ def label_loss(kind: str) -> tuple[str, Callable[[np.ndarray], np.ndarray], Loss
     raise ConfigError(f"train.loss: train.method 'oracle' trains with 'pointwise' or 'listwise', got {kind!r}")
 
 
-class Oracle:
+class Oracle(SharedTrainerFit):
     name = "oracle"
-
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
-        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            return fit_data_parallel(train, valid, config)
-        return self.fit_with(train, valid, config, Trainer)
 
     def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:

@@ -36,8 +36,8 @@ import torch
 from .base import FitResult
 from .losses.lists import pair_terms
 from .propensities.position import as_table
-from .training.distributed import fit_data_parallel, rank_ranker_and_table
-from .training.trainer import ListBatch, Trainer, build_ranker
+from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.trainer import ListBatch, build_ranker
 from .training.warmup import warm_up
 
 if TYPE_CHECKING:
@@ -100,13 +100,8 @@ class PositionRatios:
         self.sum_minus = state["sum_minus"].to(device) if state["sum_minus"].numel() else None
 
 
-class PairwiseDebias:
+class PairwiseDebias(SharedTrainerFit):
     name = "pairwise_debias"
-
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
-        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            return fit_data_parallel(train, valid, config)
-        return self.fit_with(train, valid, config, Trainer)
 
     def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:

@@ -20,8 +20,8 @@ import torch
 from .base import FitResult
 from .losses.lists import pair_terms
 from .propensities.pair_weights import resolve_pair_weights
-from .training.distributed import fit_data_parallel, rank_ranker_and_table
-from .training.trainer import ListBatch, SessionLists, Trainer, build_ranker
+from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.trainer import ListBatch, SessionLists, build_ranker
 from .training.warmup import warm_up
 
 if TYPE_CHECKING:
@@ -38,13 +38,8 @@ def weighted_pair_loss(scores: torch.Tensor, batch: ListBatch, table: torch.Tens
                                                            "mean_weight": float(weights.mean())}
 
 
-class PropensityPairs:
+class PropensityPairs(SharedTrainerFit):
     name = "propensity_pairs"
-
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
-        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            return fit_data_parallel(train, valid, config)
-        return self.fit_with(train, valid, config, Trainer)
 
     def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:

@@ -33,8 +33,8 @@ import torch
 from .base import FitResult
 from .losses.lists import pointwise_click_loss, regression_em_posteriors
 from .propensities.position import as_table, relative_to_first
-from .training.distributed import fit_data_parallel, rank_ranker_and_table
-from .training.trainer import ListBatch, Trainer, build_ranker
+from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.trainer import ListBatch, build_ranker
 from .training.warmup import warm_up
 
 if TYPE_CHECKING:
@@ -43,13 +43,8 @@ if TYPE_CHECKING:
 INITIAL_THETA = 0.5
 
 
-class RegressionEM:
+class RegressionEM(SharedTrainerFit):
     name = "regression_em"
-
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
-        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            return fit_data_parallel(train, valid, config)
-        return self.fit_with(train, valid, config, Trainer)
 
     def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:

@@ -133,6 +133,16 @@ class Phase(torch.nn.Module):
         return self.run(*args)
 
 
+class SharedTrainerFit:
+    """The `fit` of a method the shared trainer runs (its `fit_with`): in this process, or as `train.processes` DDP
+    ranks, each of which calls the method's `fit_rank` on its share of every global batch."""
+
+    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
+        if config.train.processes > 1:
+            return fit_data_parallel(train, valid, config)
+        return self.fit_with(train, valid, config, Trainer)
+
+
 class DataParallelTrainer(Trainer):
     """The shared trainer as one DDP rank: scores through a DDP unit, steps on its shard of each batch."""
 
