@@ -122,14 +122,13 @@ def test_the_encoder_runs_on_a_batch_up_to_its_longest_input_with_the_same_outpu
 # Records OMP_WAIT_POLICY as it stands when torch is first imported (torch's OpenMP library reads it then, once).
 AT_TORCH_IMPORT = textwrap.dedent("""
     import importlib.abc, os, sys
-    seen = []
-    class Watch(importlib.abc.MetaPathFinder):
+    class Watch(importlib.abc.MetaPathFinder):   # prints the policy as torch begins to load, then ends the process
         def find_spec(self, name, path, target=None):
-            if name == "torch" and not seen:
-                seen.append(os.environ.get("OMP_WAIT_POLICY"))
+            if name == "torch":
+                print(os.environ.get("OMP_WAIT_POLICY"), flush=True)
+                os._exit(0)
     sys.meta_path.insert(0, Watch())
     import wpultr.rankers.bert
-    print(seen[0])
 """)
 
 

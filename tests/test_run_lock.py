@@ -79,15 +79,19 @@ def test_a_second_run_on_a_held_directory_stops_and_changes_nothing(tmp_path):
         _wait_for(signals / "started", holder)
         before = _files(run)
         assert MARKER in before and "config.yaml" in before
-        # the same run, the same with --fresh (which deleted the live run), a changed config (which mixed two runs)
-        for extra in ([], ["--fresh"], ["--set", "train.epochs=2"]):
-            second = subprocess.run([sys.executable, "-c", CLI, "run", str(config), *extra],
-                                    capture_output=True, text=True, timeout=300)
-            message = second.stderr.strip()
-            assert second.returncode == 2, (extra, second.stdout, message)
+        # the same run as a second process; then, in this one, the same with --fresh (which deleted the live run)
+        # and a changed config (which mixed two runs)
+        second = subprocess.run([sys.executable, "-c", CLI, "run", str(config)], capture_output=True, text=True,
+                                timeout=300)
+        refusals = [(second.returncode, second.stderr.strip(), second.stdout)]
+        for extra in (["--fresh"], ["--set", "train.epochs=2"]):
+            again = CliRunner().invoke(app, ["run", str(config), *extra])
+            refusals.append((again.exit_code, again.stderr.strip(), again.stdout))
+        for code, message, out in refusals:
+            assert code == 2, (out, message)
             assert "\n" not in message and "another wpultr run is writing it" in message, message
             assert f"pid {holder.pid} on {socket.gethostname()}" in message, message
-            assert _files(run) == before, extra
+        assert _files(run) == before
         shown = CliRunner().invoke(app, ["status", str(run)])
         assert shown.exit_code == 0 and f"locked by pid {holder.pid} on {socket.gethostname()}" in shown.output
         (signals / "go").write_text("")

@@ -443,8 +443,8 @@ def test_chunked_quantiles_are_numpys_without_a_copy_of_the_column():
     for x in cases:
         ranks = sorted(set(range(0, len(x), max(1, len(x) // 7))) | {len(x) - 1})
         ordered = np.sort(x)
-        for knobs in ({}, {"bins": 4, "gather_rows": 3, "chunk_rows": 97},
-                      {"bins": 2, "gather_rows": 1, "chunk_rows": 5}):
+        tiny = [{"bins": 2, "gather_rows": 1, "chunk_rows": 5}] if len(x) <= 1000 else []   # rounds x chunks: slow
+        for knobs in ({}, {"bins": 4, "gather_rows": 3, "chunk_rows": 97}, *tiny):
             found = order_statistics(x, ranks, **knobs)
             assert [found[k] for k in ranks] == ordered[ranks].tolist()
         for qs in ([0.01, 0.5, 0.99], [0.0, 1.0, 0.3333]):
