@@ -74,6 +74,7 @@ def test_two_ranks_train_the_one_process_model(logs):
     one = Naive().fit(logs.sessions, logs.annotations, config("pointwise", 1))
     two = Naive().fit(logs.sessions, logs.annotations, config("pointwise", 2))
     assert two.bias["processes"] == 2
+    assert two.bias["distributed"] == {"engine": "torch DDP", "backend": "gloo", "device": "cpu"}   # no GPU here
     assert_same_model(one, two)
 
 
