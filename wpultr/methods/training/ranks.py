@@ -61,7 +61,7 @@ class RankDevice:
 
     @property
     def kind(self) -> str:
-        """"cpu" or "cuda": what every rank's `train.device` becomes (the same on all, so is their checkpoint key)."""
+        """`cpu` or `cuda`: what every rank's `train.device` becomes (the same on all, so is their checkpoint key)."""
         return self.device.split(":")[0]
 
 
