@@ -190,6 +190,7 @@ def test_two_ranks_train_on_the_table_the_train_stage_reads(logs, tmp_path):
     one = Naive().fit(table, logs.annotations, cfg)
     two = Naive().fit(table, logs.annotations, config("pointwise", 2))
     assert two.bias["processes"] == 2
+    assert two.bias["distributed"] == {"engine": "torch DDP", "backend": "gloo", "device": "cpu"}   # no GPU here
     assert_same_model(one, two)
 
 

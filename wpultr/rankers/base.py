@@ -296,10 +296,13 @@ def score_frame(ranker: Ranker, frame: pd.DataFrame, batch_size: int = 1024, pre
     return score_inputs(ranker, ranker.prepare(frame), batch_size, precision)
 
 
+NO_CUDA = "train.device: 'cuda' requested but no CUDA device is available; use 'cpu' or 'auto'"
+
+
 def resolve_device(name: str) -> torch.device:
     """`auto` takes CUDA when present; asking for CUDA without it is an error naming the key."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device: 'cuda' requested but no CUDA device is available; use 'cpu' or 'auto'")
+        raise ConfigError(NO_CUDA)
     return torch.device(name)

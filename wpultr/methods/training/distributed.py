@@ -1,4 +1,4 @@
-"""Data-parallel training of a neural ranker with torch.distributed (DDP, gloo on CPU) across processes.
+"""Data-parallel training of a neural ranker with torch.distributed (DDP: NCCL on GPUs, gloo on CPU) across processes.
 
 Every rank draws the same global batches (the same seeded generator, so the same order as one
 process) and trains on its contiguous shard of each; DDP all-reduces (averages) the gradients. Each
@@ -20,6 +20,10 @@ method's epochs the encoder and head only — so each phase is its own DDP unit 
 exactly what it reads: no gradient is waited for in vain and no graph search
 (`find_unused_parameters`) is needed.
 
+Each rank trains on GPU `LOCAL_RANK` and the ranks reduce with NCCL when `train.device` is `cuda` (or `auto` with a
+GPU), else on the CPU with gloo (`ranks.rank_device`); every sum over the ranks goes through `all_sum`, which hands
+NCCL its tensors on the GPU.
+
 Launch, either way:
   * config `train.processes: N` (N > 1): `wpultr run` starts N ranks (`ranks.fit_data_parallel`: the same entry
     as below, with torchrun's environment variables) as subprocesses on loopback, or with `cluster.scheduler` as
@@ -34,8 +38,10 @@ Launch, either way:
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import pickle
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -61,7 +67,7 @@ from ...settings.methods import get_method
 from ..base import FitResult
 from ..losses import click_loss, click_loss_named
 from .checkpoint import config_key, keep_checkpoints
-from .ranks import GRAPHS_FILE, HISTORY_FILE, RANKER_SUBDIR, fit_data_parallel  # its callers' name
+from .ranks import GRAPHS_FILE, HISTORY_FILE, RANKER_SUBDIR, fit_data_parallel, rank_device  # its callers' name
 from .streaming import streaming_trainer
 from .trainer import ListBatch, LossFn, Trainer, build_ranker, list_scores
 from .warmup import warm_up
@@ -69,6 +75,20 @@ from .warmup import warm_up
 if TYPE_CHECKING:
     from ...config import RunConfig
 
+
+
+def nccl_device() -> torch.device | None:
+    """This rank's GPU when the ranks reduce with NCCL (set by `main` before the group starts), else None (gloo)."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == dist.Backend.NCCL else None
+
+
+def all_sum(values: torch.Tensor) -> torch.Tensor:
+    """`values` summed over the ranks: a new tensor on `values`' device. Every collective sum goes through here: NCCL
+    reduces CUDA tensors only, so under it a CPU tensor (scores or weights built from numpy) goes to this rank's GPU
+    and back; gloo reduces it where it is."""
+    summed = values.detach().to(nccl_device() or values.device, copy=True)
+    dist.all_reduce(summed)
+    return summed.to(values.device)
 
 
 def shard_sessions(sessions: int, rank: int, world: int) -> slice:
@@ -163,7 +183,11 @@ class DataParallelTrainer(Trainer):
 
     @staticmethod
     def data_parallel(parts: dict[str, torch.nn.Module], run: Callable[..., Any]) -> DistributedDataParallel:
-        return DistributedDataParallel(Phase(parts, run), forward_sync_buffers=False)   # buffers never change
+        """`parts` as one DDP unit running `run`; on a GPU, DDP is told it (`device_ids`), as NCCL wants."""
+        unit = Phase(parts, run)
+        device = next((p.device for p in unit.parameters()), torch.device("cpu"))
+        return DistributedDataParallel(unit, device_ids=[device] if device.type == "cuda" else None,
+                                       forward_sync_buffers=False)   # buffers never change
 
     def scores(self, batch: ListBatch) -> torch.Tensor:
         masking = self.masking
@@ -191,9 +215,7 @@ class DataParallelTrainer(Trainer):
             out = np.zeros(total, dtype=np.float32)
             mine = shard_sessions(total, self.rank, self.world)
             out[mine] = score_inputs(self.ranker, take(self.inputs, np.arange(mine.start, mine.stop)), rows_per_pass)
-        summed = torch.from_numpy(out)
-        dist.all_reduce(summed)
-        return summed.numpy()
+        return all_sum(torch.from_numpy(out)).numpy()
 
     def batches(self, extras: dict[str, np.ndarray] | None = None) -> Iterator[ListBatch]:
         normaliser = self.normaliser or (lambda b: click_normaliser(self.cfg.train.loss, b))
@@ -216,18 +238,13 @@ class DataParallelTrainer(Trainer):
                  if id(p) not in self.inside and p.grad is not None]
         if not grads:
             return
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        flat /= self.world
+        flat = all_sum(torch.cat([g.reshape(-1) for g in grads])) / self.world
         offset = 0
         for g in grads:
             g.copy_(flat[offset: offset + g.numel()].view_as(g))
             offset += g.numel()
 
-    def all_sum(self, values: torch.Tensor) -> torch.Tensor:
-        summed = values.detach().clone()
-        dist.all_reduce(summed)
-        return summed
+    all_sum = staticmethod(all_sum)
 
     def draw_for_batch(self, batch: ListBatch, draw: Callable[[int], torch.Tensor]) -> torch.Tensor:
         return draw(self.global_sessions)[self.part]
@@ -250,9 +267,7 @@ class DataParallelTrainer(Trainer):
             out = loss_fn(scores, batch)
             loss, stats = out if isinstance(out, tuple) else (out, {})
             loss = loss * self.share     # DDP averages over ranks: the mean is the global batch's gradient
-            reported = loss.detach().clone()
-            dist.all_reduce(reported)
-            return loss, {**stats, "loss": float(reported) / self.world}
+            return loss, {**stats, "loss": float(all_sum(loss)) / self.world}
         try:
             return super().epoch(scaled, extras)
         finally:
@@ -279,9 +294,7 @@ class DataParallelTrainer(Trainer):
         def loss(scores: torch.Tensor, batch: ListBatch):
             click = click_loss(cfg.loss, scores, batch.clicks, batch.mask) * self.share
             mlm = self.mlm_part
-            reported = torch.stack([click.detach(), mlm.detach()]).cpu()
-            dist.all_reduce(reported)
-            click_mean, mlm_mean = (reported / self.world).tolist()
+            click_mean, mlm_mean = (all_sum(torch.stack([click.detach(), mlm.detach()])) / self.world).tolist()
             return click + cfg.mlm_weight * mlm, {"loss": click_mean + cfg.mlm_weight * mlm_mean,
                                                   "click": click_mean, "mlm": mlm_mean}
         self.masking_on = True
@@ -343,11 +356,23 @@ def fit_streamed(sessions_dir: str | Path, valid: pd.DataFrame | None, cfg: RunC
 
 
 def on_rank0(fit: Callable[[], Any]) -> Any:
-    """`fit()` run by rank 0 alone and its result sent to every rank (pickled): a fit every rank needs and that runs
-    once (BAL's graph and influence estimators), not once per rank."""
-    box = [fit() if dist.get_rank() == 0 else None]
+    """`fit()` run by rank 0 alone and its result sent to every rank (pickled by torch.save): a fit every rank needs
+    and that runs once (BAL's graph and influence estimators), not once per rank. Under NCCL a tensor rank 0 left on
+    its GPU arrives on the receiving rank's own GPU (`map_location`), not on rank 0's."""
+    rank0 = dist.get_rank() == 0
+    result = fit() if rank0 else None
+    box: list[Any] = [None]
+    if rank0:
+        buffer = io.BytesIO()
+        torch.save(result, buffer, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+        box = [buffer.getvalue()]
     dist.broadcast_object_list(box, src=0)
-    return box[0]
+    if rank0:
+        return result
+    here = nccl_device()
+    gpus = {f"cuda:{i}": str(here) for i in range(torch.cuda.device_count())} if here is not None else None
+    # a peer rank's bytes within one fit, as broadcast_object_list's own pickle: not a file a user hands us
+    return torch.load(io.BytesIO(box[0]), map_location=gpus, weights_only=False)
 
 
 class RankBatches:
@@ -374,15 +399,11 @@ class RankBatches:
 
     def sum(self, values: np.ndarray) -> np.ndarray:
         """`values` summed over the ranks (each holding its own pieces, zeros elsewhere): every piece, on every rank."""
-        summed = torch.from_numpy(np.ascontiguousarray(values))
-        dist.all_reduce(summed)
-        return summed.numpy()
+        return all_sum(torch.from_numpy(np.ascontiguousarray(values))).numpy()
 
     def value(self, term: torch.Tensor) -> float:
         """The global batch's mean loss from this shard's term (`mean`)."""
-        reported = term.detach().clone()
-        dist.all_reduce(reported)
-        return float(reported) / self.world
+        return float(all_sum(term)) / self.world
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,12 +439,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, parse_overrides(args.set))
         check_sessions_path(args.sessions)
+        place = rank_device(cfg.train.device, torch.cuda.is_available(), torch.cuda.device_count(),
+                            int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    cfg.train.device = "cpu"   # gloo reduces CPU tensors
+    cfg.train.device = place.kind   # "cuda" is GPU LOCAL_RANK once set_device ran; the same on every rank
+    if place.backend == "nccl":
+        torch.cuda.set_device(place.device)   # before the group: NCCL and broadcast_object_list use this GPU
     valid = pd.read_parquet(args.valid) if args.valid else None
-    dist.init_process_group("gloo", timeout=timedelta(minutes=30))
+    dist.init_process_group(place.backend, timeout=timedelta(minutes=30))
     try:
         overrides = None
         if args.overrides:
@@ -435,6 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = fit_rank(args.sessions, valid if valid is not None and len(valid) else None, cfg,
                               tuple(c for c in args.arrow_lists.split(",") if c), overrides)
         if dist.get_rank() == 0:
+            result.bias["distributed"] = {"engine": "torch DDP", "backend": place.backend, "device": place.kind,
+                                          **({"gpu": torch.cuda.get_device_name()} if place.kind == "cuda" else {})}
             out = Path(args.out)
             result.ranker.save(out / RANKER_SUBDIR)
             (out / HISTORY_FILE).write_text(json.dumps({"history": result.history, "bias": result.bias}))

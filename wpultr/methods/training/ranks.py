@@ -3,6 +3,8 @@ Dask cluster's workers, one rank per worker (`cluster.scheduler` / `--scheduler`
 `python -m wpultr.methods.training.distributed` (its `main`) with torchrun's environment variables; rank 0 writes
 the ranker, history and graphs into the job's directory. Every rank's log is kept (`keep_rank_logs`: the train
 stage keeps them in the run directory, `train/ranks/rank<k>.log`), and a failed rank is one error naming its log.
+Where a rank trains and how the ranks reduce (`rank_device`: GPU `LOCAL_RANK` with NCCL, or the CPU with gloo) is
+decided from `train.device` and the machine's GPUs, in each rank and, for ranks on this machine, before they start.
 """
 from __future__ import annotations
 
@@ -28,10 +30,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 from ...cluster import current_client
 from ...config import dump_config
-from ...errors import ClusterError, WpultrError
+from ...errors import ClusterError, ConfigError, WpultrError
+from ...rankers.base import NO_CUDA
 from ...rankers.registry import load_ranker
 from ..base import FitResult
 from .checkpoint import current
@@ -46,6 +50,43 @@ RANKER_SUBDIR = "ranker"
 RANK_LOG = "rank{rank}.log"
 
 _rank_logs: ContextVar[Path | None] = ContextVar("wpultr_rank_logs", default=None)
+
+
+@dataclass(frozen=True)
+class RankDevice:
+    """Where one DDP rank trains and the torch.distributed backend the ranks reduce with."""
+
+    device: str      # "cpu" or "cuda:<LOCAL_RANK>"
+    backend: str     # "gloo" (CPU tensors) or "nccl" (CUDA tensors, one rank per GPU)
+
+    @property
+    def kind(self) -> str:
+        """`cpu` or `cuda`: what every rank's `train.device` becomes (the same on all, so is their checkpoint key)."""
+        return self.device.split(":")[0]
+
+
+def rank_device(requested: str, cuda_available: bool, device_count: int, local_rank: int, local_world: int
+                ) -> RankDevice:
+    """The device and backend of the rank `local_rank` of the `local_world` ranks on one machine, for `train.device:
+    requested` (cpu | cuda | auto) on a machine with `device_count` visible GPUs: on CUDA, GPU `local_rank` and NCCL;
+    on the CPU, gloo. NCCL refuses two ranks on one GPU, so more local ranks than GPUs is a ConfigError naming
+    `train.processes`; `cuda` without a GPU is the in-process one (`resolve_device`), naming `train.device`."""
+    cuda = cuda_available and device_count > 0
+    if requested == "cpu" or (requested == "auto" and not cuda):
+        return RankDevice("cpu", "gloo")
+    if not cuda:
+        raise ConfigError(NO_CUDA)
+    if local_world > device_count:
+        raise ConfigError(f"train.processes: {local_world} DDP ranks on one machine need {local_world} GPUs (NCCL "
+                          f"runs one rank per GPU) and it has {device_count}; run at most {device_count} ranks per "
+                          "machine, or set train.device: cpu")
+    return RankDevice(f"cuda:{local_rank}", "nccl")
+
+
+def local_ranks(hosts: list[str]) -> list[tuple[int, int]]:
+    """Each rank's (LOCAL_RANK, LOCAL_WORLD_SIZE), torchrun's meaning, for ranks on `hosts` (rank k on `hosts[k]`):
+    its place among the ranks on its host and how many share that host."""
+    return [(hosts[:rank].count(host), hosts.count(host)) for rank, host in enumerate(hosts)]
 
 
 @contextmanager
@@ -125,11 +166,13 @@ SCHEDULER_ENV = "WPULTR_RANK_SCHEDULER"   # the run's Dask scheduler, for the wo
 
 
 def rank_env(rank: int, world: int, address: str, port: int, threads: int,
-             scheduler: str | None = None) -> dict[str, str]:
-    """torchrun's environment for rank `rank` of `world`; OMP_NUM_THREADS as the user set it, else `threads`;
-    the run's scheduler address (`scheduler_address`), which rank 0 connects to for BAL's discovery."""
+             scheduler: str | None = None, local: tuple[int, int] | None = None) -> dict[str, str]:
+    """torchrun's environment for rank `rank` of `world`, `local` its (LOCAL_RANK, LOCAL_WORLD_SIZE) (default: all
+    ranks on this machine); OMP_NUM_THREADS as the user set it, else `threads`; the run's scheduler address
+    (`scheduler_address`), which rank 0 connects to for BAL's discovery."""
+    local_rank, local_world = local if local is not None else (rank, world)
     env = {**os.environ, "MASTER_ADDR": address, "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
-           "LOCAL_WORLD_SIZE": str(world), "RANK": str(rank), "LOCAL_RANK": str(rank),
+           "LOCAL_WORLD_SIZE": str(local_world), "RANK": str(rank), "LOCAL_RANK": str(local_rank),
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
     if scheduler:
         env[SCHEDULER_ENV] = scheduler
@@ -164,6 +207,8 @@ def fit_data_parallel(sessions: pd.DataFrame | str | Path, valid: pd.DataFrame |
     others and raises one line naming the rank and its kept log."""
     n = processes or cfg.train.processes
     client = _scheduler_client(cfg)
+    if client is None:   # the ranks run here: refuse a device this machine lacks before starting them
+        rank_device(cfg.train.device, torch.cuda.is_available(), torch.cuda.device_count(), 0, n)
     parent = _rank_logs.get()
     # with a cluster the workers read the job's files: beside the run's files (a path they share), not in /tmp
     base = parent.parent if client is not None and parent is not None else None
@@ -332,8 +377,12 @@ def _rank_task(command: list[str], env: dict[str, str], log: str, out: str | Non
 def _worker_port() -> tuple[str, int]:
     """This worker's host and a port free on it: the rendezvous of rank 0, which runs here."""
     from distributed import get_worker  # lazy: Dask is optional in process (bench/gpu.py)
-    host = get_worker().address.split("://")[-1].rsplit(":", 1)[0]
-    return host, free_port("")
+    return _host(get_worker().address), free_port("")
+
+
+def _host(address: str) -> str:
+    """The host of a Dask worker's address ('tcp://10.0.0.5:40123' -> '10.0.0.5')."""
+    return address.split("://")[-1].rsplit(":", 1)[0]
 
 
 def run_on_dask(client: Any, job: RankJob, cfg: RunConfig) -> tuple[int, str] | None:
@@ -343,13 +392,14 @@ def run_on_dask(client: Any, job: RankJob, cfg: RunConfig) -> tuple[int, str] | 
     from distributed import Event  # lazy: Dask is optional in process (bench/gpu.py)
     workers = rank_workers(client, cfg, job.world)
     job.workers = [w["address"] for w in workers]
+    local = local_ranks([_host(w["address"]) for w in workers])   # a worker's GPU: its place among its host's ranks
     stop = f"wpultr-stop-{job.work.name}"
     host, port = client.submit(_worker_port, workers=[workers[0]["address"]], allow_other_workers=False,
                                pure=False).result()
     futures = []
     for rank, worker in enumerate(workers):
         env = {k: v for k, v in rank_env(rank, job.world, host, port, worker["nthreads"],
-                                         scheduler_address(client)).items()
+                                         scheduler_address(client), local[rank]).items()
                if k not in os.environ or os.environ[k] != v}
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(worker["nthreads"]))
         futures.append(client.submit(_rank_task, job.command, env, str(job.log(rank)),
