@@ -23,7 +23,6 @@ construction; `train.loss` is not used.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,7 +33,7 @@ from ..rankers.base import resolve_device
 from .base import FitResult
 from .losses.lists import dla_sums
 from .propensities.position import as_table
-from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.distributed import SharedTrainerFit
 from .training.trainer import ListBatch, SessionLists, build_ranker
 from .training.warmup import warm_up
 
@@ -51,16 +50,11 @@ def relative_propensities(logits: torch.Tensor) -> np.ndarray:
 class DLA(SharedTrainerFit):
     name = "dla"
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
-                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
-        """One DDP rank's fit (`training.distributed`): both losses' sums on this rank's share of each global batch,
-        divided by the global batch's total weights (summed over the ranks); the ranker's gradient averaged by DDP,
-        the propensity logits' by the trainer (`sync_gradients`), so every rank holds one process's logits."""
-        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
-        return self.fit_with(train, valid, config, trainer_class, ranker)
-
     def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  ranker: Any = None) -> FitResult:
+        """As DDP ranks (`training.distributed`): both losses' sums on this rank's share of each global batch,
+        divided by the global batch's total weights (summed over the ranks); the ranker's gradient averaged by DDP,
+        the propensity logits' by the trainer (`sync_gradients`), so every rank holds one process's logits."""
         lists = SessionLists.from_frame(train)
         n_positions = int(lists.positions.max())
         logits = torch.nn.Parameter(torch.zeros(n_positions, device=resolve_device(config.train.device)))

@@ -15,7 +15,6 @@ Losses (`train.loss`):
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -24,7 +23,7 @@ import torch
 from .base import FitResult
 from .losses import click_loss_named
 from .propensities.position import as_table, propensity_array, resolve_propensities
-from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.distributed import SharedTrainerFit
 from .training.trainer import ListBatch, SessionLists, build_ranker
 from .training.warmup import warm_up
 
@@ -41,15 +40,10 @@ def ipw_loss(kind: str, scores: torch.Tensor, batch: ListBatch, inverse: torch.T
 class IPW(SharedTrainerFit):
     name = "ipw"
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
-                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
-        """One DDP rank's fit (`training.distributed`): the same propensities as one process (every rank estimates
-        them from the same table), the IPW epochs on this rank's shares."""
-        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
-        return self.fit_with(train, valid, config, trainer_class, ranker)
-
     def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  ranker: Any = None) -> FitResult:
+        """As DDP ranks (`training.distributed`): the same propensities as one process (every rank estimates
+        them from the same table), the IPW epochs on this rank's shares."""
         table, info = resolve_propensities(train, config)
         clip = float(config.propensity.clip)         # in (0, 1]: checked when the config was loaded
         lists = SessionLists.from_frame(train)

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from ..rankers.mlp import feature_matrix, mlp
 from ..schema import FEATURES, SchemaError
 from .base import FitResult
-from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.distributed import SharedTrainerFit
 from .training.trainer import ListBatch, SessionLists, build_ranker
 from .training.warmup import warm_up
 
@@ -143,16 +143,11 @@ def observation_by_position(model: ObservationModel, z: torch.Tensor, batch_rows
 class LBD(SharedTrainerFit):
     name = "lbd"
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
-                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
-        """One DDP rank's fit (`training.distributed`): the loss on this rank's share of each global batch (the
-        Bernoulli mask γ drawn for the whole global batch, as one process draws it), the ranker's gradient averaged
-        by DDP and the observation model's by the trainer (`sync_gradients`)."""
-        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
-        return self.fit_with(train, valid, config, trainer_class, ranker)
-
     def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  ranker: Any = None) -> FitResult:
+        """As DDP ranks (`training.distributed`): the loss on this rank's share of each global batch (the
+        Bernoulli mask γ drawn for the whole global batch, as one process draws it), the ranker's gradient averaged
+        by DDP and the observation model's by the trainer (`sync_gradients`)."""
         settings = config.lbd
         lam, t = settings.effective()
         lists = SessionLists.from_frame(train)

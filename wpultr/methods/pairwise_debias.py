@@ -26,7 +26,7 @@ method's propensities.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,7 +36,7 @@ import torch
 from .base import FitResult
 from .losses.lists import pair_terms
 from .propensities.position import as_table
-from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.distributed import SharedTrainerFit
 from .training.trainer import ListBatch, build_ranker
 from .training.warmup import warm_up
 
@@ -103,15 +103,10 @@ class PositionRatios:
 class PairwiseDebias(SharedTrainerFit):
     name = "pairwise_debias"
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
-                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
-        """One DDP rank's fit (`training.distributed`): the pair loss on this rank's share of each global batch, the
-        t± updates from the batch's sums over the ranks (every rank holds one process's t±)."""
-        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
-        return self.fit_with(train, valid, config, trainer_class, ranker)
-
     def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  ranker: Any = None) -> FitResult:
+        """As DDP ranks (`training.distributed`): the pair loss on this rank's share of each global batch, the
+        t± updates from the batch's sums over the ranks (every rank holds one process's t±)."""
         trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config)
         warm_up(trainer)
         n_positions = int(trainer.lists.positions.max())

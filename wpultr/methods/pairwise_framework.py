@@ -19,7 +19,6 @@ as for IPW (a simulated RandPair experiment by default on simulated logs); ψ fr
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,9 +31,9 @@ from . import lambda_pairs as lp
 from .base import FitResult
 from .propensities.joint_examination import joint_examination, unbiased_pairs
 from .propensities.position import as_table, propensity_array, resolve_propensities
-from .training.distributed import fit_data_parallel, rank_ranker_and_table
+from .training.distributed import SharedTrainerFit
 from .training.gbdt import BoostingTrainer
-from .training.trainer import ListBatch, Trainer, build_ranker
+from .training.trainer import ListBatch, build_ranker
 from .training.warmup import warm_up
 
 if TYPE_CHECKING:
@@ -108,26 +107,16 @@ class RobustObjective:
         return lp.pair_loss(f, self.pair_i, self.pair_j, self.weights(f), self.sigma)
 
 
-class PairwiseFramework:
+class PairwiseFramework(SharedTrainerFit):
     """The unbiased pairwise loss (Eq. 10) on the shared trainer: MLP or BERT ranker, after the warm-up."""
 
     name = "pairwise_framework"
 
-    def fit(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig) -> FitResult:
-        if config.train.processes > 1:      # DDP ranks, each on its share of every global batch
-            return fit_data_parallel(train, valid, config)
-        return self.fit_with(train, valid, config, Trainer, build_ranker(config, train))
-
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
-                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
-        """One DDP rank's fit (`training.distributed`): the same examination estimates as one process, the epochs
-        on this rank's shares (the loss divides by the global batch's sessions)."""
-        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
-        return self.fit_with(train, valid, config, trainer_class, ranker)
-
     def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
-                 ranker: Any) -> FitResult:
-        trainer = trainer_class(ranker, train, valid, config)
+                 ranker: Any = None) -> FitResult:
+        """As DDP ranks (`training.distributed`): the same examination estimates as one process, the epochs
+        on this rank's shares (the loss divides by the global batch's sessions)."""
+        trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config)
         warm_up(trainer)
         n_positions = int(trainer.lists.positions.max())
         theta, psi, record = examination(train, config, n_positions)

@@ -11,7 +11,6 @@ PRS-LambdaMART, the same weights on a booster's λ-pairs, is `propensity_lambdam
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -20,7 +19,7 @@ import torch
 from .base import FitResult
 from .losses.lists import pair_terms
 from .propensities.pair_weights import resolve_pair_weights
-from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.distributed import SharedTrainerFit
 from .training.trainer import ListBatch, SessionLists, build_ranker
 from .training.warmup import warm_up
 
@@ -41,15 +40,10 @@ def weighted_pair_loss(scores: torch.Tensor, batch: ListBatch, table: torch.Tens
 class PropensityPairs(SharedTrainerFit):
     name = "propensity_pairs"
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
-                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
-        """One DDP rank's fit (`training.distributed`): the same pair weights as one process, the epochs on this
-        rank's shares (the loss divides by the global batch's sessions)."""
-        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
-        return self.fit_with(train, valid, config, trainer_class, ranker)
-
     def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
                  ranker: Any = None) -> FitResult:
+        """As DDP ranks (`training.distributed`): the same pair weights as one process, the epochs on this
+        rank's shares (the loss divides by the global batch's sessions)."""
         lists = SessionLists.from_frame(train)
         weights, info = resolve_pair_weights(train, config, int(lists.positions.max()))
         trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config,

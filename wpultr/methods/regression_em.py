@@ -23,7 +23,6 @@ M-step. The learned θ, relative to position 1, are the method's propensities.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +32,7 @@ import torch
 from .base import FitResult
 from .losses.lists import pointwise_click_loss, regression_em_posteriors
 from .propensities.position import as_table, relative_to_first
-from .training.distributed import SharedTrainerFit, rank_ranker_and_table
+from .training.distributed import SharedTrainerFit
 from .training.trainer import ListBatch, build_ranker
 from .training.warmup import warm_up
 
@@ -46,17 +45,12 @@ INITIAL_THETA = 0.5
 class RegressionEM(SharedTrainerFit):
     name = "regression_em"
 
-    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
-                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
-        """One DDP rank's fit (`training.distributed`): the E-step on this rank's share of each global batch, the
+    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
+                 ranker: Any = None) -> FitResult:
+        """As DDP ranks (`training.distributed`): the E-step on this rank's share of each global batch, the
         M-step for θ from the batch's counts and posteriors summed over the ranks (every rank holds the same θ), the
         ranker's step as DDP. With `regression_em.sample_labels` the sampled labels are drawn for the whole global
         batch, as one process draws them."""
-        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
-        return self.fit_with(train, valid, config, trainer_class, ranker)
-
-    def fit_with(self, train: pd.DataFrame, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
-                 ranker: Any = None) -> FitResult:
         trainer = trainer_class(ranker if ranker is not None else build_ranker(config, train), train, valid, config)
         warm_up(trainer)
         n_positions = int(trainer.lists.positions.max())

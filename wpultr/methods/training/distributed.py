@@ -162,6 +162,14 @@ class SharedTrainerFit:
             return fit_data_parallel(train, valid, config)
         return self.fit_with(train, valid, config, Trainer)
 
+    def fit_rank(self, sessions: Any, valid: pd.DataFrame | None, config: RunConfig, trainer_class: type,
+                 arrow_lists: Sequence[str] = (), overrides: Any = None) -> FitResult:
+        """One DDP rank's fit: the table and ranker every rank builds alike (`rank_ranker_and_table`), then the
+        method's `fit_with` on `trainer_class` (a DataParallelTrainer); what the method sums over the ranks, its
+        `fit_with` says."""
+        ranker, train = rank_ranker_and_table(sessions, config, arrow_lists)
+        return self.fit_with(train, valid, config, trainer_class, ranker)
+
 
 class DataParallelTrainer(Trainer):
     """The shared trainer as one DDP rank: scores through a DDP unit, steps on its shard of each batch."""
