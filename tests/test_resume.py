@@ -186,3 +186,7 @@ def test_a_checkpoint_outside_a_run_replaces_only_a_checkpoint(tmp_path):
     with pytest.raises(RunDirError, match="--checkpoint .*notes.pt: exists and is not a wpultr training checkpoint"):
         mine.save({"epochs": 1})
     assert mine.path.read_text() == "my notes"
+    mine.remove()                                   # the end of a fit removes only a checkpoint
+    assert mine.path.read_text() == "my notes"
+    checkpoint.remove()
+    assert not checkpoint.path.exists()

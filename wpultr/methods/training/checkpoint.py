@@ -77,7 +77,11 @@ class Checkpoint:
         return int(payload["epochs"]) if payload else 0
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        """Delete the checkpoint once its fit is done: only a wpultr checkpoint (`is_checkpoint`, on the resolved
+        path) — a user's file at that path stays, as `save` never replaces one."""
+        path = self.path.resolve()
+        if is_checkpoint(path):
+            path.unlink()
 
 
 def is_checkpoint(path: Path) -> bool:
